@@ -1,0 +1,174 @@
+//! The supervised command: spawned directly (no shell) in a process group of
+//! its own, tied to lockrun's life, and stopped as a group.
+//!
+//! Its own group lets lockrun stop everything the command started (a shell
+//! script's children included) and keeps terminal signals from reaching it
+//! twice: lockrun forwards them instead. When lockrun runs in the foreground
+//! of a terminal, the command's group is made the terminal's foreground group
+//! so that it can read the terminal and Ctrl-C reaches it directly.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
+use nix::unistd::Pid;
+
+use crate::lease::BootInstant;
+
+/// How often lockrun looks whether a stopped group is gone.
+const GROUP_POLL: Duration = Duration::from_millis(10);
+
+/// Why the command could not be started.
+#[derive(Debug)]
+pub enum SpawnError {
+    NotFound(io::Error),
+    NotExecutable(io::Error),
+    Other(io::Error),
+}
+
+impl SpawnError {
+    fn from_io(err: io::Error) -> Self {
+        match err.raw_os_error() {
+            Some(libc::ENOENT) => SpawnError::NotFound(err),
+            Some(libc::EACCES | libc::ENOEXEC | libc::EISDIR | libc::EPERM) => {
+                SpawnError::NotExecutable(err)
+            }
+            _ => SpawnError::Other(err),
+        }
+    }
+}
+
+/// A running command and its process group.
+pub struct Child {
+    process: tokio::process::Child,
+    group: Pid,
+    /// Set when the child's group took over the terminal; lockrun takes it
+    /// back when the child is gone.
+    terminal: bool,
+}
+
+impl Child {
+    /// Starts `argv` with `env` added to lockrun's environment.
+    pub fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Child, SpawnError> {
+        let Some((program, args)) = argv.split_first() else {
+            return Err(SpawnError::NotFound(io::Error::from(io::ErrorKind::NotFound)));
+        };
+        let terminal = in_terminal_foreground();
+        let parent = nix::unistd::getpid();
+        let mut command = tokio::process::Command::new(program);
+        command.args(args).envs(env.iter().cloned()).process_group(0);
+        // SAFETY: the closure runs in the forked child before exec, where only
+        // async-signal-safe calls are allowed; it makes only raw syscalls
+        // (prctl, getppid, sigprocmask, tcsetpgrp, getpid) and allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                // Die with lockrun, so the command can never run unsupervised.
+                // The parent-death signal follows the spawning *thread*; lockrun
+                // spawns from its main thread, which lives as long as it does.
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                // lockrun may have died before the line above took effect.
+                if nix::unistd::getppid() != parent {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                if terminal {
+                    take_terminal()?;
+                }
+                Ok(())
+            });
+        }
+        let process = command.spawn().map_err(SpawnError::from_io)?;
+        let Some(pid) = process.id() else {
+            return Err(SpawnError::Other(io::Error::other("child exited unobserved")));
+        };
+        Ok(Child {
+            process,
+            group: Pid::from_raw(pid as i32),
+            terminal,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.group.as_raw() as u32
+    }
+
+    /// Sends `signal` to every process in the child's group.
+    pub fn signal_group(&self, signal: Signal) {
+        // ESRCH only means the group is already empty.
+        let _ = signal::killpg(self.group, signal);
+    }
+
+    /// Whether any process of the group is still alive.
+    pub fn group_alive(&self) -> bool {
+        signal::killpg(self.group, None) != Err(Errno::ESRCH)
+    }
+
+    /// Waits for the command itself (the group leader) to exit.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        let status = self.process.wait().await;
+        self.give_back_terminal();
+        status
+    }
+
+    /// Stops what is left of the group after the leader exited: SIGTERM,
+    /// then SIGKILL at `kill_at`. Work started by the command must not
+    /// outlive the lock.
+    pub async fn stop_stragglers(&self, kill_at: BootInstant) {
+        if !self.group_alive() {
+            return;
+        }
+        self.signal_group(Signal::SIGTERM);
+        while self.group_alive() && !kill_at.has_passed() {
+            tokio::time::sleep(GROUP_POLL).await;
+        }
+        self.signal_group(Signal::SIGKILL);
+    }
+
+    fn give_back_terminal(&mut self) {
+        if std::mem::take(&mut self.terminal) {
+            let stdin = io::stdin();
+            // lockrun's group is in the background now, and a background
+            // group that sets the foreground gets SIGTTOU unless it blocks it.
+            let ttou = SigSet::from(Signal::SIGTTOU);
+            let mut old = SigSet::empty();
+            if signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old)).is_ok() {
+                let _ = nix::unistd::tcsetpgrp(stdin.as_fd(), nix::unistd::getpgrp());
+                let _ = signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+            }
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.give_back_terminal();
+    }
+}
+
+/// Whether stdin is a terminal whose foreground group is lockrun's own: only
+/// then is the terminal lockrun's to hand over.
+fn in_terminal_foreground() -> bool {
+    let stdin = io::stdin();
+    match nix::unistd::tcgetpgrp(stdin.as_fd()) {
+        Ok(group) => group == nix::unistd::getpgrp() && stdin.as_raw_fd() == 0,
+        Err(_) => false,
+    }
+}
+
+/// Runs in the forked child: makes its new group the terminal's foreground.
+fn take_terminal() -> io::Result<()> {
+    let ttou = SigSet::from(Signal::SIGTTOU);
+    let mut old = SigSet::empty();
+    signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old))?;
+    // SAFETY: tcsetpgrp and getpid are async-signal-safe syscalls on fd 0,
+    // which is open (the parent checked it is a terminal before forking).
+    let result = unsafe { libc::tcsetpgrp(0, libc::getpid()) };
+    signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None)?;
+    if result == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

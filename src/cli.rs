@@ -1,0 +1,248 @@
+//! The command line: flags, help text and value parsers, nothing else.
+//!
+//! Rules that clap cannot express (timing that must fit inside the ttl,
+//! defaults that scale with it) live in `config`, which turns these raw flags
+//! into validated settings.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+const ABOUT: &str = "Run a command under a distributed lock held in Redis";
+
+const LONG_ABOUT: &str = "\
+Run a command under a distributed lock held in Redis, so that two copies of the \
+same job never run at once, across machines.
+
+lockrun takes a lease on the key with a random token, renews it while the command \
+runs, and releases it when the command exits. If the lease can no longer be proven \
+(Redis unreachable, the key gone or taken over), lockrun stops the command's whole \
+process group before the lease can expire for anyone else, and exits 76. The command \
+gets a fencing token in LOCKRUN_FENCING_TOKEN that grows with every acquisition, so \
+the resource it writes to can reject a stale holder.";
+
+const EXAMPLES: &str = "\
+Examples:
+  lockrun --key billing -- ./invoice.sh
+  lockrun --key billing --busy-exit-code 0 -- ./invoice.sh     # cron: skip quietly when busy
+  lockrun --key deploy --wait 10m -- ./deploy.sh               # CI: queue for up to 10 minutes
+  lockrun status --key billing";
+
+const EXIT_STATUS: &str = "\
+Exit status:
+  N        the command's own exit status
+  128+N    the command died of signal N, or lockrun got signal N while waiting
+  75       the lock is busy (see --busy-exit-code); the command did not run
+  76       the lease was lost while the command ran; lockrun stopped it
+  69       Redis unreachable or failing before the command started
+  64       usage error
+  124      --timeout elapsed; lockrun stopped the command
+  126/127  command not executable / not found";
+
+/// Everything lockrun accepts on its command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "lockrun",
+    version,
+    about = ABOUT,
+    long_about = LONG_ABOUT,
+    after_help = EXAMPLES,
+    after_long_help = format!("{EXAMPLES}\n\n{EXIT_STATUS}"),
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub action: Option<Action>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// The subcommands an operator uses to inspect or clear a lock.
+#[derive(Debug, Subcommand)]
+pub enum Action {
+    /// Show who holds a lock, for how long, and its fencing token
+    #[command(
+        long_about = "Show who holds a lock: host, pid, command, time held, lease time left \
+                      and fencing token. Exits 0 when the lock is held, 1 when it is free, \
+                      69 when Redis cannot be asked."
+    )]
+    Status(StatusArgs),
+    /// Remove a lock whoever holds it (needs --force)
+    #[command(
+        long_about = "Remove a lock whoever holds it and print what was removed. The run that \
+                      held it notices at its next renewal, stops its command and exits 76. \
+                      Refuses without --force."
+    )]
+    Release(ReleaseArgs),
+}
+
+/// Flags of `lockrun [OPTIONS] --key NAME -- COMMAND...`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Lock name; runs that share it never overlap
+    #[arg(short, long, value_name = "NAME", required = true)]
+    pub key: Option<String>,
+
+    #[command(flatten)]
+    pub redis: RedisArgs,
+
+    /// Lease length written to Redis
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// Heartbeat period [default: ttl/3]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub renew_every: Option<Duration>,
+
+    /// Time limit of each Redis call [default: ttl/10, at most 2s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub redis_timeout: Option<Duration>,
+
+    /// Delay between SIGTERM and SIGKILL when lockrun must stop the command
+    /// [default: 5s, scaled down to fit the ttl]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub kill_grace: Option<Duration>,
+
+    /// How long to wait for a held lock: a duration or "forever" [default: one attempt]
+    #[arg(short, long, value_name = "DURATION|forever", value_parser = parse_wait)]
+    pub wait: Option<Wait>,
+
+    /// Exit status when the lock is busy (0 skips quietly, for cron)
+    #[arg(long, value_name = "N", default_value_t = crate::exit_code::BUSY_DEFAULT)]
+    pub busy_exit_code: u8,
+
+    /// Keep the lock at least this long after acquiring it, even if the command
+    /// ends sooner (guards against a late cron on a host with a skewed clock)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub min_hold: Option<Duration>,
+
+    /// Stop the command after this long (SIGTERM, then SIGKILL after the kill
+    /// grace) and exit 124
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+
+    /// Print nothing when the lock is busy
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Log each acquire, renewal and release to stderr
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// The command to run and its arguments, after `--`
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// Where the lock lives. Shared by the run and every subcommand.
+#[derive(Debug, Args)]
+pub struct RedisArgs {
+    /// Redis server: redis://, rediss:// (TLS), redis+unix:// or unix://
+    /// (the password may also come from LOCKRUN_REDIS_PASSWORD)
+    #[arg(
+        long = "redis",
+        value_name = "URL",
+        env = "LOCKRUN_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
+    pub url: String,
+
+    /// Namespace prepended to every key lockrun writes
+    #[arg(long, value_name = "P", env = "LOCKRUN_PREFIX", default_value = "lockrun:")]
+    pub prefix: String,
+}
+
+/// Flags of `lockrun status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Lock name
+    #[arg(short, long, value_name = "NAME")]
+    pub key: String,
+
+    #[command(flatten)]
+    pub redis: RedisArgs,
+
+    /// Print one JSON object on stdout instead of text
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `lockrun release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// Lock name
+    #[arg(short, long, value_name = "NAME")]
+    pub key: String,
+
+    #[command(flatten)]
+    pub redis: RedisArgs,
+
+    /// Really remove a lock that another run may hold
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// How long a run waits for a lock that someone else holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    Up(Duration),
+    Forever,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|err| {
+        format!("{err}; write a number with a unit, like 500ms, 30s, 2m or 1h30m")
+    })
+}
+
+fn parse_wait(text: &str) -> Result<Wait, String> {
+    if text.eq_ignore_ascii_case("forever") {
+        Ok(Wait::Forever)
+    } else {
+        parse_duration(text).map(Wait::Up)
+    }
+}
+
+/// The clap definition, for generating the man page and completions.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definition_is_consistent() {
+        command().debug_assert();
+    }
+
+    #[test]
+    fn durations_need_units() {
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("30").is_err());
+        assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("2m"), Ok(Wait::Up(Duration::from_secs(120))));
+    }
+
+    #[test]
+    fn command_follows_double_dash() {
+        let cli = Cli::try_parse_from(["lockrun", "-k", "job", "--", "echo", "-k", "x"])
+            .expect("valid command line");
+        assert_eq!(cli.run.key.as_deref(), Some("job"));
+        assert_eq!(cli.run.command, ["echo", "-k", "x"]);
+    }
+
+    #[test]
+    fn subcommands_need_no_run_flags() {
+        let cli = Cli::try_parse_from(["lockrun", "status", "--key", "job", "--json"])
+            .expect("valid command line");
+        assert!(matches!(cli.action, Some(Action::Status(StatusArgs { json: true, .. }))));
+    }
+}

@@ -1,0 +1,339 @@
+//! The Redis lock protocol: acquire, renew, release, and the operator's
+//! status and force-release, each one atomic Lua script that touches the key
+//! only while it still holds the caller's token.
+//!
+//! Keys for lock NAME under prefix P all share the hash tag `{NAME}`, so they
+//! live in one cluster slot and one script can touch them together:
+//!
+//! | key                | holds                                             |
+//! |--------------------|---------------------------------------------------|
+//! | `P{NAME}`          | the lease: our random token, with the ttl         |
+//! | `P{NAME}:holder`   | who holds it (host, pid, command, since, fence)   |
+//! | `P{NAME}:fence`    | the last fencing token handed out (no expiry)     |
+//! | `P{NAME}:released` | pub/sub channel announcing each release           |
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::lease::BootInstant;
+use crate::redis_conn::{RedisError, Session};
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/acquire.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/renew.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/release.lua")));
+static FORCE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lock/force_release.lua")));
+static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/status.lua")));
+
+/// The longest command line recorded as the holder.
+const MAX_COMMAND_CHARS: usize = 200;
+
+/// The Redis names belonging to one lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Keys {
+    pub lock: String,
+    pub holder: String,
+    pub fence: String,
+    pub channel: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str, name: &str) -> Self {
+        let lock = format!("{prefix}{{{name}}}");
+        Keys {
+            holder: format!("{lock}:holder"),
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:released"),
+            lock,
+        }
+    }
+}
+
+/// 128 bits from the OS CSPRNG, as hex: unique per acquisition and
+/// unguessable, so no other run can renew or release our lease by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    pub fn generate() -> Result<Self, getrandom::Error> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes)?;
+        Ok(Token(bytes.iter().map(|b| format!("{b:02x}")).collect()))
+    }
+}
+
+/// Who is asking for the lock, as recorded next to it.
+#[derive(Clone, Debug)]
+pub struct Me {
+    pub host: String,
+    pub pid: u32,
+    pub command: String,
+}
+
+impl Me {
+    pub fn new(command: &[std::ffi::OsString]) -> Self {
+        let host = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "unknown".into());
+        let mut line = command
+            .iter()
+            .map(|arg| arg.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ");
+        if line.chars().count() > MAX_COMMAND_CHARS {
+            line = line.chars().take(MAX_COMMAND_CHARS - 3).collect::<String>() + "...";
+        }
+        Me {
+            host,
+            pid: std::process::id(),
+            command: line,
+        }
+    }
+}
+
+/// The holder record of a lock, as stored by whoever acquired it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holder {
+    pub host: String,
+    pub pid: u32,
+    pub command: String,
+    /// Server time of the acquisition, microseconds since the epoch.
+    pub acquired_us: u64,
+    pub fence: u64,
+}
+
+impl Holder {
+    fn from_fields(fields: Vec<String>) -> Option<Holder> {
+        let map: HashMap<String, String> = fields
+            .chunks_exact(2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()))
+            .collect();
+        if map.is_empty() {
+            return None;
+        }
+        let number = |name: &str| map.get(name).and_then(|v| v.parse().ok()).unwrap_or(0);
+        Some(Holder {
+            host: map.get("host").cloned().unwrap_or_default(),
+            pid: number("pid") as u32,
+            command: map.get("command").cloned().unwrap_or_default(),
+            acquired_us: number("acquired_us"),
+            fence: number("fence"),
+        })
+    }
+}
+
+/// What one acquisition attempt found.
+#[derive(Debug)]
+pub enum Attempt {
+    Acquired {
+        fence: u64,
+        /// When the winning request was sent: the lease is counted from here.
+        sent: BootInstant,
+    },
+    Busy {
+        /// Lease time the holder has left, if the key has an expiry.
+        left: Option<Duration>,
+        holder: Option<Holder>,
+    },
+}
+
+/// What a release did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Released {
+    Deleted,
+    /// Kept until the minimum hold time is over.
+    Kept,
+    /// The key no longer held our token: it expired or was taken over.
+    NotOurs,
+}
+
+/// One acquisition's handle on the lock.
+pub struct Lock {
+    session: Session,
+    keys: Keys,
+    token: Token,
+}
+
+fn millis(d: Duration) -> u64 {
+    // Redis expiries are whole milliseconds; round up so a sub-millisecond
+    // remainder is not turned into "no expiry".
+    d.as_micros().div_ceil(1000) as u64
+}
+
+impl Lock {
+    pub fn new(session: Session, keys: Keys, token: Token) -> Self {
+        Lock {
+            session,
+            keys,
+            token,
+        }
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn session(&mut self) -> &mut Session {
+        &mut self.session
+    }
+
+    pub async fn try_acquire(&mut self, ttl: Duration, me: &Me) -> Result<Attempt, RedisError> {
+        let mut call = ACQUIRE.prepare_invoke();
+        call.key(&self.keys.lock)
+            .key(&self.keys.fence)
+            .key(&self.keys.holder)
+            .arg(&self.token.0)
+            .arg(millis(ttl))
+            .arg(&me.host)
+            .arg(me.pid)
+            .arg(&me.command);
+        let sent = BootInstant::now();
+        let (won, number, fields): (i64, i64, Vec<String>) = self.session.invoke(&call).await?;
+        if won == 1 {
+            let fence = u64::try_from(number)
+                .map_err(|_| self.protocol("acquire", &format!("fencing token {number}")))?;
+            return Ok(Attempt::Acquired { fence, sent });
+        }
+        Ok(Attempt::Busy {
+            left: u64::try_from(number).ok().map(Duration::from_millis),
+            holder: Holder::from_fields(fields),
+        })
+    }
+
+    /// Extends the lease to `ttl` from now. `Ok(false)` means the token is
+    /// gone: the lease expired or someone removed or took the lock.
+    pub async fn renew(&mut self, ttl: Duration) -> Result<bool, RedisError> {
+        let mut call = RENEW.prepare_invoke();
+        call.key(&self.keys.lock)
+            .key(&self.keys.holder)
+            .arg(&self.token.0)
+            .arg(millis(ttl));
+        let renewed: i64 = self.session.invoke(&call).await?;
+        Ok(renewed == 1)
+    }
+
+    /// Gives the lock up, or with `keep_for` leaves it to expire after that
+    /// long. Never touches a lock that no longer holds our token.
+    pub async fn release(&mut self, keep_for: Option<Duration>) -> Result<Released, RedisError> {
+        let mut call = RELEASE.prepare_invoke();
+        call.key(&self.keys.lock)
+            .key(&self.keys.holder)
+            .arg(&self.token.0)
+            .arg(keep_for.map_or(0, millis))
+            .arg(&self.keys.channel);
+        let result: i64 = self.session.invoke(&call).await?;
+        Ok(match result {
+            1 => Released::Deleted,
+            2 => Released::Kept,
+            _ => Released::NotOurs,
+        })
+    }
+
+    fn protocol(&self, what: &str, detail: &str) -> RedisError {
+        self.session.target().error(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "unexpected reply",
+            format!("to the {what} script: {detail}"),
+        )))
+    }
+}
+
+/// A lock's state, as `lockrun status` shows it.
+#[derive(Debug)]
+pub struct Status {
+    /// The lease time left, or None when the lock is free. A key without an
+    /// expiry (set by hand) counts as held with no lease time.
+    pub held: Option<Option<Duration>>,
+    pub holder: Option<Holder>,
+    /// Server time, microseconds since the epoch.
+    pub now_us: u64,
+    /// The last fencing token handed out for this name, if any.
+    pub last_fence: Option<u64>,
+}
+
+pub async fn status(session: &mut Session, keys: &Keys) -> Result<Status, RedisError> {
+    let mut call = STATUS.prepare_invoke();
+    call.key(&keys.lock).key(&keys.holder).key(&keys.fence);
+    let (pttl, fields, secs, micros, fence): (i64, Vec<String>, u64, u64, String) =
+        session.invoke(&call).await?;
+    let held = match pttl {
+        -2 => None,
+        -1 => Some(None),
+        ms => Some(Some(Duration::from_millis(ms.max(0) as u64))),
+    };
+    Ok(Status {
+        holder: held.and(Holder::from_fields(fields)),
+        held,
+        now_us: secs * 1_000_000 + micros,
+        last_fence: fence.parse().ok(),
+    })
+}
+
+/// Removes the lock whoever holds it. Returns the removed holder record, or
+/// `Ok(None)` when there was no lock.
+pub async fn force_release(
+    session: &mut Session,
+    keys: &Keys,
+) -> Result<Option<Holder>, RedisError> {
+    let mut call = FORCE_RELEASE.prepare_invoke();
+    call.key(&keys.lock).key(&keys.holder).arg(&keys.channel);
+    let (removed, fields): (i64, Vec<String>) = session.invoke(&call).await?;
+    Ok((removed == 1).then(|| Holder::from_fields(fields).unwrap_or_default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_one_hash_tag() {
+        let keys = Keys::new("lockrun:", "billing");
+        assert_eq!(keys.lock, "lockrun:{billing}");
+        assert_eq!(keys.holder, "lockrun:{billing}:holder");
+        assert_eq!(keys.fence, "lockrun:{billing}:fence");
+        assert_eq!(keys.channel, "lockrun:{billing}:released");
+    }
+
+    #[test]
+    fn tokens_are_128_random_bits() {
+        let a = Token::generate().expect("OS randomness");
+        let b = Token::generate().expect("OS randomness");
+        assert_eq!(a.0.len(), 32);
+        assert!(a != b);
+    }
+
+    #[test]
+    fn long_commands_are_truncated() {
+        let long = vec![std::ffi::OsString::from("x".repeat(500))];
+        let me = Me::new(&long);
+        assert_eq!(me.command.chars().count(), MAX_COMMAND_CHARS);
+        assert!(me.command.ends_with("..."));
+    }
+
+    #[test]
+    fn holder_parses_from_hash_fields() {
+        let fields = ["host", "h1", "pid", "42", "command", "job", "acquired_us", "7", "fence", "9"];
+        let holder = Holder::from_fields(fields.iter().map(|s| s.to_string()).collect());
+        assert_eq!(
+            holder,
+            Some(Holder {
+                host: "h1".into(),
+                pid: 42,
+                command: "job".into(),
+                acquired_us: 7,
+                fence: 9
+            })
+        );
+        assert_eq!(Holder::from_fields(vec![]), None);
+    }
+
+    #[test]
+    fn expiries_round_up_to_whole_milliseconds() {
+        assert_eq!(millis(Duration::from_micros(1500)), 2);
+        assert_eq!(millis(Duration::from_millis(30_000)), 30_000);
+    }
+}

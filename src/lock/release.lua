@@ -1,0 +1,17 @@
+-- Give the lock up, but only while it still holds our token.
+-- KEYS[1] lock  KEYS[2] holder record
+-- ARGV[1] token  ARGV[2] ms to keep it (0: delete now)  ARGV[3] release channel
+-- Returns 1 when deleted, 2 when kept for ARGV[2] ms, 0 when not ours.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+local keep = tonumber(ARGV[2])
+if keep > 0 then
+  redis.call('PEXPIRE', KEYS[1], keep)
+  redis.call('PEXPIRE', KEYS[2], keep)
+  return 2
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+-- Waiters subscribe to this channel so they retry at once instead of polling.
+redis.call('PUBLISH', ARGV[3], 'released')
+return 1

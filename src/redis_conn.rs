@@ -1,0 +1,264 @@
+//! Where Redis is and how to talk to it: URL parsing with the password kept
+//! out of every message, a connection that is re-established after a failure,
+//! and a time limit on every call.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+
+use crate::config::UsageError;
+
+/// A parsed Redis address plus credentials.
+#[derive(Clone)]
+pub struct Target {
+    info: ConnectionInfo,
+}
+
+impl fmt::Debug for Target {
+    // Hand-written so that the password can never reach a debug print.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Target({self})")
+    }
+}
+
+impl fmt::Display for Target {
+    /// The address without any credentials, for messages.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.info.addr() {
+            ConnectionAddr::Tcp(host, port) => write!(f, "redis://{host}:{port}"),
+            ConnectionAddr::TcpTls { host, port, .. } => write!(f, "rediss://{host}:{port}"),
+            ConnectionAddr::Unix(path) => write!(f, "unix://{}", path.display()),
+            other => write!(f, "{other}"),
+        }
+    }
+}
+
+impl Target {
+    /// Parses `url`; `password` (from LOCKRUN_REDIS_PASSWORD) overrides any
+    /// password in the URL.
+    pub fn parse(url: &str, password: Option<String>) -> Result<Self, UsageError> {
+        let invalid = || {
+            UsageError(
+                "invalid Redis URL in --redis or LOCKRUN_REDIS_URL; expected \
+                 redis://[user:password@]host[:port][/db], rediss://... (TLS) or \
+                 unix:///path/to/redis.sock"
+                    .into(),
+            )
+        };
+        // The redis crate reads a bare "host:port" as a URL with a scheme of
+        // "host"; insist on a scheme so a typo cannot go somewhere unexpected.
+        if !url.contains("://") {
+            return Err(invalid());
+        }
+        let mut info = url.into_connection_info().map_err(|_| invalid())?;
+        let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
+        if let Some(password) = password.filter(|p| !p.is_empty()) {
+            settings = settings.set_password(password);
+        }
+        info = info.set_redis_settings(settings);
+        Ok(Target { info })
+    }
+
+    fn password(&self) -> Option<&str> {
+        self.info.redis_settings().password()
+    }
+
+    /// Opens one connection; every call on it is limited to `timeout`.
+    pub async fn connect(&self, timeout: Duration) -> Result<MultiplexedConnection, RedisError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        let client = Client::open(self.info.clone()).map_err(|e| self.error(e))?;
+        // The crate's own timeout covers connect and handshake separately;
+        // this one bounds the whole.
+        match tokio::time::timeout(
+            timeout,
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(self.error(e)),
+            Err(_) => Err(self.timed_out(timeout)),
+        }
+    }
+
+    /// A client for a second, subscribe-only connection.
+    pub fn client(&self) -> Result<Client, RedisError> {
+        Client::open(self.info.clone()).map_err(|e| self.error(e))
+    }
+
+    pub fn error(&self, err: redis::RedisError) -> RedisError {
+        let mut detail = err.to_string();
+        if let Some(password) = self.password() {
+            detail = detail.replace(password, "***");
+        }
+        let kind = if is_auth_error(&err) {
+            ErrorKind::Auth
+        } else if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal()
+        {
+            ErrorKind::Unreachable
+        } else {
+            ErrorKind::Server
+        };
+        RedisError {
+            kind,
+            target: self.to_string(),
+            detail,
+        }
+    }
+
+    pub fn timed_out(&self, after: Duration) -> RedisError {
+        RedisError {
+            kind: ErrorKind::Unreachable,
+            target: self.to_string(),
+            detail: format!("no answer within {}", crate::config::show(after)),
+        }
+    }
+}
+
+fn is_auth_error(err: &redis::RedisError) -> bool {
+    if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        return true;
+    }
+    let text = err.to_string();
+    ["NOAUTH", "WRONGPASS", "invalid password", "invalid username-password"]
+        .iter()
+        .any(|needle| text.contains(needle))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Could not connect, the connection broke, or no answer in time.
+    Unreachable,
+    /// The server wants a (different) password.
+    Auth,
+    /// The server answered with an error.
+    Server,
+}
+
+/// A failed Redis call, with the address but never the password.
+#[derive(Debug, Clone)]
+pub struct RedisError {
+    pub kind: ErrorKind,
+    target: String,
+    detail: String,
+}
+
+impl fmt::Display for RedisError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            ErrorKind::Unreachable => write!(
+                f,
+                "cannot reach Redis at {}: {}; check --redis (or LOCKRUN_REDIS_URL) and that \
+                 the server is up",
+                self.target, self.detail
+            ),
+            ErrorKind::Auth => write!(
+                f,
+                "Redis at {} refused authentication: {}; set the password in \
+                 LOCKRUN_REDIS_PASSWORD or the URL",
+                self.target, self.detail
+            ),
+            ErrorKind::Server => write!(f, "Redis at {} failed: {}", self.target, self.detail),
+        }
+    }
+}
+
+/// One lazily (re)opened connection. After any failure the connection is
+/// dropped, so the next call starts afresh: after a Redis restart the old
+/// socket is dead, and a timed-out call may have left it in an unknown state.
+pub struct Session {
+    target: Target,
+    timeout: Duration,
+    conn: Option<MultiplexedConnection>,
+}
+
+impl Session {
+    pub fn new(target: Target, timeout: Duration) -> Self {
+        Session {
+            target,
+            timeout,
+            conn: None,
+        }
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Opens the connection now, so that an unreachable server is reported
+    /// before anything else happens.
+    pub async fn open(&mut self) -> Result<(), RedisError> {
+        if self.conn.is_none() {
+            self.conn = Some(self.target.connect(self.timeout).await?);
+        }
+        Ok(())
+    }
+
+    /// Runs one script call within the session's timeout.
+    pub async fn invoke<T: redis::FromRedisValue>(
+        &mut self,
+        call: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, RedisError> {
+        let started = tokio::time::Instant::now();
+        self.open().await?;
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(self.target.timed_out(self.timeout));
+        };
+        let left = self.timeout.saturating_sub(started.elapsed());
+        let result = tokio::time::timeout(left, call.invoke_async(conn)).await;
+        match result {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) => {
+                self.conn = None;
+                Err(self.target.error(err))
+            }
+            Err(_) => {
+                self.conn = None;
+                Err(self.target.timed_out(self.timeout))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_never_show_the_password() {
+        let target = Target::parse("redis://user:s3cret@db.example:6380/2", None).expect("valid");
+        assert_eq!(target.to_string(), "redis://db.example:6380");
+        assert!(!format!("{target:?}").contains("s3cret"));
+        let err = target.error(redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "WRONGPASS s3cret",
+        )));
+        assert_eq!(err.kind, ErrorKind::Auth);
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn password_from_environment_wins() {
+        let target = Target::parse("redis://:old@h:1", Some("new".into())).expect("valid");
+        assert_eq!(target.password(), Some("new"));
+    }
+
+    #[test]
+    fn all_schemes_parse() {
+        for url in [
+            "redis://127.0.0.1:6379",
+            "rediss://example.com:6380",
+            "redis+unix:///tmp/r.sock",
+            "unix:///tmp/r.sock",
+        ] {
+            assert!(Target::parse(url, None).is_ok(), "{url}");
+        }
+        for url in ["localhost:6379", "http://x", ""] {
+            assert!(Target::parse(url, None).is_err(), "{url}");
+        }
+    }
+}
