@@ -1,0 +1,298 @@
+//! The test harness: redis-server processes that each test starts and owns
+//! (so it can kill, pause or restart them), the lockrun binary, and polling
+//! with deadlines instead of fixed sleeps.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tempfile::TempDir;
+use wait_timeout::ChildExt;
+
+/// How long any single wait in a test may take before it fails. Generous:
+/// the machine has two cores and runs several tests at once.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A redis-server owned by one test, listening on a unix socket in its own
+/// temporary directory (optionally on a free TCP port as well).
+pub struct RedisServer {
+    dir: TempDir,
+    socket: PathBuf,
+    port: Option<u16>,
+    extra: Vec<String>,
+    process: Option<Child>,
+}
+
+impl RedisServer {
+    /// A server reachable only through its unix socket.
+    pub fn start() -> Self {
+        Self::start_with(None, &[])
+    }
+
+    /// A server that also listens on a free loopback TCP port.
+    pub fn start_tcp() -> Self {
+        Self::start_with(Some(free_port()), &[])
+    }
+
+    /// A server with extra redis-server arguments (e.g. `--requirepass x`).
+    pub fn start_with(port: Option<u16>, extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("lockrun-redis-")
+            .tempdir()
+            .expect("temp dir");
+        let socket = dir.path().join("redis.sock");
+        let mut server = RedisServer {
+            dir,
+            socket,
+            port,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            process: None,
+        };
+        server.launch();
+        server
+    }
+
+    fn launch(&mut self) {
+        let port = self.port.unwrap_or(0).to_string();
+        let mut command = Command::new("redis-server");
+        command
+            .args(["--port", &port, "--bind", "127.0.0.1"])
+            .arg("--unixsocket")
+            .arg(&self.socket)
+            .args(["--unixsocketperm", "700", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(["--logfile", "redis.log", "--daemonize", "no"])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let process = command
+            .spawn()
+            .expect("redis-server must be installed (.ci/run installs it)");
+        self.process = Some(process);
+        let socket = self.socket.clone();
+        let ready = eventually(PATIENCE, || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        });
+        assert!(ready, "redis-server did not start; see {}", self.dir.path().display());
+    }
+
+    /// The URL lockrun is given: the unix socket.
+    pub fn url(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// The TCP URL, for servers started with `start_tcp`.
+    pub fn tcp_url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port.expect("started with start_tcp"))
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.process.as_ref().expect("running").id() as i32)
+    }
+
+    /// A direct connection for asserting what lockrun left in Redis.
+    pub fn client(&self) -> redis::Connection {
+        let mut url = self.url();
+        if let Some(pass) = self.password() {
+            url = format!("redis+unix://{}?pass={pass}", self.socket.display());
+        }
+        redis::Client::open(url)
+            .expect("client")
+            .get_connection()
+            .expect("connection to the test's own redis")
+    }
+
+    fn password(&self) -> Option<String> {
+        let at = self.extra.iter().position(|a| a == "--requirepass")?;
+        self.extra.get(at + 1).cloned()
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    /// Starts it again on the same socket and port, with no keys: Redis
+    /// restarted without persistence.
+    pub fn restart_empty(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    pub fn pause(&self) {
+        kill(self.pid(), Signal::SIGSTOP).expect("SIGSTOP redis");
+    }
+
+    pub fn resume(&self) {
+        kill(self.pid(), Signal::SIGCONT).expect("SIGCONT redis");
+    }
+
+    // --- What lockrun left in Redis, for key NAME under the default prefix.
+
+    pub fn lock_value(&self, name: &str) -> Option<String> {
+        redis::cmd("GET")
+            .arg(lock_key(name))
+            .query(&mut self.client())
+            .expect("GET")
+    }
+
+    pub fn is_locked(&self, name: &str) -> bool {
+        self.lock_value(name).is_some()
+    }
+
+    pub fn pttl(&self, name: &str) -> i64 {
+        redis::cmd("PTTL")
+            .arg(lock_key(name))
+            .query(&mut self.client())
+            .expect("PTTL")
+    }
+
+    /// Every key in this server.
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query(&mut self.client())
+            .expect("KEYS");
+        keys.sort();
+        keys
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(process) = &self.process {
+            // A paused server would ignore SIGKILL until continued on some
+            // kernels' ptrace paths; continue it first to be sure.
+            let _ = kill(Pid::from_raw(process.id() as i32), Signal::SIGCONT);
+        }
+        self.kill();
+    }
+}
+
+pub fn lock_key(name: &str) -> String {
+    format!("lockrun:{{{name}}}")
+}
+
+fn free_port() -> u16 {
+    // Bind to port 0 and let the OS choose; the tiny window before
+    // redis-server binds it is acceptable on a test machine.
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Polls `condition` every 10 ms until it holds or `limit` passes.
+pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The lockrun binary with a clean environment: none of the caller's
+/// LOCKRUN_* settings leak into a test.
+pub fn lockrun() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lockrun"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("LOCKRUN_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+/// lockrun pointed at `server`, with `args` before the `--`.
+pub fn lockrun_at(server: &RedisServer, args: &[&str]) -> Command {
+    let mut command = lockrun();
+    command.arg("--redis").arg(server.url()).args(args);
+    command
+}
+
+/// A spawned lockrun (or any process) that is killed if the test fails.
+pub struct Running {
+    pub child: Child,
+}
+
+impl Running {
+    pub fn spawn(command: &mut Command) -> Self {
+        Running {
+            child: command.spawn().expect("spawn"),
+        }
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        kill(self.pid(), signal).expect("signal lockrun");
+    }
+
+    /// Waits for the exit, failing the test after `PATIENCE`.
+    pub fn wait(&mut self) -> ExitStatus {
+        self.wait_for(PATIENCE).expect("process did not exit in time")
+    }
+
+    pub fn wait_for(&mut self, limit: Duration) -> Option<ExitStatus> {
+        self.child.wait_timeout(limit).expect("wait")
+    }
+
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = kill(self.pid(), Signal::SIGCONT);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Whether process `pid` exists (a zombie counts as gone).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Waits until `path` exists and returns its trimmed contents.
+pub fn read_when_ready(path: &Path) -> String {
+    let mut text = String::new();
+    let ready = eventually(PATIENCE, || {
+        text = std::fs::read_to_string(path).unwrap_or_default();
+        text.ends_with('\n')
+    });
+    assert!(ready, "{} never appeared", path.display());
+    text.trim().to_string()
+}

@@ -1,0 +1,14 @@
+//! lockrun's integration tests: the built binary against real redis-server
+//! processes that the harness starts, pauses, kills and restarts.
+
+mod harness;
+
+mod basics;
+mod contention;
+mod faults;
+mod fencing_pg;
+mod generated;
+mod operator;
+mod signals;
+mod supervision;
+mod wakeup;

@@ -1,0 +1,4 @@
+//! Waiters wake on a release, and still acquire when a holder dies without releasing.
+
+#[allow(unused_imports)]
+use crate::harness::*;
