@@ -20,13 +20,19 @@ runs, and releases it when the command exits. If the lease can no longer be prov
 (Redis unreachable, the key gone or taken over), lockrun stops the command's whole \
 process group before the lease can expire for anyone else, and exits 76. The command \
 gets a fencing token in LOCKRUN_FENCING_TOKEN that grows with every acquisition, so \
-the resource it writes to can reject a stale holder.";
+the resource it writes to can reject a stale holder.
 
+Durations take a unit: 500ms, 30s, 2m, 1h30m.";
+
+// Each line fits an 80-column terminal.
 const EXAMPLES: &str = "\
 Examples:
   lockrun --key billing -- ./invoice.sh
-  lockrun --key billing --busy-exit-code 0 -- ./invoice.sh     # cron: skip quietly when busy
-  lockrun --key deploy --wait 10m -- ./deploy.sh               # CI: queue for up to 10 minutes
+  # cron: skip quietly when another host runs it
+  lockrun --key billing --quiet --busy-exit-code 0 -- ./invoice.sh
+  # CI: queue behind the running deploy for at most 15 minutes
+  lockrun --key deploy --wait 15m -- ./deploy.sh
+  # who holds it
   lockrun status --key billing";
 
 const EXIT_STATUS: &str = "\
@@ -37,6 +43,7 @@ Exit status:
   76       the lease was lost while the command ran; lockrun stopped it
   69       Redis unreachable or failing before the command started
   64       usage error
+  70       internal error
   124      --timeout elapsed; lockrun stopped the command
   126/127  command not executable / not found";
 
@@ -49,6 +56,8 @@ Exit status:
     long_about = LONG_ABOUT,
     after_help = EXAMPLES,
     after_long_help = format!("{EXAMPLES}\n\n{EXIT_STATUS}"),
+    subcommand_value_name = "SUBCOMMAND",
+    subcommand_help_heading = "Subcommands",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     max_term_width = 100
@@ -84,6 +93,8 @@ pub enum Action {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Lock name; runs that share it never overlap
+    ///
+    /// The command gets it in LOCKRUN_KEY.
     #[arg(short, long, value_name = "NAME", required = true)]
     pub key: Option<String>,
 
@@ -91,6 +102,9 @@ pub struct RunArgs {
     pub redis: RedisArgs,
 
     /// Lease length written to Redis
+    ///
+    /// A run that dies holds the lock at most this long. One renewal period,
+    /// one Redis timeout, the kill grace and ttl/100 + 2ms must fit inside it.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub ttl: Duration,
 
@@ -102,26 +116,39 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub redis_timeout: Option<Duration>,
 
-    /// Delay between SIGTERM and SIGKILL when lockrun must stop the command
-    /// [default: 5s, scaled down to fit the ttl]
+    /// Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]
+    ///
+    /// Used when lockrun itself must stop the command: the lease is lost or
+    /// --timeout elapsed. 0 means no grace: SIGKILL right after SIGTERM.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub kill_grace: Option<Duration>,
 
-    /// How long to wait for a held lock: a duration or "forever" [default: one attempt]
+    /// Wait this long for a held lock, or "forever" [default: no wait]
+    ///
+    /// A waiting run retries the moment the holder releases the lock, and
+    /// when its lease runs out.
     #[arg(short, long, value_name = "DURATION|forever", value_parser = parse_wait)]
     pub wait: Option<Wait>,
 
-    /// Exit status when the lock is busy (0 skips quietly, for cron)
+    /// Exit status when the lock is busy; 0 skips quietly
+    ///
+    /// 0 suits cron and other callers that should treat "already running
+    /// elsewhere" as success. Add --quiet to drop the line on stderr as well.
     #[arg(long, value_name = "N", default_value_t = crate::exit_code::BUSY_DEFAULT)]
     pub busy_exit_code: u8,
 
-    /// Keep the lock at least this long after acquiring it, even if the command
-    /// ends sooner (guards against a late cron on a host with a skewed clock)
+    /// Keep the lock at least this long after acquiring it
+    ///
+    /// When the command ends sooner, the lock is kept until then, so that a
+    /// host whose cron fires a little later (clock skew) does not run the same
+    /// job again.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub min_hold: Option<Duration>,
 
-    /// Stop the command after this long (SIGTERM, then SIGKILL after the kill
-    /// grace) and exit 124
+    /// Stop the command after this long and exit 124
+    ///
+    /// As timeout(1) does: SIGTERM to the command's process group, then
+    /// SIGKILL after the kill grace.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
 
@@ -134,6 +161,9 @@ pub struct RunArgs {
     pub verbose: bool,
 
     /// The command to run and its arguments, after `--`
+    ///
+    /// Run directly, without a shell, in a process group of its own. It gets
+    /// LOCKRUN_KEY and LOCKRUN_FENCING_TOKEN in its environment.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
@@ -141,8 +171,11 @@ pub struct RunArgs {
 /// Where the lock lives. Shared by the run and every subcommand.
 #[derive(Debug, Args)]
 pub struct RedisArgs {
-    /// Redis server: redis://, rediss:// (TLS), redis+unix:// or unix://
-    /// (the password may also come from LOCKRUN_REDIS_PASSWORD)
+    /// Redis URL
+    ///
+    /// redis://[USER[:PASSWORD]@]HOST[:PORT][/DB], rediss://... (TLS,
+    /// certificate verified), unix:///PATH or redis+unix:///PATH. Give the
+    /// password in LOCKRUN_REDIS_PASSWORD instead, so that it stays out of ps.
     #[arg(
         long = "redis",
         value_name = "URL",
@@ -152,8 +185,16 @@ pub struct RedisArgs {
     )]
     pub url: String,
 
-    /// Namespace prepended to every key lockrun writes
-    #[arg(long, value_name = "P", env = "LOCKRUN_PREFIX", default_value = "lockrun:")]
+    /// Prefix of every Redis key
+    ///
+    /// Runs see each other's locks only under the same prefix.
+    #[arg(
+        long,
+        value_name = "P",
+        env = "LOCKRUN_PREFIX",
+        default_value = "lockrun:",
+        hide_env_values = true
+    )]
     pub prefix: String,
 }
 
@@ -195,9 +236,8 @@ pub enum Wait {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|err| {
-        format!("{err}; write a number with a unit, like 500ms, 30s, 2m or 1h30m")
-    })
+    humantime::parse_duration(text)
+        .map_err(|err| format!("{err}; write a number with a unit, like 500ms, 30s, 2m or 1h30m"))
 }
 
 fn parse_wait(text: &str) -> Result<Wait, String> {
@@ -243,6 +283,9 @@ mod tests {
     fn subcommands_need_no_run_flags() {
         let cli = Cli::try_parse_from(["lockrun", "status", "--key", "job", "--json"])
             .expect("valid command line");
-        assert!(matches!(cli.action, Some(Action::Status(StatusArgs { json: true, .. }))));
+        assert!(matches!(
+            cli.action,
+            Some(Action::Status(StatusArgs { json: true, .. }))
+        ));
     }
 }

@@ -173,7 +173,7 @@ mod tests {
     fn unsafe_timing_says_what_fits() {
         let err = timing(30 * S, None, None, Some(20 * S)).expect_err("does not fit");
         assert!(err.0.starts_with("unsafe timing:"), "{err}");
-        assert!(err.0.contains("--ttl 32s 628ms or more") || err.0.contains("--ttl 32s628ms or more"), "{err}");
+        assert!(err.0.contains("--ttl 32s326ms or more"), "{err}");
         assert!(err.0.contains("--kill-grace 17s697ms or less"), "{err}");
     }
 

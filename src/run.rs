@@ -67,7 +67,13 @@ pub async fn run(config: RunConfig) -> u8 {
     let (fence, acquired) = match attempt {
         Ok(Ok(Outcome::Acquired { fence, sent })) => (fence, sent),
         Ok(Ok(Outcome::Busy { left, holder })) => {
-            report.busy(busy_message(&lock.keys().lock, left, holder.as_ref(), &config));
+            let message = busy_message(&lock.keys().lock, left, holder.as_ref(), &config);
+            // --busy-exit-code 0 means "skip quietly": cron mails any output.
+            if config.busy_exit_code == 0 {
+                report.verbose(message);
+            } else {
+                report.busy(message);
+            }
             return config.busy_exit_code;
         }
         Ok(Err(err)) => {
@@ -210,16 +216,17 @@ async fn supervise(
             stopping.kill(child);
         }
         let term_at = lease.deadline() - timing.kill_grace;
-        let mut wake = lease.deadline();
-        for when in [stopping.kill_at, Some(term_at), timeout_at].into_iter().flatten() {
-            wake = wake.min(when);
-        }
+        let wake = stopping.next_wake(lease.deadline(), term_at, timeout_at);
 
         tokio::select! {
             biased;
-            _ = lease::sleep_until(wake) => {
+            _ = sleep_until_some(wake) => {
                 // Renewals may have moved the deadline while this slept.
-                if (lease.deadline() - timing.kill_grace).has_passed() {
+                if lease.has_lapsed() {
+                    // lockrun could not run (paused, suspended) until past the
+                    // deadline: the top of the loop kills and says so, rather
+                    // than blaming renewals that never got the chance.
+                } else if (lease.deadline() - timing.kill_grace).has_passed() {
                     // Stop while there is still time for a graceful exit.
                     stopping.begin(child, Stop::Unconfirmed, lease.deadline());
                 } else if timeout_at.is_some_and(BootInstant::has_passed) {
@@ -277,6 +284,35 @@ impl Stopping {
         if !std::mem::replace(&mut self.killed, true) {
             child.signal_group(Signal::SIGKILL);
         }
+    }
+
+    /// The next moment the supervisor must act, or None when only the
+    /// command's exit is left to wait for. A moment already acted on must not
+    /// count again: a sleep that is always ready, polled first in a biased
+    /// select, would starve the command's exit forever.
+    fn next_wake(
+        &self,
+        deadline: BootInstant,
+        term_at: BootInstant,
+        timeout_at: Option<BootInstant>,
+    ) -> Option<BootInstant> {
+        if self.killed {
+            return None;
+        }
+        let due = match self.reason {
+            // SIGTERM went out: SIGKILL is next, at kill_at or when the lease lapses.
+            Some(_) => [self.kill_at, None],
+            None => [Some(term_at), timeout_at],
+        };
+        Some(due.into_iter().flatten().fold(deadline, BootInstant::min))
+    }
+}
+
+/// Sleeps until `when`, or forever when there is nothing to wake for.
+async fn sleep_until_some(when: Option<BootInstant>) {
+    match when {
+        Some(when) => lease::sleep_until(when).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -368,4 +404,32 @@ fn busy_message(
         config.command[0].to_string_lossy(),
         config.busy_exit_code
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_moment_already_acted_on_is_never_a_wake() {
+        let s = Duration::from_secs(1);
+        let now = BootInstant::now() + 100 * s;
+        let deadline = now + 10 * s;
+        let mut stopping = Stopping::default();
+        assert_eq!(
+            stopping.next_wake(deadline, now + 8 * s, Some(now + 3 * s)),
+            Some(now + 3 * s)
+        );
+
+        // SIGTERM went out when term_at and the timeout passed: only SIGKILL is left.
+        stopping.reason = Some(Stop::Unconfirmed);
+        stopping.kill_at = Some(now + 2 * s);
+        assert_eq!(
+            stopping.next_wake(deadline, now - s, Some(now - s)),
+            Some(now + 2 * s)
+        );
+
+        stopping.killed = true;
+        assert_eq!(stopping.next_wake(deadline, now - s, None), None);
+    }
 }

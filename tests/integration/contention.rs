@@ -1,4 +1,229 @@
 //! Many runs on one key: busy with and without --wait, and no two commands ever overlap.
 
-#[allow(unused_imports)]
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
 use crate::harness::*;
+
+/// Holds the lock until the test creates `go`.
+const HOLD_UNTIL_GO: &str = r#"echo $$ > "$1/pid"; while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// One attempt on key `job` whose command would leave `ran` behind.
+fn attempt(redis: &RedisServer, args: &[&str], ran: &Path) -> Output {
+    lockrun_at(redis, &[&["-k", "job"], args, &["--", "touch"]].concat())
+        .arg(ran)
+        .output()
+        .expect("run")
+}
+
+#[test]
+fn a_busy_lock_is_refused_as_configured() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let ran = dir.path().join("ran");
+    let mut holder = Running::spawn(
+        lockrun_at(
+            &redis,
+            &[
+                "-k",
+                "job",
+                "--ttl",
+                "2s",
+                "--",
+                "sh",
+                "-c",
+                HOLD_UNTIL_GO,
+                "sh",
+            ],
+        )
+        .arg(dir.path()),
+    );
+    read_pid(&dir.path().join("pid"));
+    let token = redis.lock_value("job").expect("the holder has the lock");
+
+    // No --wait: one attempt, the default busy status, one line naming the holder.
+    let output = attempt(&redis, &[], &ran);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(75), "{stderr}");
+    assert!(output.stdout.is_empty());
+    assert!(
+        stderr.starts_with("lockrun: lockrun:{job} is held by ") && stderr.lines().count() == 1,
+        "{stderr:?}"
+    );
+    assert!(
+        stderr.contains(&format!("pid {}", holder.pid())),
+        "names the holder: {stderr}"
+    );
+
+    // For cron: skip quietly.
+    let output = attempt(&redis, &["--busy-exit-code", "0"], &ran);
+    assert_eq!(output.status.code(), Some(0));
+    assert!(
+        output.stdout.is_empty() && output.stderr.is_empty(),
+        "{}",
+        text(&output.stderr)
+    );
+
+    let output = attempt(&redis, &["--quiet"], &ran);
+    assert_eq!(output.status.code(), Some(75));
+    assert!(
+        output.stdout.is_empty() && output.stderr.is_empty(),
+        "{}",
+        text(&output.stderr)
+    );
+
+    // A bounded wait tries until its limit, then gives up the same way.
+    let started = Instant::now();
+    let output = attempt(&redis, &["--wait", "500ms"], &ran);
+    let waited = started.elapsed();
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(75), "{stderr}");
+    assert!(
+        waited >= Duration::from_millis(500),
+        "gave up after {waited:?}"
+    );
+    assert!(stderr.contains("after waiting 500ms"), "{stderr}");
+
+    assert!(!ran.exists(), "a refused run ran its command");
+    assert_eq!(redis.lock_value("job").as_deref(), Some(token.as_str()));
+    std::fs::write(dir.path().join("go"), "").expect("write go");
+    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+#[test]
+fn a_command_that_outlives_several_ttls_keeps_the_lock() {
+    // The command runs over three ttls: only renewals can keep the lock.
+    const TTL: Duration = Duration::from_secs(2);
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let (started, done) = (dir.path().join("started"), dir.path().join("done"));
+    let first_stderr = dir.path().join("first.stderr");
+    let long = r#"touch "$1/started"; sleep 6.5; touch "$1/done""#;
+    let mut first = Running::spawn(
+        lockrun_at(
+            &redis,
+            &["-k", "job", "--ttl", "2s", "--", "sh", "-c", long, "sh"],
+        )
+        .arg(dir.path())
+        .stderr(log_file(&first_stderr)),
+    );
+    let first_says = || std::fs::read_to_string(&first_stderr).unwrap_or_default();
+    assert!(
+        eventually(PATIENCE, || started.exists()),
+        "the first run never started its command: {}",
+        first_says()
+    );
+
+    // A second command that finds the first one unfinished has overlapped it.
+    let second = r#"[ -e "$1/done" ] || touch "$1/overlap""#;
+    let mut refused = Vec::new();
+    while !done.exists() {
+        let output = lockrun_at(&redis, &["-k", "job", "--", "sh", "-c", second, "sh"])
+            .arg(dir.path())
+            .output()
+            .expect("run");
+        // Only an attempt that ended before the first command did must have
+        // been refused: a later one may rightly find the lock released.
+        if done.exists() {
+            break;
+        }
+        assert_eq!(output.status.code(), Some(75), "{}", text(&output.stderr));
+        refused.push(Instant::now());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        first.wait().code(),
+        Some(0),
+        "the lease must survive the long command: {}",
+        first_says()
+    );
+    let span = match (refused.first(), refused.last()) {
+        (Some(first), Some(last)) => *last - *first,
+        _ => Duration::ZERO,
+    };
+    assert!(
+        refused.len() >= 3 && span > 2 * TTL,
+        "{} refusals over {span:?}: not enough to span several ttls",
+        refused.len()
+    );
+    assert!(
+        !dir.path().join("overlap").exists(),
+        "a second run overlapped the first"
+    );
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+#[test]
+fn release_leaves_only_the_fencing_counter() {
+    let redis = RedisServer::start();
+    // Long enough for a few renewals, which touch the holder record too.
+    let output = lockrun_at(
+        &redis,
+        &["-v", "-k", "job", "--ttl", "2s", "--", "sleep", "1.5"],
+    )
+    .output()
+    .expect("run");
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("lockrun: renewed lockrun:{job}"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("lockrun: released lockrun:{job}"),
+        "{stderr}"
+    );
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+#[test]
+fn twenty_waiting_runs_never_overlap_and_all_complete() {
+    const RUNS: usize = 20;
+    let redis = RedisServer::start();
+    let dir = scratch();
+    // mkdir is atomic: it fails if another command is inside.
+    let script = r#"
+        mkdir "$1/inside" || { echo "overlap at $LOCKRUN_FENCING_TOKEN" >> "$1/log"; exit 99; }
+        sleep 0.05
+        echo "$LOCKRUN_FENCING_TOKEN" >> "$1/log"
+        rmdir "$1/inside""#;
+    let mut runs: Vec<Running> = (0..RUNS)
+        .map(|_| {
+            Running::spawn(
+                lockrun_at(
+                    &redis,
+                    &["-k", "job", "--wait", "60s", "--", "sh", "-c", script, "sh"],
+                )
+                .arg(dir.path()),
+            )
+        })
+        .collect();
+    for run in &mut runs {
+        let status = run
+            .wait_for(Duration::from_secs(90))
+            .expect("a run never finished");
+        assert_eq!(status.code(), Some(0));
+    }
+
+    let log = std::fs::read_to_string(dir.path().join("log")).expect("log");
+    let fences: Vec<u64> = log
+        .lines()
+        .map(|line| {
+            line.parse()
+                .unwrap_or_else(|_| panic!("{line:?} in the log"))
+        })
+        .collect();
+    assert_eq!(fences.len(), RUNS, "{log}");
+    // Written inside the lock, so in the order the lock was taken.
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens out of order: {log}"
+    );
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}

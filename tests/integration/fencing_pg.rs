@@ -1,4 +1,142 @@
-//! The PostgreSQL fencing example: a stale holder's late write is rejected by the database.
+//! The PostgreSQL fencing example: a stale holder's late write is rejected by
+//! the database, and the newer holder's write stands.
+//!
+//! Needs PostgreSQL on 127.0.0.1:5432 with trust auth (or
+//! LOCKRUN_TEST_DATABASE_URL) and `psql`; `.ci/run` sets both up.
 
-#[allow(unused_imports)]
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use nix::sys::signal::Signal;
+
 use crate::harness::*;
+
+fn database_url() -> String {
+    std::env::var("LOCKRUN_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgresql://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn psql(sql: &str) -> String {
+    let output = Command::new("psql")
+        .args([
+            &database_url(),
+            "-X",
+            "-Atq",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            sql,
+        ])
+        .output()
+        .expect("psql must be installed (.ci/run installs it)");
+    assert!(
+        output.status.success(),
+        "psql failed (is PostgreSQL running on 127.0.0.1:5432? `bash .ci/run` starts it): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+fn invoice_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/postgres-fencing/invoice.sh")
+}
+
+#[test]
+fn a_stale_holders_late_write_is_rejected_by_the_database() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ready = dir.path().join("a-ready");
+    let go = dir.path().join("a-go");
+    let a_status = dir.path().join("a-status");
+    // A job name of its own, so reruns and other tests never collide.
+    let job = format!(
+        "fencing-test-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    );
+    let script = invoice_script();
+
+    // Run A takes the lock, then stalls before its write (as a GC pause or a
+    // frozen VM would) until the test lets it go.
+    let a_job = format!(
+        "echo $LOCKRUN_FENCING_TOKEN > {ready}; while [ ! -e {go} ]; do sleep 0.05; done; \
+         {script}; echo $? > {status}",
+        ready = ready.display(),
+        go = go.display(),
+        script = script.display(),
+        status = a_status.display(),
+    );
+    let mut a = Running::spawn(
+        lockrun_at(
+            &redis,
+            &["-k", &job, "--ttl", "1s", "--", "sh", "-c", &a_job],
+        )
+        .env("DATABASE_URL", database_url())
+        .env("BILLING_JOB", &job)
+        .env("BILLING_WHO", "A")
+        .stdin(Stdio::null()),
+    );
+    let a_fence: u64 = read_when_ready(&ready).parse().expect("A's token");
+
+    // lockrun A is paused past its lease, so it can neither renew nor stop
+    // its job; the lock expires in Redis.
+    a.signal(Signal::SIGSTOP);
+
+    // Run B takes the lock and charges.
+    let b = lockrun_at(
+        &redis,
+        &[
+            "-k",
+            &job,
+            "--wait",
+            "30s",
+            "--",
+            script.to_str().expect("utf8"),
+        ],
+    )
+    .env("DATABASE_URL", database_url())
+    .env("BILLING_JOB", &job)
+    .env("BILLING_WHO", "B")
+    .stdin(Stdio::null())
+    .output()
+    .expect("run B");
+    assert_eq!(
+        b.status.code(),
+        Some(0),
+        "B charged: {}",
+        String::from_utf8_lossy(&b.stderr)
+    );
+
+    // A's job wakes up, still believing it holds the lock, and writes late.
+    std::fs::write(&go, "").expect("let A go");
+    assert_eq!(
+        read_when_ready(&a_status),
+        "3",
+        "A's stale write is rejected"
+    );
+
+    // lockrun A resumes, finds its lease long gone, and reports it.
+    a.signal(Signal::SIGCONT);
+    assert_eq!(a.wait().code(), Some(76));
+
+    // Only B's invoice exists, and the fence is B's token.
+    let rows = psql(&format!(
+        "select charged_by || ' ' || fence from invoices where job = '{job}' order by id"
+    ));
+    let (who, b_fence) = rows.split_once(' ').expect("exactly one invoice");
+    assert_eq!(who, "B", "{rows}");
+    let b_fence: u64 = b_fence.parse().expect("B's token");
+    assert!(b_fence > a_fence, "B's token {b_fence} > A's {a_fence}");
+    assert_eq!(
+        psql(&format!(
+            "select last_fence from billing_fence where job = '{job}'"
+        )),
+        b_fence.to_string()
+    );
+    psql(&format!(
+        "delete from invoices where job = '{job}'; delete from billing_fence where job = '{job}'"
+    ));
+}

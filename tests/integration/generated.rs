@@ -1,4 +1,524 @@
 //! The man page and shell completions are generated from the clap definition; this test fails when the checked-in files drift.
+//!
+//! This module is the generator. `man/lockrun.1` is clap_mangen's NAME,
+//! DESCRIPTION and OPTIONS, a SYNOPSIS and SUBCOMMANDS section built from the
+//! same definition, then the hand-written `man/sections.roff` (environment,
+//! exit status, Redis keys, guarantees, examples). `completions/` holds
+//! clap_complete's bash, zsh and fish scripts. The test renders all of them
+//! in memory and compares; with `LOCKRUN_UPDATE_GENERATED=1` it rewrites the
+//! files instead:
+//!
+//!     LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated
+//!
+//! The other tests here keep the hand-written documentation honest: README
+//! and man page name every flag, environment variable, exit status and
+//! `status --json` field; the command lines in the examples are accepted by
+//! lockrun; and the systemd example passes `systemd-analyze verify`.
 
-#[allow(unused_imports)]
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use clap_complete::Shell;
+use clap_mangen::roff::{bold, italic, roman, Inline, Roff};
+use clap_mangen::Man;
+
 use crate::harness::*;
+
+const UPDATE_ENV: &str = "LOCKRUN_UPDATE_GENERATED";
+const REGENERATE: &str = "LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated";
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &str) -> String {
+    fs::read_to_string(repo().join(path)).unwrap_or_else(|err| panic!("read {path}: {err}"))
+}
+
+/// Every generated file, as a path in the repository and its contents.
+fn generated() -> Vec<(&'static str, String)> {
+    vec![
+        ("man/lockrun.1", man_page()),
+        ("completions/lockrun.bash", completion(Shell::Bash)),
+        ("completions/_lockrun", completion(Shell::Zsh)),
+        ("completions/lockrun.fish", completion(Shell::Fish)),
+    ]
+}
+
+#[test]
+fn generated_files_match_the_command_line() {
+    let update = std::env::var_os(UPDATE_ENV).is_some_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for (path, want) in generated() {
+        let file = repo().join(path);
+        let have = fs::read_to_string(&file).unwrap_or_default();
+        if have == want {
+            continue;
+        }
+        if update {
+            write(&file, &want).unwrap_or_else(|err| panic!("write {path}: {err}"));
+            eprintln!("rewrote {path}");
+        } else {
+            stale.push(format!("{path}: {}", first_difference(&have, &want)));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "generated files differ from what src/cli.rs and man/sections.roff produce \
+         (edit those, not the generated files):\n  {}\nregenerate with: {REGENERATE}",
+        stale.join("\n  ")
+    );
+}
+
+fn write(file: &Path, contents: &str) -> io::Result<()> {
+    if let Some(dir) = file.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    fs::write(file, contents)
+}
+
+fn first_difference(have: &str, want: &str) -> String {
+    if have.is_empty() {
+        return "missing".into();
+    }
+    let (mut have_lines, mut want_lines) = (have.lines(), want.lines());
+    for number in 1.. {
+        match (have_lines.next(), want_lines.next()) {
+            (Some(h), Some(w)) if h == w => continue,
+            (None, None) => break,
+            (h, w) => {
+                return format!(
+                    "line {number} is {:?}, expected {:?}",
+                    h.unwrap_or("<end of file>"),
+                    w.unwrap_or("<end of file>")
+                )
+            }
+        }
+    }
+    "differs in line endings".into()
+}
+
+// --- The man page ---
+
+/// The header roff writes before every rendering; the page carries it once.
+fn roff_preamble() -> String {
+    Roff::new().render()
+}
+
+/// Roff written here, without the preamble.
+fn body(roff: &Roff) -> String {
+    let text = roff.render();
+    text.strip_prefix(&roff_preamble())
+        .unwrap_or(&text)
+        .to_owned()
+}
+
+/// One piece rendered by clap_mangen, without the preamble and, for pieces
+/// that become part of another section, without their `.SH` heading.
+fn piece(render: impl FnOnce(&mut Vec<u8>) -> io::Result<()>, keep_heading: bool) -> String {
+    let mut out = Vec::new();
+    render(&mut out).expect("render into memory");
+    let text = String::from_utf8(out).expect("roff is UTF-8");
+    let text = text.strip_prefix(&roff_preamble()).unwrap_or(&text);
+    text.lines()
+        .filter(|line| keep_heading || !line.starts_with(".SH "))
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+fn man_page() -> String {
+    // The `help` subcommand is clap's, not lockrun's: leave it out.
+    let mut cmd = lockrun::cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let version = cmd.get_version().expect("version").to_owned();
+    let man = Man::new(cmd.clone());
+
+    let mut page = String::new();
+    page += &roff_preamble();
+    page += ".\\\" Generated by tests/integration/generated.rs from src/cli.rs and\n";
+    page += ".\\\" man/sections.roff; edit those, then regenerate with\n";
+    page += &format!(".\\\" {REGENERATE}\n");
+    // Written here rather than by clap_mangen, which drops an empty date
+    // argument and shifts the others left.
+    page += &format!(".TH LOCKRUN 1 \"\" \"lockrun {version}\" \"User Commands\"\n");
+    page += &piece(|w| man.render_name_section(w), true);
+    page += &synopsis(&cmd);
+    page += &piece(|w| man.render_description_section(w), true);
+    page += &piece(|w| man.render_options_section(w), true);
+    page += &subcommands(&cmd);
+    page += &read("man/sections.roff");
+    page
+}
+
+/// One line per form, from clap's own usage strings:
+/// `lockrun [OPTIONS] --key <NAME> -- <COMMAND>...`, then each subcommand.
+fn synopsis(cmd: &clap::Command) -> String {
+    let mut roff = Roff::new();
+    roff.control("SH", ["SYNOPSIS"]);
+    let forms = std::iter::once(cmd).chain(cmd.get_subcommands());
+    for (n, form) in forms.enumerate() {
+        if n > 0 {
+            roff.control("br", []);
+        }
+        let usage = form.clone().render_usage().to_string();
+        let line = usage.lines().next().unwrap_or_default();
+        let line = line.strip_prefix("Usage: ").unwrap_or(line);
+        let name = form.get_bin_name().unwrap_or_else(|| form.get_name());
+        let rest = line.strip_prefix(name).expect("usage starts with the name");
+        let mut inlines = vec![bold(name)];
+        for word in rest.split_whitespace() {
+            inlines.push(roman(" "));
+            inlines.extend(usage_word(word));
+        }
+        roff.text(inlines);
+    }
+    body(&roff)
+}
+
+/// `--key` in bold, `<NAME>` as an italic NAME, anything else as it is.
+fn usage_word(word: &str) -> Vec<Inline> {
+    if word.starts_with('-') {
+        return vec![bold(word)];
+    }
+    if let Some(inner) = word.strip_prefix('<') {
+        if let Some((value, tail)) = inner.split_once('>') {
+            return vec![italic(value), roman(tail)];
+        }
+    }
+    vec![roman(word)]
+}
+
+/// Each subcommand with its description and options, in this one page.
+/// Options it shares with lockrun itself (`--redis`, `--prefix`) are named,
+/// not described again; `--help` is left out.
+fn subcommands(cmd: &clap::Command) -> String {
+    let mut page = String::from(".SH SUBCOMMANDS\n");
+    for sub in cmd.get_subcommands() {
+        let name = sub.get_bin_name().unwrap_or_else(|| sub.get_name());
+        page += &format!(".SS \"{name}\"\n");
+        let mut shared = Vec::new();
+        let mut hidden = Vec::new();
+        for arg in sub.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let in_main = cmd.get_arguments().any(|a| {
+                a.get_long() == Some(long)
+                    && a.get_help().map(ToString::to_string)
+                        == arg.get_help().map(ToString::to_string)
+            });
+            if long == "help" || in_main {
+                hidden.push(arg.get_id().clone());
+            }
+            if in_main && long != "help" {
+                shared.push(long.to_owned());
+            }
+        }
+        let sub = hidden
+            .into_iter()
+            .fold(sub.clone(), |sub, id| sub.mut_arg(id, |a| a.hide(true)));
+        let man = Man::new(sub);
+        page += &piece(|w| man.render_description_section(w), false);
+        page += &piece(|w| man.render_options_section(w), false);
+        if !shared.is_empty() {
+            let mut roff = Roff::new();
+            roff.control("PP", []);
+            let mut line = vec![roman("Also ")];
+            for (n, long) in shared.iter().enumerate() {
+                if n > 0 {
+                    line.push(roman(if n + 1 == shared.len() { " and " } else { ", " }));
+                }
+                line.push(bold(format!("--{long}")));
+            }
+            line.push(roman(", as above."));
+            roff.text(line);
+            page += &body(&roff);
+        }
+    }
+    page
+}
+
+// --- Completions ---
+
+fn completion(shell: Shell) -> String {
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut lockrun::cli::command(), "lockrun", &mut out);
+    let script = String::from_utf8(out).expect("completion is UTF-8");
+    let note = format!(
+        "# Generated by tests/integration/generated.rs from src/cli.rs; do not edit.\n\
+         # Regenerate with: {REGENERATE}\n"
+    );
+    match shell {
+        // zsh finds the function by the `#compdef` line, which must come first.
+        Shell::Zsh => match script.split_once('\n') {
+            Some((compdef, rest)) => format!("{compdef}\n{note}{rest}"),
+            None => script,
+        },
+        _ => format!("{note}{script}"),
+    }
+}
+
+// --- The hand-written documentation names everything the code has ---
+
+fn every_command() -> Vec<clap::Command> {
+    let mut cmd = lockrun::cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let mut all = vec![cmd.clone()];
+    all.extend(cmd.get_subcommands().cloned());
+    all
+}
+
+/// Every long flag lockrun accepts, and every environment variable it reads
+/// or sets.
+fn flags_and_variables() -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut flags = BTreeSet::new();
+    let mut vars: BTreeSet<String> = [
+        lockrun::PASSWORD_ENV,
+        "LOCKRUN_KEY",
+        "LOCKRUN_FENCING_TOKEN",
+    ]
+    .map(String::from)
+    .into();
+    for cmd in every_command() {
+        for arg in cmd.get_arguments() {
+            if let Some(long) = arg.get_long() {
+                if !matches!(long, "help" | "version") {
+                    flags.insert(format!("--{long}"));
+                }
+            }
+            if let Some(env) = arg.get_env() {
+                vars.insert(env.to_string_lossy().into_owned());
+            }
+        }
+    }
+    (flags, vars)
+}
+
+const EXIT_CODES: [u8; 8] = {
+    use lockrun::exit_code::*;
+    [
+        USAGE,
+        REDIS_UNAVAILABLE,
+        INTERNAL,
+        BUSY_DEFAULT,
+        LEASE_LOST,
+        TIMED_OUT,
+        NOT_EXECUTABLE,
+        NOT_FOUND,
+    ]
+};
+
+#[test]
+fn readme_and_man_page_name_every_flag_variable_and_exit_status() {
+    let readme = read("README.md");
+    let man = read("man/sections.roff");
+    let (flags, vars) = flags_and_variables();
+    let mut missing = Vec::new();
+    for flag in &flags {
+        if !readme.contains(&format!("`{flag}")) {
+            missing.push(format!("README.md: flag {flag}"));
+        }
+    }
+    for var in &vars {
+        if !readme.contains(var.as_str()) {
+            missing.push(format!("README.md: variable {var}"));
+        }
+        if !man.contains(&format!("\\fB{var}\\fR")) {
+            missing.push(format!("man/sections.roff: variable {var}"));
+        }
+    }
+    for sub in every_command().iter().skip(1) {
+        if !readme.contains(&format!("lockrun {}", sub.get_name())) {
+            missing.push(format!("README.md: subcommand {}", sub.get_name()));
+        }
+    }
+    for code in EXIT_CODES {
+        // A row of the exit status table in each.
+        if !readme.contains(&format!("\n| {code} ")) {
+            missing.push(format!("README.md: exit status {code}"));
+        }
+        if !man.contains(&format!(".TP\n{code}\n")) {
+            missing.push(format!("man/sections.roff: exit status {code}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "undocumented:\n  {}",
+        missing.join("\n  ")
+    );
+}
+
+/// Every field name in a JSON value, nested ones included.
+fn field_names(value: &serde_json::Value, names: &mut BTreeSet<String>) {
+    if let serde_json::Value::Object(map) = value {
+        for (name, inner) in map {
+            names.insert(name.clone());
+            field_names(inner, names);
+        }
+    }
+}
+
+#[test]
+fn readme_and_man_page_name_every_status_json_field() {
+    let redis = RedisServer::start();
+    let mut holder = Running::spawn(&mut lockrun_at(
+        &redis,
+        &["--key", "job", "--", "sleep", "60"],
+    ));
+    assert!(
+        eventually(PATIENCE, || redis.is_locked("job")),
+        "holder never took the lock"
+    );
+    let output = lockrun()
+        .args(["status", "--json", "--key", "job", "--redis", &redis.url()])
+        .output()
+        .expect("run lockrun status");
+    assert_eq!(output.status.code(), Some(0), "held: {output:?}");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    holder.signal(nix::sys::signal::Signal::SIGTERM);
+    holder.wait();
+
+    let mut names = BTreeSet::new();
+    field_names(&json, &mut names);
+    assert!(
+        names.contains("fencing_token"),
+        "holder fields present: {names:?}"
+    );
+    let readme = read("README.md");
+    let man = read("man/sections.roff");
+    let mut missing = Vec::new();
+    for name in &names {
+        if !readme.contains(&format!("`{name}`")) {
+            missing.push(format!("README.md: {name}"));
+        }
+        if !man.contains(&format!("\\fB{name}\\fR")) {
+            missing.push(format!("man/sections.roff: {name}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "status --json fields undocumented:\n  {}",
+        missing.join("\n  ")
+    );
+}
+
+// --- The examples ---
+
+/// `program` on PATH, if it is there.
+fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|file| file.is_file())
+}
+
+/// The units use lockrun's installed path; verify needs an ExecStart binary
+/// that exists, so it checks copies that point at the binary just built.
+/// `Documentation=man:lockrun(1)` is checked against this repository's man
+/// page through MANPATH.
+#[test]
+fn systemd_example_passes_systemd_analyze_verify() {
+    let Some(analyze) = on_path("systemd-analyze") else {
+        println!("note: systemd-analyze is not on PATH; the systemd example was not verified");
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut units = Vec::new();
+    for name in ["billing.service", "billing.timer"] {
+        let text = read(&format!("examples/systemd/{name}"))
+            .replace("/usr/local/bin/lockrun", env!("CARGO_BIN_EXE_lockrun"));
+        let unit = dir.path().join(name);
+        fs::write(&unit, text).expect("write unit");
+        units.push(unit);
+    }
+    let mut verify = Command::new(analyze);
+    verify.arg("verify");
+    if on_path("man").is_some() {
+        let man1 = dir.path().join("man/man1");
+        fs::create_dir_all(&man1).expect("man dir");
+        fs::copy(repo().join("man/lockrun.1"), man1.join("lockrun.1")).expect("copy man page");
+        verify.env("MANPATH", dir.path().join("man"));
+    } else {
+        verify.arg("--man=no");
+    }
+    let output = verify.args(&units).output().expect("run systemd-analyze");
+    let said = String::from_utf8_lossy(&output.stderr).into_owned()
+        + &String::from_utf8_lossy(&output.stdout);
+    // verify exits 0 on unknown keys and bad values, so any output fails.
+    assert!(
+        output.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify: {}\n{said}",
+        output.status
+    );
+}
+
+/// The lockrun command lines in the examples, up to and including `--`.
+fn example_command_lines() -> Vec<(String, Vec<String>)> {
+    let mut lines = Vec::new();
+    for path in ["examples/cron/crontab", "examples/systemd/billing.service"] {
+        for line in read(path)
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+        {
+            let Some((_, args)) = line.split_once("/usr/local/bin/lockrun ") else {
+                continue;
+            };
+            let args: Vec<String> = args
+                .split_whitespace()
+                .take_while(|word| *word != "--")
+                .map(String::from)
+                .collect();
+            lines.push((format!("{path}: {line}"), args));
+        }
+    }
+    lines
+}
+
+/// Every example's flags parse and its timing is safe: pointed at a Redis
+/// that refuses connections, lockrun gets as far as connecting (exit 69)
+/// instead of refusing the command line (exit 64).
+#[test]
+fn example_command_lines_are_accepted() {
+    let unreachable = "redis://127.0.0.1:1";
+    let lines = example_command_lines();
+    assert!(lines.len() >= 4, "found the examples: {lines:?}");
+    for (line, args) in lines {
+        let output = lockrun()
+            .env("LOCKRUN_REDIS_URL", unreachable)
+            .args(&args)
+            .args(["--", "true"])
+            .output()
+            .expect("run lockrun");
+        assert_eq!(
+            output.status.code(),
+            Some(i32::from(lockrun::exit_code::REDIS_UNAVAILABLE)),
+            "{line}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    // The CI script, run for real with the lockrun just built.
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_lockrun"))
+        .parent()
+        .expect("bin dir");
+    let path = std::env::join_paths(std::iter::once(bin_dir.to_path_buf()).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .expect("PATH");
+    let output = Command::new("sh")
+        .arg(repo().join("examples/ci/deploy.sh"))
+        .arg("staging")
+        .env("PATH", path)
+        .env("LOCKRUN_REDIS_URL", unreachable)
+        .env_remove("LOCKRUN_REDIS_PASSWORD")
+        .env_remove("LOCKRUN_PREFIX")
+        .output()
+        .expect("run deploy.sh");
+    assert_eq!(
+        output.status.code(),
+        Some(i32::from(lockrun::exit_code::REDIS_UNAVAILABLE)),
+        "examples/ci/deploy.sh\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

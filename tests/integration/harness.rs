@@ -296,3 +296,50 @@ pub fn read_when_ready(path: &Path) -> String {
     assert!(ready, "{} never appeared", path.display());
     text.trim().to_string()
 }
+
+/// A temporary directory for one test's own files: pid files, logs, markers.
+pub fn scratch() -> TempDir {
+    tempfile::Builder::new()
+        .prefix("lockrun-test-")
+        .tempdir()
+        .expect("temp dir")
+}
+
+/// Waits up to `PATIENCE` until the file at `path` contains `needle`.
+pub fn wait_for_text(path: &Path, needle: &str) -> bool {
+    eventually(PATIENCE, || {
+        std::fs::read_to_string(path).is_ok_and(|text| text.contains(needle))
+    })
+}
+
+/// The pid a command wrote to `path` (one line), once it is there.
+pub fn read_pid(path: &Path) -> i32 {
+    let text = read_when_ready(path);
+    text.parse()
+        .unwrap_or_else(|_| panic!("{} holds {text:?}, not a pid", path.display()))
+}
+
+/// A file for a spawned process's stderr, so a test can read it while the
+/// process runs.
+pub fn log_file(path: &Path) -> std::fs::File {
+    std::fs::File::create(path).expect("create log file")
+}
+
+/// Like `read_pid`, but if `run` exits before the pid appears, fails at once
+/// with its exit status and what it wrote to `stderr`.
+pub fn read_pid_of(run: &mut Running, path: &Path, stderr: &Path) -> i32 {
+    let written = || std::fs::read_to_string(path).is_ok_and(|text| text.ends_with('\n'));
+    eventually(PATIENCE, || written() || !run.running());
+    if !written() {
+        panic!(
+            "{} never appeared; the process {}: {}",
+            path.display(),
+            match run.child.try_wait() {
+                Ok(Some(status)) => format!("exited with {status}"),
+                _ => "is still running".to_string(),
+            },
+            std::fs::read_to_string(stderr).unwrap_or_default()
+        );
+    }
+    read_pid(path)
+}

@@ -1,4 +1,154 @@
 //! Signals to lockrun: forwarded while the command runs, abort the wait before it.
 
-#[allow(unused_imports)]
+use std::path::Path;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
 use crate::harness::*;
+
+/// A bash command that logs every forwarded signal it gets, one name a line,
+/// and exits 42 once the test creates `stop`. Short sleeps keep it responsive:
+/// bash runs a trap only after its foreground command ends.
+const TRAPS: &str = r#"
+ulimit -c 0 2>/dev/null
+note() { echo "$1" >> "$dir/log"; }
+dir=$1
+for s in INT TERM HUP QUIT USR1 USR2 WINCH; do trap "note $s" "$s"; done
+echo $$ > "$dir/pid"
+while [ ! -e "$dir/stop" ]; do sleep 0.05; done
+exit 42
+"#;
+
+/// Holds the lock until the test creates `go`.
+const HOLD_UNTIL_GO: &str = r#"echo $$ > "$1/pid"; while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
+
+fn stderr(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("stderr")).unwrap_or_default()
+}
+
+#[test]
+fn every_forwarded_signal_reaches_the_command_once_and_lockrun_waits_for_it() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut run = Running::spawn(
+        lockrun_at(
+            &redis,
+            &[
+                "-k", "job", "--ttl", "2s", "--", "bash", "-c", TRAPS, "bash",
+            ],
+        )
+        .arg(dir.path())
+        .stderr(log_file(&dir.path().join("stderr"))),
+    );
+    read_pid_of(
+        &mut run,
+        &dir.path().join("pid"),
+        &dir.path().join("stderr"),
+    );
+    let token = redis
+        .lock_value("job")
+        .expect("locked while the command runs");
+
+    let forwarded = [
+        (Signal::SIGINT, "INT"),
+        (Signal::SIGTERM, "TERM"),
+        (Signal::SIGHUP, "HUP"),
+        (Signal::SIGQUIT, "QUIT"),
+        (Signal::SIGUSR1, "USR1"),
+        (Signal::SIGUSR2, "USR2"),
+        (Signal::SIGWINCH, "WINCH"),
+    ];
+    let log = dir.path().join("log");
+    for (signal, name) in forwarded {
+        // One at a time: signals of one kind that arrive together merge.
+        run.signal(signal);
+        assert!(
+            wait_for_text(&log, &format!("{name}\n")),
+            "{signal} never reached the command"
+        );
+        assert!(
+            run.running(),
+            "lockrun exited on {signal} instead of forwarding it"
+        );
+    }
+    assert_eq!(redis.lock_value("job").as_deref(), Some(token.as_str()));
+
+    std::fs::write(dir.path().join("stop"), "").expect("write stop");
+    assert_eq!(run.wait().code(), Some(42), "{}", stderr(dir.path()));
+    let got = std::fs::read_to_string(&log).expect("log");
+    let want: Vec<&str> = forwarded.iter().map(|(_, name)| *name).collect();
+    assert_eq!(
+        got.lines().collect::<Vec<_>>(),
+        want,
+        "each signal exactly once, in order"
+    );
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+#[test]
+fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
+    let redis = RedisServer::start();
+    let holder_dir = scratch();
+    let mut holder = Running::spawn(
+        lockrun_at(
+            &redis,
+            &[
+                "-k",
+                "job",
+                "--ttl",
+                "2s",
+                "--",
+                "sh",
+                "-c",
+                HOLD_UNTIL_GO,
+                "sh",
+            ],
+        )
+        .arg(holder_dir.path()),
+    );
+    read_pid(&holder_dir.path().join("pid"));
+    let token = redis.lock_value("job").expect("the holder has the lock");
+
+    for signal in [Signal::SIGTERM, Signal::SIGINT] {
+        let dir = scratch();
+        let ran = dir.path().join("ran");
+        let mut waiter = Running::spawn(
+            lockrun_at(
+                &redis,
+                &["-v", "-k", "job", "--wait", "forever", "--", "touch"],
+            )
+            .arg(&ran)
+            .stderr(log_file(&dir.path().join("stderr"))),
+        );
+        // Logged after the first attempt, so its signal handlers are in place.
+        assert!(
+            wait_for_text(&dir.path().join("stderr"), "is busy; waiting"),
+            "never started waiting: {}",
+            stderr(dir.path())
+        );
+        waiter.signal(signal);
+        // A wait "forever" that ends at all ended because of the signal;
+        // the limit only keeps a broken build from hanging the suite.
+        let status = waiter
+            .wait_for(Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("{signal} did not abort the wait"));
+        assert_eq!(
+            status.code(),
+            Some(128 + signal as i32),
+            "{}",
+            stderr(dir.path())
+        );
+        assert!(!ran.exists(), "the command ran after {signal}");
+        assert_eq!(
+            redis.lock_value("job").as_deref(),
+            Some(token.as_str()),
+            "the waiter touched the holder's lock"
+        );
+        assert!(holder.running());
+    }
+
+    std::fs::write(holder_dir.path().join("go"), "").expect("write go");
+    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
