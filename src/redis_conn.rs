@@ -124,7 +124,16 @@ fn is_auth_error(err: &redis::RedisError) -> bool {
         return true;
     }
     let text = err.to_string();
-    ["NOAUTH", "WRONGPASS", "invalid password", "invalid username-password"]
+    // A server with a password answers a client that sent none with NOAUTH,
+    // or, for a command with many arguments (our scripts), with a protocol
+    // error about an "unauthenticated" request.
+    [
+        "NOAUTH",
+        "WRONGPASS",
+        "invalid password",
+        "invalid username-password",
+        "unauthenticated",
+    ]
         .iter()
         .any(|needle| text.contains(needle))
 }

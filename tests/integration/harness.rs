@@ -187,7 +187,7 @@ pub fn lock_key(name: &str) -> String {
     format!("lockrun:{{{name}}}")
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     // Bind to port 0 and let the OS choose; the tiny window before
     // redis-server binds it is acceptable on a test machine.
     std::net::TcpListener::bind("127.0.0.1:0")

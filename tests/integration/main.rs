@@ -4,6 +4,7 @@
 mod harness;
 
 mod basics;
+mod connection;
 mod contention;
 mod faults;
 mod fencing_pg;

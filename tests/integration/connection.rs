@@ -1,0 +1,251 @@
+//! Reaching Redis: URLs, passwords (kept out of every message), TLS with
+//! certificate verification; and lockrun used interactively in a terminal.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use crate::harness::*;
+
+fn output(command: &mut Command) -> Output {
+    command.stdin(Stdio::null()).output().expect("run lockrun")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn tcp_url_and_environment_url_both_work() {
+    let redis = RedisServer::start_tcp();
+    let run = output(lockrun().args(["--redis", &redis.tcp_url(), "-k", "job", "--", "true"]));
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+
+    let run = output(
+        lockrun()
+            .env("LOCKRUN_REDIS_URL", redis.tcp_url())
+            .args(["-k", "job", "--", "true"]),
+    );
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+#[test]
+fn invalid_url_is_a_usage_error() {
+    for url in ["localhost:6379", "http://example.com", ""] {
+        let run = output(lockrun().args(["--redis", url, "-k", "job", "--", "true"]));
+        assert_eq!(run.status.code(), Some(64), "{url}");
+        assert!(
+            stderr(&run).starts_with("lockrun: invalid Redis URL"),
+            "{}",
+            stderr(&run)
+        );
+    }
+}
+
+#[test]
+fn passwords_come_from_the_environment_or_url_and_never_show() {
+    let secret = "s3cret-pass";
+    let redis = RedisServer::start_with(Some(free_port()), &["--requirepass", secret]);
+    let url = redis.tcp_url();
+
+    // No password: refused, and told where to put one.
+    let run = output(lockrun().args(["--redis", &url, "-k", "job", "--", "true"]));
+    assert_eq!(run.status.code(), Some(69));
+    assert!(
+        stderr(&run).contains("LOCKRUN_REDIS_PASSWORD"),
+        "{}",
+        stderr(&run)
+    );
+
+    // A wrong password in the URL: refused, and the password is not echoed.
+    let wrong = url.replace("redis://", "redis://:wrong-pass@");
+    let run = output(lockrun().args(["--redis", &wrong, "-k", "job", "--", "true"]));
+    assert_eq!(run.status.code(), Some(69));
+    assert!(!stderr(&run).contains("wrong-pass"), "{}", stderr(&run));
+    assert!(
+        stderr(&run).contains("refused authentication"),
+        "{}",
+        stderr(&run)
+    );
+
+    // The right password from the environment overrides the URL's.
+    let run = output(
+        lockrun()
+            .env("LOCKRUN_REDIS_PASSWORD", secret)
+            .args(["--redis", &wrong, "-k", "job", "--", "true"]),
+    );
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+
+    // And in the URL.
+    let right = url.replace("redis://", &format!("redis://:{secret}@"));
+    let run = output(lockrun().args(["--redis", &right, "-k", "job", "--", "true"]));
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+
+    // A lease lost to a Redis that went away names the address, not the secret.
+    let run = output(lockrun().args(["--redis", &right, "-k", "job", "-v", "--", "true"]));
+    assert!(!stderr(&run).contains(secret), "{}", stderr(&run));
+}
+
+/// Writes a CA and a server certificate for localhost signed by it.
+fn make_certificates(dir: &Path) {
+    let openssl = |args: &[&str]| {
+        let status = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl must be installed");
+        assert!(status.success(), "openssl {args:?}");
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=lockrun test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .expect("write extension file");
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "server.pem",
+    ]);
+}
+
+#[test]
+fn tls_verifies_the_server_certificate() {
+    let certs = tempfile::tempdir().expect("tempdir");
+    make_certificates(certs.path());
+    let port = free_port().to_string();
+    let file = |name: &str| certs.path().join(name).display().to_string();
+    let (cert, key, ca) = (file("server.pem"), file("server.key"), file("ca.pem"));
+    let redis = RedisServer::start_with(
+        None,
+        &[
+            "--tls-port",
+            &port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+        ],
+    );
+    let url = format!("rediss://localhost:{port}");
+
+    // Trusting our CA (rustls reads SSL_CERT_FILE): the lock works over TLS.
+    let run = output(
+        lockrun()
+            .env("SSL_CERT_FILE", &ca)
+            .args(["--redis", &url, "-k", "job", "--", "true"]),
+    );
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+
+    // Not trusting it: the certificate is refused and the command never runs.
+    let marker = certs.path().join("ran");
+    let run = output(
+        lockrun()
+            .env("SSL_CERT_FILE", "/dev/null")
+            .env("SSL_CERT_DIR", certs.path().join("empty"))
+            .args(["--redis", &url, "-k", "job", "--", "touch"])
+            .arg(&marker),
+    );
+    assert_eq!(run.status.code(), Some(69), "{}", stderr(&run));
+    assert!(!marker.exists(), "the command did not run");
+}
+
+/// Runs `lockrun ARGS` on a pseudo-terminal (util-linux `script`), feeding it
+/// `typed` after lockrun's command has started.
+fn in_terminal(
+    redis: &RedisServer,
+    dir: &Path,
+    command: &str,
+    typed: &[u8],
+) -> (Option<i32>, String) {
+    let started = dir.join("started");
+    let line = format!(
+        "{bin} --redis {url} -k tty -- sh -c 'touch {started}; {command}'",
+        bin = env!("CARGO_BIN_EXE_lockrun"),
+        url = redis.url(),
+        started = started.display(),
+    );
+    let mut script = Command::new("script");
+    script
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut running = Running::spawn(&mut script);
+    assert!(
+        eventually(PATIENCE, || started.exists()),
+        "command never started"
+    );
+    let mut stdin = running.child.stdin.take().expect("stdin");
+    std::io::Write::write_all(&mut stdin, typed).expect("type");
+    let status = running.wait();
+    drop(stdin);
+    let mut out = String::new();
+    if let Some(mut stdout) = running.child.stdout.take() {
+        std::io::Read::read_to_string(&mut stdout, &mut out).expect("read terminal");
+    }
+    (status.code(), out)
+}
+
+#[test]
+fn interactive_command_reads_the_terminal() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, screen) = in_terminal(&redis, dir.path(), "read line; echo got:$line", b"hello\n");
+    assert_eq!(code, Some(0), "{screen}");
+    assert!(screen.contains("got:hello"), "{screen}");
+}
+
+#[test]
+fn ctrl_c_in_the_terminal_reaches_the_command() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, screen) = in_terminal(&redis, dir.path(), "sleep 60", b"\x03");
+    assert_eq!(code, Some(130), "{screen}");
+    assert_eq!(redis.keys(), ["lockrun:{tty}:fence"], "released");
+}
