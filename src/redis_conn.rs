@@ -198,11 +198,11 @@ impl Session {
         &self.target
     }
 
-    /// Opens the connection now, so that an unreachable server is reported
-    /// before anything else happens.
-    pub async fn open(&mut self) -> Result<(), RedisError> {
+    /// Opens the connection now, allowing `timeout` for it, so that an
+    /// unreachable server is reported before anything else happens.
+    pub async fn open_within(&mut self, timeout: Duration) -> Result<(), RedisError> {
         if self.conn.is_none() {
-            self.conn = Some(self.target.connect(self.timeout).await?);
+            self.conn = Some(self.target.connect(timeout).await?);
         }
         Ok(())
     }
@@ -213,7 +213,7 @@ impl Session {
         call: &redis::ScriptInvocation<'_>,
     ) -> Result<T, RedisError> {
         let started = tokio::time::Instant::now();
-        self.open().await?;
+        self.open_within(self.timeout).await?;
         let Some(conn) = self.conn.as_mut() else {
             return Err(self.target.timed_out(self.timeout));
         };

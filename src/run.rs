@@ -17,6 +17,9 @@ use crate::report::Report;
 use crate::signals::Signals;
 use crate::wait::{self, Outcome};
 
+/// How long lockrun waits for its first connection to Redis.
+const FIRST_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Why lockrun stopped the command before it finished on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stop {
@@ -60,9 +63,15 @@ pub async fn run(config: RunConfig) -> u8 {
     let mut lock = Lock::new(session, keys, token);
     let me = Me::new(&config.command);
 
+    let acquire = async {
+        // Only the first connection gets longer than a Redis call may take:
+        // nothing is held yet, and a slow handshake is no reason to give up.
+        lock.session().open_within(timing.redis_timeout.max(FIRST_CONNECT_TIMEOUT)).await?;
+        wait::acquire(&mut lock, timing.ttl, &me, config.wait, report).await
+    };
     let attempt = tokio::select! {
-        signal = signals.recv() => Err(signal),
-        result = wait::acquire(&mut lock, timing.ttl, &me, config.wait, report) => Ok(result),
+        signal = signals.recv_interrupt() => Err(signal),
+        result = acquire => Ok(result),
     };
     let (fence, acquired) = match attempt {
         Ok(Ok(Outcome::Acquired { fence, sent })) => (fence, sent),

@@ -38,6 +38,18 @@ impl Signals {
         Ok(Signals { streams })
     }
 
+    /// The next signal that should end a wait for the lock: any but
+    /// SIGWINCH, which only says a terminal was resized (with no command
+    /// running yet there is no one to tell).
+    pub async fn recv_interrupt(&mut self) -> Signal {
+        loop {
+            let signal = self.recv().await;
+            if signal != Signal::SIGWINCH {
+                return signal;
+            }
+        }
+    }
+
     /// The next signal that arrived.
     pub async fn recv(&mut self) -> Signal {
         std::future::poll_fn(|cx| {

@@ -11,6 +11,7 @@ use crate::harness::*;
 /// The lease length of the runs that Redis fails under: short, so the tests
 /// stay fast, with room for two cores running several tests at once.
 const TTL: Duration = Duration::from_secs(2);
+const TTL_ARG: &str = "2s";
 
 /// A command that records its fencing token and pid (in that order, so a
 /// readable pid file means both are there), then runs until it is stopped.
@@ -52,7 +53,7 @@ fn stderr(dir: &Path) -> String {
 fn redis_killed_mid_run_stops_the_command_before_the_lease_could_lapse() {
     let mut redis = RedisServer::start();
     let dir = scratch();
-    let mut run = Running::spawn(&mut job(&redis, &["--ttl", "2s"], HOLD, dir.path()));
+    let mut run = Running::spawn(&mut job(&redis, &["--ttl", TTL_ARG], HOLD, dir.path()));
     let child = started(&mut run, dir.path());
 
     // Every renewal lockrun could have made was sent before this moment, so
@@ -83,7 +84,7 @@ fn a_command_that_ignores_sigterm_is_killed_when_the_lease_cannot_be_renewed() {
     let mut redis = RedisServer::start();
     let dir = scratch();
     let script = r#"trap '' TERM; echo $$ > "$1/pid"; while :; do sleep 0.05; done"#;
-    let mut run = Running::spawn(&mut job(&redis, &["--ttl", "2s"], script, dir.path()));
+    let mut run = Running::spawn(&mut job(&redis, &["--ttl", TTL_ARG], script, dir.path()));
     let child = started(&mut run, dir.path());
 
     redis.kill();
@@ -99,7 +100,7 @@ fn a_command_that_ignores_sigterm_is_killed_when_the_lease_cannot_be_renewed() {
 fn redis_paused_mid_run_stops_the_command_before_the_lease_could_lapse() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut run = Running::spawn(&mut job(&redis, &["--ttl", "2s"], HOLD, dir.path()));
+    let mut run = Running::spawn(&mut job(&redis, &["--ttl", TTL_ARG], HOLD, dir.path()));
     let child = started(&mut run, dir.path());
 
     let paused = Instant::now();
@@ -129,7 +130,7 @@ fn redis_paused_mid_run_stops_the_command_before_the_lease_could_lapse() {
 fn redis_restarted_empty_mid_run_exits_76_and_fencing_tokens_keep_growing() {
     let mut redis = RedisServer::start();
     let dir = scratch();
-    let mut run = Running::spawn(&mut job(&redis, &["--ttl", "2s"], HOLD, dir.path()));
+    let mut run = Running::spawn(&mut job(&redis, &["--ttl", TTL_ARG], HOLD, dir.path()));
     let child = started(&mut run, dir.path());
     let before = fence(dir.path());
 
@@ -174,14 +175,19 @@ fn lockrun_paused_past_its_ttl_stops_its_command_and_spares_the_new_holder() {
     let redis = RedisServer::start();
     let first_dir = scratch();
     let second_dir = scratch();
-    let mut first = Running::spawn(&mut job(&redis, &["--ttl", "2s"], HOLD, first_dir.path()));
+    let mut first = Running::spawn(&mut job(
+        &redis,
+        &["--ttl", TTL_ARG],
+        HOLD,
+        first_dir.path(),
+    ));
     let first_child = started(&mut first, first_dir.path());
 
     // Freeze lockrun only: its command keeps running, its lease runs out.
     first.signal(Signal::SIGSTOP);
     let mut second = Running::spawn(&mut job(
         &redis,
-        &["--ttl", "2s", "--wait", "30s"],
+        &["--ttl", TTL_ARG, "--wait", "30s"],
         HOLD_UNTIL_GO,
         second_dir.path(),
     ));
@@ -234,7 +240,12 @@ fn lockrun_paused_past_its_ttl_stops_its_command_and_spares_the_new_holder() {
 fn sigkill_to_lockrun_kills_its_command_and_the_next_run_gets_a_larger_token() {
     let redis = RedisServer::start();
     let first_dir = scratch();
-    let mut first = Running::spawn(&mut job(&redis, &["--ttl", "2s"], HOLD, first_dir.path()));
+    let mut first = Running::spawn(&mut job(
+        &redis,
+        &["--ttl", TTL_ARG],
+        HOLD,
+        first_dir.path(),
+    ));
     let first_child = started(&mut first, first_dir.path());
 
     first.signal(Signal::SIGKILL);
@@ -248,7 +259,7 @@ fn sigkill_to_lockrun_kills_its_command_and_the_next_run_gets_a_larger_token() {
         "the command outlived lockrun"
     );
 
-    // The dead run's lease must run out before anyone else gets the lock.
+    // Nobody released the dead run's lease: the next run waits for it to expire.
     let second_dir = scratch();
     let status = job(
         &redis,
@@ -271,10 +282,7 @@ fn sigkill_to_lockrun_kills_its_command_and_the_next_run_gets_a_larger_token() {
 fn redis_down_at_start_exits_69_and_runs_nothing() {
     let dir = scratch();
     let ran = dir.path().join("ran");
-    let nothing = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("free port")
-        .port();
+    let nothing = free_port();
     let urls = [
         format!("unix://{}", dir.path().join("no-server.sock").display()),
         format!("redis://127.0.0.1:{nothing}"),

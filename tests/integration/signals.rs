@@ -152,3 +152,35 @@ fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
     assert_eq!(holder.wait().code(), Some(0));
     assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }
+
+#[test]
+fn sigterm_from_a_service_manager_stops_the_command_and_releases_the_lock() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut run = Running::spawn(
+        lockrun_at(
+            &redis,
+            &[
+                "-k",
+                "job",
+                "--",
+                "sh",
+                "-c",
+                r#"echo $$ > "$1/pid"; exec sleep 60"#,
+                "sh",
+            ],
+        )
+        .arg(dir.path())
+        .stderr(log_file(&dir.path().join("stderr"))),
+    );
+    let child = read_pid_of(
+        &mut run,
+        &dir.path().join("pid"),
+        &dir.path().join("stderr"),
+    );
+    run.signal(Signal::SIGTERM);
+    // The command died of the forwarded SIGTERM, and lockrun says so.
+    assert_eq!(run.wait().code(), Some(143), "{}", stderr(dir.path()));
+    assert!(!alive(child));
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
