@@ -195,8 +195,8 @@ fn tls_verifies_the_server_certificate() {
     assert!(!marker.exists(), "the command did not run");
 }
 
-/// Runs `lockrun ARGS` on a pseudo-terminal (util-linux `script`), feeding it
-/// `typed` after lockrun's command has started.
+/// Runs `lockrun -- bash -c COMMAND` on a pseudo-terminal (util-linux
+/// `script`), feeding it `typed` once COMMAND has touched `$STARTED`.
 fn in_terminal(
     redis: &RedisServer,
     dir: &Path,
@@ -205,7 +205,7 @@ fn in_terminal(
 ) -> (Option<i32>, String) {
     let started = dir.join("started");
     let line = format!(
-        "{bin} --redis {url} -k tty -- sh -c 'touch {started}; {command}'",
+        "STARTED={started} {bin} --redis {url} -k tty -- bash -c '{command}'",
         bin = env!("CARGO_BIN_EXE_lockrun"),
         url = redis.url(),
         started = started.display(),
@@ -236,7 +236,12 @@ fn in_terminal(
 fn interactive_command_reads_the_terminal() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let (code, screen) = in_terminal(&redis, dir.path(), "read line; echo got:$line", b"hello\n");
+    let (code, screen) = in_terminal(
+        &redis,
+        dir.path(),
+        "touch $STARTED; read line; echo got:$line",
+        b"hello\n",
+    );
     assert_eq!(code, Some(0), "{screen}");
     assert!(screen.contains("got:hello"), "{screen}");
 }
@@ -245,7 +250,14 @@ fn interactive_command_reads_the_terminal() {
 fn ctrl_c_in_the_terminal_reaches_the_command() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
-    let (code, screen) = in_terminal(&redis, dir.path(), "sleep 60", b"\x03");
+    // bash, not sh: dash has a window after `touch` in which it swallows a
+    // SIGINT meant for the command it is about to start.
+    let (code, screen) = in_terminal(
+        &redis,
+        dir.path(),
+        "trap \"exit 130\" INT; touch $STARTED; while :; do sleep 0.1; done",
+        b"\x03",
+    );
     assert_eq!(code, Some(130), "{screen}");
     assert_eq!(redis.keys(), ["lockrun:{tty}:fence"], "released");
 }
