@@ -55,12 +55,17 @@ impl Child {
     /// Starts `argv` with `env` added to lockrun's environment.
     pub fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Child, SpawnError> {
         let Some((program, args)) = argv.split_first() else {
-            return Err(SpawnError::NotFound(io::Error::from(io::ErrorKind::NotFound)));
+            return Err(SpawnError::NotFound(io::Error::from(
+                io::ErrorKind::NotFound,
+            )));
         };
         let terminal = in_terminal_foreground();
         let parent = nix::unistd::getpid();
         let mut command = tokio::process::Command::new(program);
-        command.args(args).envs(env.iter().cloned()).process_group(0);
+        command
+            .args(args)
+            .envs(env.iter().cloned())
+            .process_group(0);
         // SAFETY: the closure runs in the forked child before exec, where only
         // async-signal-safe calls are allowed; it makes only raw syscalls
         // (prctl, getppid, sigprocmask, tcsetpgrp, getpid) and allocates nothing.
@@ -82,7 +87,9 @@ impl Child {
         }
         let process = command.spawn().map_err(SpawnError::from_io)?;
         let Some(pid) = process.id() else {
-            return Err(SpawnError::Other(io::Error::other("child exited unobserved")));
+            return Err(SpawnError::Other(io::Error::other(
+                "child exited unobserved",
+            )));
         };
         Ok(Child {
             process,

@@ -122,7 +122,10 @@ pub fn timing(
     let fixed = timing.renew_every + timing.redis_timeout + timing.kill_grace;
     let min_ttl_ms = (fixed.as_millis() + 2) * 100 / 99 + 1;
     let grace_room = ttl.saturating_sub(timing.needed() - timing.kill_grace);
-    let mut advice = format!("use --ttl {} or more", show(Duration::from_millis(min_ttl_ms as u64)));
+    let mut advice = format!(
+        "use --ttl {} or more",
+        show(Duration::from_millis(min_ttl_ms as u64))
+    );
     if grace_room > Duration::from_millis(1) {
         advice += &format!(
             ", or --kill-grace {} or less",
@@ -164,7 +167,10 @@ mod tests {
         assert_eq!(t.kill_grace, 5 * S);
 
         let t = timing(S, None, None, None).expect("a ttl of 1s alone is valid");
-        assert_eq!(t.renew_every, Duration::from_millis(333) + Duration::from_nanos(333_333));
+        assert_eq!(
+            t.renew_every,
+            Duration::from_millis(333) + Duration::from_nanos(333_333)
+        );
         assert_eq!(t.redis_timeout, Duration::from_millis(100));
         assert_eq!(t.kill_grace, Duration::from_millis(250));
     }

@@ -316,7 +316,18 @@ mod tests {
 
     #[test]
     fn holder_parses_from_hash_fields() {
-        let fields = ["host", "h1", "pid", "42", "command", "job", "acquired_us", "7", "fence", "9"];
+        let fields = [
+            "host",
+            "h1",
+            "pid",
+            "42",
+            "command",
+            "job",
+            "acquired_us",
+            "7",
+            "fence",
+            "9",
+        ];
         let holder = Holder::from_fields(fields.iter().map(|s| s.to_string()).collect());
         assert_eq!(
             holder,

@@ -97,8 +97,7 @@ impl Target {
         }
         let kind = if is_auth_error(&err) {
             ErrorKind::Auth
-        } else if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal()
-        {
+        } else if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
             ErrorKind::Unreachable
         } else {
             ErrorKind::Server
@@ -134,8 +133,8 @@ fn is_auth_error(err: &redis::RedisError) -> bool {
         "invalid username-password",
         "unauthenticated",
     ]
-        .iter()
-        .any(|needle| text.contains(needle))
+    .iter()
+    .any(|needle| text.contains(needle))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

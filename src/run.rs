@@ -53,7 +53,9 @@ pub async fn run(config: RunConfig) -> u8 {
     let token = match Token::generate() {
         Ok(token) => token,
         Err(err) => {
-            report.error(format_args!("cannot read random bytes for the lock token: {err}"));
+            report.error(format_args!(
+                "cannot read random bytes for the lock token: {err}"
+            ));
             return exit_code::INTERNAL;
         }
     };
@@ -66,7 +68,9 @@ pub async fn run(config: RunConfig) -> u8 {
     let acquire = async {
         // Only the first connection gets longer than a Redis call may take:
         // nothing is held yet, and a slow handshake is no reason to give up.
-        lock.session().open_within(timing.redis_timeout.max(FIRST_CONNECT_TIMEOUT)).await?;
+        lock.session()
+            .open_within(timing.redis_timeout.max(FIRST_CONNECT_TIMEOUT))
+            .await?;
         wait::acquire(&mut lock, timing.ttl, &me, config.wait, report).await
     };
     let attempt = tokio::select! {
@@ -94,7 +98,9 @@ pub async fn run(config: RunConfig) -> u8 {
         Err(signal) => {
             // The SET may have won the race with the signal; give it back.
             let _ = lock.release(None).await;
-            report.verbose(format_args!("got {signal} while waiting for the lock; giving up"));
+            report.verbose(format_args!(
+                "got {signal} while waiting for the lock; giving up"
+            ));
             return exit_code::from_signal(signal as i32);
         }
     };
@@ -355,7 +361,10 @@ async fn keep_lease(
             }
             Ok(false) => return Lost::TokenGone,
             Err(err) => {
-                let left = lease.deadline().remaining().saturating_sub(timing.kill_grace);
+                let left = lease
+                    .deadline()
+                    .remaining()
+                    .saturating_sub(timing.kill_grace);
                 let message = format!(
                     "cannot renew {} ({err}); retrying for {} before stopping the command",
                     lock.keys().lock,
@@ -374,8 +383,10 @@ async fn keep_lease(
 
 fn lost_message(lock: &str, reason: Stop) -> String {
     let why = match reason {
-        Stop::TokenGone => "its key no longer holds this run's token (it expired, was removed \
-                            with `lockrun release --force`, or Redis restarted empty)",
+        Stop::TokenGone => {
+            "its key no longer holds this run's token (it expired, was removed \
+                            with `lockrun release --force`, or Redis restarted empty)"
+        }
         Stop::Unconfirmed => "the lease could not be renewed in time",
         Stop::Lapsed => "the lease ran out while lockrun could not run (paused or suspended)",
         Stop::TimedOut => "the command timed out",

@@ -62,7 +62,9 @@ pub async fn acquire(
     let mut releases = match subscribe(lock).await {
         Ok(pubsub) => Some(pubsub),
         Err(err) => {
-            report.verbose(format_args!("no release notifications, polling instead: {err}"));
+            report.verbose(format_args!(
+                "no release notifications, polling instead: {err}"
+            ));
             None
         }
     };

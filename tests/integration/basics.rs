@@ -7,11 +7,17 @@ use crate::harness::*;
 fn exit_statuses_pass_through_and_nothing_is_left_behind() {
     let redis = RedisServer::start();
     for code in [0, 3, 255] {
-        let output = lockrun_at(&redis, &["--key", "job", "--", "sh", "-c", &format!("exit {code}")])
-            .output()
-            .expect("run");
+        let output = lockrun_at(
+            &redis,
+            &["--key", "job", "--", "sh", "-c", &format!("exit {code}")],
+        )
+        .output()
+        .expect("run");
         assert_eq!(output.status.code(), Some(code));
-        assert!(output.stdout.is_empty() && output.stderr.is_empty(), "silent on success");
+        assert!(
+            output.stdout.is_empty() && output.stderr.is_empty(),
+            "silent on success"
+        );
     }
     // Only the fencing counter stays: the lease and holder record are gone.
     assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
@@ -23,7 +29,14 @@ fn command_gets_key_and_increasing_fencing_tokens() {
     let fence = || -> u64 {
         let output = lockrun_at(
             &redis,
-            &["-k", "job", "--", "sh", "-c", "echo $LOCKRUN_KEY $LOCKRUN_FENCING_TOKEN"],
+            &[
+                "-k",
+                "job",
+                "--",
+                "sh",
+                "-c",
+                "echo $LOCKRUN_KEY $LOCKRUN_FENCING_TOKEN",
+            ],
         )
         .output()
         .expect("run");

@@ -63,7 +63,14 @@ impl RedisServer {
             .args(["--port", &port, "--bind", "127.0.0.1"])
             .arg("--unixsocket")
             .arg(&self.socket)
-            .args(["--unixsocketperm", "700", "--save", "", "--appendonly", "no"])
+            .args([
+                "--unixsocketperm",
+                "700",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .arg("--dir")
             .arg(self.dir.path())
             .args(["--logfile", "redis.log", "--daemonize", "no"])
@@ -79,7 +86,11 @@ impl RedisServer {
         let ready = eventually(PATIENCE, || {
             std::os::unix::net::UnixStream::connect(&socket).is_ok()
         });
-        assert!(ready, "redis-server did not start; see {}", self.dir.path().display());
+        assert!(
+            ready,
+            "redis-server did not start; see {}",
+            self.dir.path().display()
+        );
     }
 
     /// The URL lockrun is given: the unix socket.
@@ -89,7 +100,10 @@ impl RedisServer {
 
     /// The TCP URL, for servers started with `start_tcp`.
     pub fn tcp_url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port.expect("started with start_tcp"))
+        format!(
+            "redis://127.0.0.1:{}",
+            self.port.expect("started with start_tcp")
+        )
     }
 
     pub fn dir(&self) -> &Path {
@@ -251,7 +265,8 @@ impl Running {
 
     /// Waits for the exit, failing the test after `PATIENCE`.
     pub fn wait(&mut self) -> ExitStatus {
-        self.wait_for(PATIENCE).expect("process did not exit in time")
+        self.wait_for(PATIENCE)
+            .expect("process did not exit in time")
     }
 
     pub fn wait_for(&mut self, limit: Duration) -> Option<ExitStatus> {
