@@ -24,6 +24,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -118,7 +119,7 @@ class Bench:
         self.devnull = os.open(os.devnull, os.O_RDWR)
         self.errlog = os.path.join(self.work, "stderr.log")
         self.redis = Redis(opts.port)
-        self.rows = []
+        self.live = set()
 
     # --- commands -----------------------------------------------------------
 
@@ -143,9 +144,11 @@ class Bench:
     # --- primitives ---------------------------------------------------------
 
     def spawn(self, argv):
+        """Starts argv in a process group of its own, so that `stop_all` can
+        take it down with whatever it started."""
         err = os.open(self.errlog, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
-            return os.posix_spawn(
+            pid = os.posix_spawn(
                 argv[0],
                 argv,
                 self.env,
@@ -154,12 +157,30 @@ class Bench:
                     (os.POSIX_SPAWN_DUP2, self.devnull, 1),
                     (os.POSIX_SPAWN_DUP2, err, 2),
                 ],
+                setpgroup=0,
             )
         finally:
             os.close(err)
+        self.live.add(pid)
+        return pid
+
+    def reap(self, pid, flags=0):
+        done, status = os.waitpid(pid, flags)
+        if done:
+            self.live.discard(pid)
+        return done, status
+
+    def stop_all(self):
+        """Kills everything still running, when the benchmark is interrupted."""
+        for pid in list(self.live):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.reap(pid)
 
     def wait_ok(self, pid, argv):
-        _, status = os.waitpid(pid, 0)
+        _, status = self.reap(pid)
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
             sys.exit(
@@ -189,7 +210,10 @@ class Bench:
 
     def overhead(self):
         runs = self.opts.runs
-        tools = [("true alone", [self.true])] + self.tools("bench-overhead", [self.true])
+        tools = [
+            ("true alone", [self.true]),
+            ("lockrun start-up", [self.opts.lockrun, "--version"]),
+        ] + self.tools("bench-overhead", [self.true])
         samples = self.overhead_samples(tools, runs)
         result = {
             name: (ms(statistics.median(s)), ms(percentile(s, 99))) for name, s in samples.items()
@@ -211,13 +235,11 @@ class Bench:
         failed = False
         while pending:
             for pid in list(pending):
-                done, status = os.waitpid(pid, os.WNOHANG)
+                done, status = self.reap(pid, os.WNOHANG)
                 if done:
                     pending.discard(pid)
                     failed |= os.waitstatus_to_exitcode(status) != 0
             if pending and time.monotonic() > limit:
-                for pid in pending:
-                    os.kill(pid, 9)
                 sys.exit("bench: contenders did not finish in time: %s" % " ".join(argv))
             if pending:
                 time.sleep(0.002)
@@ -334,7 +356,10 @@ class Bench:
             flock.append(self.peak_rss(self.flock_cmd([sleep, "0.5"])))
             # A waiter, subscribed to the release channel, while a holder runs.
             holder = self.spawn(self.lockrun(self.tcp, "bench-mem", [sleep, "1.2"]))
+            deadline = time.monotonic() + 10
             while not self.has_child(holder):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the holder never started its command")
                 time.sleep(0.01)
             waiting.append(
                 self.peak_rss(self.lockrun(self.tcp, "bench-mem", [self.true], wait=True), after=0.5)
@@ -391,6 +416,7 @@ def machine():
         "redis": version,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "load": " ".join("%.2f" % x for x in os.getloadavg()),
+        "nice": os.nice(0),
     }
 
 
@@ -408,7 +434,7 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--runs", type=int, default=300, help="overhead runs per tool")
     parser.add_argument(
-        "--handoffs", type=int, default=200, help="acquisitions per handoff setting and tool"
+        "--handoffs", type=int, default=300, help="acquisitions per handoff setting and tool"
     )
     parser.add_argument("--etcd-note", default="")
     opts = parser.parse_args()
@@ -416,6 +442,15 @@ def main():
     began = time.monotonic()
     info = machine()
     bench = Bench(opts)
+    # bench/run.sh stops this with SIGTERM when it is interrupted.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        measure(bench, opts, info, began)
+    finally:
+        bench.stop_all()
+
+
+def measure(bench, opts, info, began):
 
     def say(text):
         print(text, file=sys.stderr, flush=True)
@@ -469,7 +504,7 @@ def main():
     worst = max(abs(grow[n][0] / base - 1) for n in grow)
     for n in sorted(grow):
         last = n == max(grow)
-        row("overhead median, %s other keys held" % format(n, ","), f2(grow[n][0]), "", "",
+        row("overhead median, %s other key%s held" % (format(n, ","), "" if n == 1 else "s"), f2(grow[n][0]), "", "",
             "%.2f× of 1 key" % (grow[n][0] / base),
             "±%d %%" % (GROWTH_TOLERANCE * 100) if last else "",
             verdict(worst <= GROWTH_TOLERANCE) if last else "")
@@ -480,18 +515,20 @@ def main():
     ]
     table = "\n".join(header + rows)
     true_alone = over["true alone"]
+    startup = over["lockrun start-up"]
     etcd = opts.etcd_note or "etcdctl lock: not measured."
     text = f"""# Benchmarks
 
-lockrun against `flock(1)`, measured side by side in one run by `bench/run.sh` (about
-{elapsed / 60:.0f} minutes). The targets are the ratios from issue 5; the headline column is
-lockrun talking to Redis over TCP loopback, the realistic case. Runs of the tools are
-interleaved, so a busy neighbour slows them alike; absolute figures move with the machine's
-load, the ratios much less.
+lockrun against `flock(1)`, measured side by side in one run by `bench/run.sh`
+({elapsed:.0f} s of measuring, plus the release build). The targets are the ratios from
+issue 5; the headline column is lockrun talking to Redis over TCP loopback, the realistic
+case. Runs of the tools are interleaved, so a busy neighbour slows them alike; absolute
+figures move with the machine's load, the ratios much less.
 
 - Machine: {info['nproc']} CPUs, {info['cpu']}, Linux {info['kernel']}, redis-server {info['redis']}
-- Date: {info['date']}; load average {info['load']} at the start, {info['load_end']} at the end
-- `true` alone: {true_alone[0]:.2f} ms median, {true_alone[1]:.2f} ms p99 (the cost of starting any process here)
+- Date: {info['date']}; load average {info['load']} at the start, {info['load_end']} at the end; niceness {info['nice']}
+- `true` alone: {true_alone[0]:.2f} ms median, {true_alone[1]:.2f} ms p99 (the cost of starting any process here);
+  `lockrun --version`: {startup[0]:.2f} ms median (lockrun's own start-up, before any Redis work)
 - {etcd}
 
 {table}
@@ -517,7 +554,7 @@ How each figure is taken:
         f.write(text)
     print(table)
     print()
-    print("true alone: %.2f ms median; %s" % (true_alone[0], etcd))
+    print("true alone: %.2f ms median; lockrun --version: %.2f ms; %s" % (true_alone[0], startup[0], etcd))
     print("machine: %(nproc)s CPUs, %(cpu)s, Linux %(kernel)s, redis %(redis)s, load %(load)s" % info)
     print("wrote %s in %.0f s" % (opts.out, elapsed))
 

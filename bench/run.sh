@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks lockrun against flock(1) on this machine and writes BENCHMARKS.md.
 #
-#   bench/run.sh                 # full run, about 2 minutes on 2 CPUs
+#   bench/run.sh                 # full run: about 2 minutes on 2 CPUs
 #   bench/run.sh --runs 100      # fewer overhead runs (options go to bench.py)
 #
 # Builds the release binary, starts a throwaway redis-server on a unix socket
@@ -23,7 +23,13 @@ need python3 "apt-get install python3"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/lockrun-bench.XXXXXX")
 redis_pid=
+bench_pid=
 cleanup() {
+  # bench.py kills what it started when it gets SIGTERM.
+  if [ -n "$bench_pid" ]; then
+    kill "$bench_pid" 2>/dev/null || true
+    wait "$bench_pid" 2>/dev/null || true
+  fi
   if [ -n "$redis_pid" ]; then
     kill "$redis_pid" 2>/dev/null || true
     wait "$redis_pid" 2>/dev/null || true
@@ -87,5 +93,12 @@ done
 [ -n "$redis_pid" ] || { say "could not start redis-server; see above"; exit 1; }
 say "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on 127.0.0.1:$port and $socket"
 
+# In the background, so that a signal to this script is handled at once
+# (bash runs traps only between commands, and `wait` is interruptible).
 python3 bench/bench.py --lockrun "$lockrun" --stamp "$work/stamp" --port "$port" \
-  --socket "$socket" --work "$work" --out BENCHMARKS.md --etcd-note "$etcd_note" "$@"
+  --socket "$socket" --work "$work" --out BENCHMARKS.md --etcd-note "$etcd_note" "$@" &
+bench_pid=$!
+status=0
+wait "$bench_pid" || status=$?
+bench_pid=
+exit "$status"

@@ -68,7 +68,12 @@ pub fn main() -> ExitCode {
             return ExitCode::from(exit_code::INTERNAL);
         }
     };
-    ExitCode::from(runtime.block_on(dispatch(cli)))
+    let status = runtime.block_on(dispatch(cli));
+    // Dropping the runtime would wait for its blocking threads, and a DNS
+    // lookup for the Redis host runs on one: after a lookup that outlived
+    // its timeout, lockrun would hang there after reporting the failure.
+    runtime.shutdown_background();
+    ExitCode::from(status)
 }
 
 async fn dispatch(cli: Cli) -> u8 {

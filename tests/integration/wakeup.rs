@@ -1,4 +1,233 @@
 //! Waiters wake on a release, and still acquire when a holder dies without releasing.
+//!
+//! These check outcomes, not speed: how soon a waiter starts after a release
+//! is measured by bench/run.sh. Every wait here is a poll with a deadline, and
+//! every bound is far from what a slow, busy machine needs.
 
-#[allow(unused_imports)]
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
 use crate::harness::*;
+
+/// Holds the lock until the test creates `go` in the directory given as $1.
+const HOLD_UNTIL_GO: &str = r#"echo $$ > "$1/holder"; while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
+
+/// How many runs listen on the release channel of lock `name`: a waiter
+/// subscribes before its second attempt, so this says it is waiting.
+fn subscribers(redis: &RedisServer, name: &str) -> i64 {
+    let (_, count): (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("{}:released", lock_key(name)))
+        .query(&mut redis.client())
+        .expect("PUBSUB NUMSUB");
+    count
+}
+
+fn wait_for_subscribers(redis: &RedisServer, name: &str, count: i64) {
+    let mut seen = 0;
+    let subscribed = eventually(PATIENCE, || {
+        seen = subscribers(redis, name);
+        seen == count
+    });
+    assert!(
+        subscribed,
+        "expected {count} waiters on the release channel, saw {seen}"
+    );
+}
+
+#[test]
+fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    // A long lease, so that only the release, not its expiry, can let the
+    // waiter in before the deadline checked below.
+    let mut holder = Running::spawn(
+        lockrun_at(
+            &redis,
+            &[
+                "-k",
+                "job",
+                "--ttl",
+                "30s",
+                "--",
+                "sh",
+                "-c",
+                HOLD_UNTIL_GO,
+                "sh",
+            ],
+        )
+        .arg(dir.path()),
+    );
+    read_pid(&dir.path().join("holder"));
+    let mut waiter = Running::spawn(
+        lockrun_at(
+            &redis,
+            &[
+                "-k",
+                "job",
+                "--wait",
+                "forever",
+                "--",
+                "sh",
+                "-c",
+                r#"echo started > "$1/started""#,
+                "sh",
+            ],
+        )
+        .arg(dir.path()),
+    );
+    wait_for_subscribers(&redis, "job", 1);
+    assert!(waiter.running(), "the waiter must still be waiting");
+    assert!(!dir.path().join("started").exists());
+
+    // Read before the PTTL query, so that this errs early.
+    let now = Instant::now();
+    let pttl = redis.pttl("job");
+    assert!(pttl > 10_000, "the holder's lease has {pttl} ms left");
+    let lease_ends = now + Duration::from_millis(pttl as u64);
+    let released = Instant::now();
+    std::fs::write(dir.path().join("go"), "").expect("write go");
+
+    read_when_ready(&dir.path().join("started"));
+    let started = Instant::now();
+    assert!(
+        started < lease_ends,
+        "the waiter started {:?} after the release, only once the holder's lease could have run out",
+        started - released
+    );
+    assert!(holder.wait().success());
+    assert!(waiter.wait().success());
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+#[test]
+fn a_waiter_acquires_after_the_holder_is_killed_and_its_lease_runs_out() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Running::spawn(
+        lockrun_at(
+            &redis,
+            &[
+                "-k",
+                "job",
+                "--ttl",
+                "3s",
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; echo $$ > "$1/holder"; exec sleep 60"#,
+                "sh",
+            ],
+        )
+        .arg(dir.path()),
+    );
+    read_pid(&dir.path().join("holder"));
+    let first: u64 = read_when_ready(&dir.path().join("fence"))
+        .parse()
+        .expect("fencing token");
+    let mut waiter = Running::spawn(
+        lockrun_at(
+            &redis,
+            &[
+                "-k",
+                "job",
+                "--wait",
+                "60s",
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/started""#,
+                "sh",
+            ],
+        )
+        .arg(dir.path()),
+    );
+    wait_for_subscribers(&redis, "job", 1);
+
+    // SIGKILL: no release, no message; the key stays until its ttl ends.
+    holder.signal(Signal::SIGKILL);
+    holder.wait();
+    // Read before the PTTL query, so that this errs early.
+    let now = Instant::now();
+    let pttl = redis.pttl("job");
+    let expires = now + Duration::from_millis(pttl.max(0) as u64);
+
+    let second: u64 = read_when_ready(&dir.path().join("started"))
+        .parse()
+        .expect("fencing token");
+    // Never before the dead holder's key expired (a little slack for the
+    // two clocks: Redis's and this test's).
+    let early = expires.saturating_duration_since(Instant::now());
+    assert!(
+        early < Duration::from_millis(100),
+        "the waiter started {early:?} before the old lease ran out"
+    );
+    assert!(second > first, "fencing token {second} after {first}");
+    assert!(waiter.wait().success());
+}
+
+#[test]
+fn each_release_lets_one_waiter_through_and_all_complete() {
+    const WAITERS: usize = 6;
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Running::spawn(
+        lockrun_at(
+            &redis,
+            &[
+                "-k",
+                "job",
+                "--ttl",
+                "30s",
+                "--",
+                "sh",
+                "-c",
+                HOLD_UNTIL_GO,
+                "sh",
+            ],
+        )
+        .arg(dir.path()),
+    );
+    read_pid(&dir.path().join("holder"));
+
+    // Each job holds a marker directory: mkdir fails if another job still has it.
+    let job = r#"mkdir "$1/held" 2>/dev/null || { echo $$ >> "$1/overlaps"; exit 3; }
+echo "$LOCKRUN_FENCING_TOKEN" >> "$1/fences"
+sleep 0.2
+rmdir "$1/held""#;
+    let mut waiters: Vec<Running> = (0..WAITERS)
+        .map(|_| {
+            Running::spawn(
+                lockrun_at(
+                    &redis,
+                    &["-k", "job", "--wait", "2m", "--", "sh", "-c", job, "sh"],
+                )
+                .arg(dir.path()),
+            )
+        })
+        .collect();
+    wait_for_subscribers(&redis, "job", WAITERS as i64);
+    assert!(!dir.path().join("fences").exists(), "nobody ran while held");
+
+    std::fs::write(dir.path().join("go"), "").expect("write go");
+    assert!(holder.wait().success());
+    for waiter in &mut waiters {
+        assert!(waiter.wait().success());
+    }
+
+    assert!(
+        !dir.path().join("overlaps").exists(),
+        "jobs overlapped: {}",
+        std::fs::read_to_string(dir.path().join("overlaps")).unwrap_or_default()
+    );
+    let fences: Vec<u64> = std::fs::read_to_string(dir.path().join("fences"))
+        .expect("fences")
+        .lines()
+        .map(|line| line.parse().expect("fencing token"))
+        .collect();
+    assert_eq!(fences.len(), WAITERS, "{fences:?}");
+    // Appended while holding the lock, so in the order of acquisition.
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
