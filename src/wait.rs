@@ -19,6 +19,9 @@ use crate::report::Report;
 const POLL_SUBSCRIBED: Duration = Duration::from_secs(1);
 /// Polling period when the subscription failed.
 const POLL_UNSUBSCRIBED: Duration = Duration::from_millis(200);
+/// How long setting up the release subscription may take. Nothing is held
+/// while waiting, so this need not fit any lease; past it, lockrun polls.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// A little past the holder's expiry, so the retry finds the key gone.
 const EXPIRY_MARGIN: Duration = Duration::from_millis(2);
 
@@ -111,7 +114,7 @@ async fn subscribe(lock: &mut Lock) -> Result<redis::aio::PubSub, RedisError> {
     let target = lock.session().target().clone();
     let channel = lock.keys().channel.clone();
     let client = target.client()?;
-    let timeout = Duration::from_secs(2);
+    let timeout = SUBSCRIBE_TIMEOUT;
     let subscribed = async {
         let mut pubsub = client.get_async_pubsub().await?;
         pubsub.subscribe(&channel).await?;
