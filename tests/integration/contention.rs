@@ -6,9 +6,6 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
-/// Holds the lock until the test creates `go`.
-const HOLD_UNTIL_GO: &str = r#"echo $$ > "$1/pid"; while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
-
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -26,25 +23,7 @@ fn a_busy_lock_is_refused_as_configured() {
     let redis = RedisServer::start();
     let dir = scratch();
     let ran = dir.path().join("ran");
-    let mut holder = Running::spawn(
-        lockrun_at(
-            &redis,
-            &[
-                "-k",
-                "job",
-                "--ttl",
-                "2s",
-                "--",
-                "sh",
-                "-c",
-                HOLD_UNTIL_GO,
-                "sh",
-            ],
-        )
-        .arg(dir.path()),
-    );
-    read_pid(&dir.path().join("pid"));
-    let token = redis.lock_value("job").expect("the holder has the lock");
+    let mut holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
 
     // No --wait: one attempt, the default busy status, one line naming the holder.
     let output = attempt(&redis, &[], &ran);
@@ -56,7 +35,7 @@ fn a_busy_lock_is_refused_as_configured() {
         "{stderr:?}"
     );
     assert!(
-        stderr.contains(&format!("pid {}", holder.pid())),
+        stderr.contains(&format!("pid {}", holder.run.pid())),
         "names the holder: {stderr}"
     );
 
@@ -90,9 +69,12 @@ fn a_busy_lock_is_refused_as_configured() {
     assert!(stderr.contains("after waiting 500ms"), "{stderr}");
 
     assert!(!ran.exists(), "a refused run ran its command");
-    assert_eq!(redis.lock_value("job").as_deref(), Some(token.as_str()));
-    std::fs::write(dir.path().join("go"), "").expect("write go");
-    assert_eq!(holder.wait().code(), Some(0));
+    assert_eq!(
+        redis.lock_value("job").as_deref(),
+        Some(holder.token.as_str())
+    );
+    holder.go();
+    assert_eq!(holder.run.wait().code(), Some(0));
     assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }
 
@@ -106,12 +88,8 @@ fn a_command_that_outlives_several_ttls_keeps_the_lock() {
     let first_stderr = dir.path().join("first.stderr");
     let long = r#"touch "$1/started"; sleep 6.5; touch "$1/done""#;
     let mut first = Running::spawn(
-        lockrun_at(
-            &redis,
-            &["-k", "job", "--ttl", "2s", "--", "sh", "-c", long, "sh"],
-        )
-        .arg(dir.path())
-        .stderr(log_file(&first_stderr)),
+        lockrun_sh(&redis, &["-k", "job", "--ttl", "2s"], long, dir.path())
+            .stderr(log_file(&first_stderr)),
     );
     let first_says = || std::fs::read_to_string(&first_stderr).unwrap_or_default();
     assert!(
@@ -124,8 +102,7 @@ fn a_command_that_outlives_several_ttls_keeps_the_lock() {
     let second = r#"[ -e "$1/done" ] || touch "$1/overlap""#;
     let mut refused = Vec::new();
     while !done.exists() {
-        let output = lockrun_at(&redis, &["-k", "job", "--", "sh", "-c", second, "sh"])
-            .arg(dir.path())
+        let output = lockrun_sh(&redis, &["-k", "job"], second, dir.path())
             .output()
             .expect("run");
         // Only an attempt that ended before the first command did must have
@@ -187,31 +164,26 @@ fn twenty_waiting_runs_never_overlap_and_all_complete() {
     const RUNS: usize = 20;
     let redis = RedisServer::start();
     let dir = scratch();
-    // mkdir is atomic: it fails if another command is inside.
-    let script = r#"
-        mkdir "$1/inside" || { echo "overlap at $LOCKRUN_FENCING_TOKEN" >> "$1/log"; exit 99; }
-        sleep 0.05
-        echo "$LOCKRUN_FENCING_TOKEN" >> "$1/log"
-        rmdir "$1/inside""#;
-    let mut runs: Vec<Running> = (0..RUNS)
-        .map(|_| {
-            Running::spawn(
-                lockrun_at(
-                    &redis,
-                    &["-k", "job", "--wait", "60s", "--", "sh", "-c", script, "sh"],
-                )
-                .arg(dir.path()),
-            )
-        })
-        .collect();
+    let mut runs = spawn_no_overlap_jobs(
+        &redis,
+        RUNS,
+        &["-k", "job", "--wait", "60s"],
+        dir.path(),
+        "0.05",
+    );
     for run in &mut runs {
         let status = run
             .wait_for(Duration::from_secs(90))
             .expect("a run never finished");
-        assert_eq!(status.code(), Some(0));
+        assert_eq!(status.code(), Some(0), "exit 3 means two jobs overlapped");
     }
+    assert!(
+        !dir.path().join("overlaps").exists(),
+        "jobs overlapped: {}",
+        std::fs::read_to_string(dir.path().join("overlaps")).unwrap_or_default()
+    );
 
-    let log = std::fs::read_to_string(dir.path().join("log")).expect("log");
+    let log = std::fs::read_to_string(dir.path().join("fences")).expect("fences");
     let fences: Vec<u64> = log
         .lines()
         .map(|line| {

@@ -243,6 +243,14 @@ pub fn lockrun_at(server: &RedisServer, args: &[&str]) -> Command {
     command
 }
 
+/// lockrun pointed at `server`, with `args` before the `--`, running the sh
+/// `script` with `dir` as its `$1`.
+pub fn lockrun_sh(server: &RedisServer, args: &[&str], script: &str, dir: &Path) -> Command {
+    let mut command = lockrun_at(server, args);
+    command.args(["--", "sh", "-c", script, "sh"]).arg(dir);
+    command
+}
+
 /// A spawned lockrun (or any process) that is killed if the test fails.
 pub struct Running {
     pub child: Child,
@@ -357,4 +365,94 @@ pub fn read_pid_of(run: &mut Running, path: &Path, stderr: &Path) -> i32 {
         );
     }
     read_pid(path)
+}
+
+/// The fencing token a command wrote to `path` (one line), once it is there.
+pub fn read_fence(path: &Path) -> u64 {
+    let text = read_when_ready(path);
+    text.parse()
+        .unwrap_or_else(|_| panic!("{} holds {text:?}, not a fencing token", path.display()))
+}
+
+/// Holds the lock until the test creates `go` in the directory given as $1.
+/// The fencing token is written before the pid, so a readable pid file means
+/// both are there.
+pub const HOLD_UNTIL_GO: &str = r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; echo $$ > "$1/pid"
+while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
+
+/// A run that keeps a lock busy for as long as a test needs: lockrun running
+/// `HOLD_UNTIL_GO` in a scratch directory of its own, its stderr in `stderr`
+/// there.
+pub struct Holder {
+    /// lockrun itself.
+    pub run: Running,
+    /// The command's pid.
+    pub child: i32,
+    /// The lock's value while this run holds it.
+    pub token: String,
+    // Declared last so that it is removed after `run` is stopped.
+    dir: TempDir,
+}
+
+impl Holder {
+    /// Starts `lockrun -k NAME ARGS -- sh -c HOLD_UNTIL_GO` and returns once
+    /// its command runs, that is once it holds the lock.
+    pub fn start(server: &RedisServer, name: &str, args: &[&str]) -> Self {
+        let dir = scratch();
+        let stderr = dir.path().join("stderr");
+        let mut run = Running::spawn(
+            lockrun_sh(
+                server,
+                &[&["-k", name], args].concat(),
+                HOLD_UNTIL_GO,
+                dir.path(),
+            )
+            .stderr(log_file(&stderr)),
+        );
+        let child = read_pid_of(&mut run, &dir.path().join("pid"), &stderr);
+        let token = server.lock_value(name).expect("the holder has the lock");
+        Holder {
+            run,
+            child,
+            token,
+            dir,
+        }
+    }
+
+    pub fn fence(&self) -> u64 {
+        read_fence(&self.dir.path().join("fence"))
+    }
+
+    /// Lets the command finish, and so lockrun release the lock.
+    pub fn go(&self) {
+        std::fs::write(self.dir.path().join("go"), "").expect("write go");
+    }
+
+    /// What lockrun has written to its stderr so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+    }
+}
+
+/// A job that must never run alongside another: mkdir is atomic, so it fails
+/// while another job is inside. Inside, it appends its fencing token to
+/// `fences` in $1 and stays $2 seconds; a job that finds another inside
+/// appends its pid to `overlaps` and exits 3.
+pub const NO_OVERLAP_JOB: &str = r#"mkdir "$1/inside" 2>/dev/null || { echo $$ >> "$1/overlaps"; exit 3; }
+echo "$LOCKRUN_FENCING_TOKEN" >> "$1/fences"
+sleep "$2"
+rmdir "$1/inside""#;
+
+/// Spawns `count` runs of `NO_OVERLAP_JOB` in `dir` at once, each with `args`
+/// before the `--` and staying inside for `seconds`.
+pub fn spawn_no_overlap_jobs(
+    server: &RedisServer,
+    count: usize,
+    args: &[&str],
+    dir: &Path,
+    seconds: &str,
+) -> Vec<Running> {
+    (0..count)
+        .map(|_| Running::spawn(lockrun_sh(server, args, NO_OVERLAP_JOB, dir).arg(seconds)))
+        .collect()
 }

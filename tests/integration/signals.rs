@@ -20,9 +20,6 @@ while [ ! -e "$dir/stop" ]; do sleep 0.05; done
 exit 42
 "#;
 
-/// Holds the lock until the test creates `go`.
-const HOLD_UNTIL_GO: &str = r#"echo $$ > "$1/pid"; while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
-
 fn stderr(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("stderr")).unwrap_or_default()
 }
@@ -89,26 +86,7 @@ fn every_forwarded_signal_reaches_the_command_once_and_lockrun_waits_for_it() {
 #[test]
 fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
     let redis = RedisServer::start();
-    let holder_dir = scratch();
-    let mut holder = Running::spawn(
-        lockrun_at(
-            &redis,
-            &[
-                "-k",
-                "job",
-                "--ttl",
-                "2s",
-                "--",
-                "sh",
-                "-c",
-                HOLD_UNTIL_GO,
-                "sh",
-            ],
-        )
-        .arg(holder_dir.path()),
-    );
-    read_pid(&holder_dir.path().join("pid"));
-    let token = redis.lock_value("job").expect("the holder has the lock");
+    let mut holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
 
     for signal in [Signal::SIGTERM, Signal::SIGINT] {
         let dir = scratch();
@@ -142,14 +120,14 @@ fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
         assert!(!ran.exists(), "the command ran after {signal}");
         assert_eq!(
             redis.lock_value("job").as_deref(),
-            Some(token.as_str()),
+            Some(holder.token.as_str()),
             "the waiter touched the holder's lock"
         );
-        assert!(holder.running());
+        assert!(holder.run.running());
     }
 
-    std::fs::write(holder_dir.path().join("go"), "").expect("write go");
-    assert_eq!(holder.wait().code(), Some(0));
+    holder.go();
+    assert_eq!(holder.run.wait().code(), Some(0));
     assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }
 
@@ -158,19 +136,12 @@ fn sigterm_from_a_service_manager_stops_the_command_and_releases_the_lock() {
     let redis = RedisServer::start();
     let dir = scratch();
     let mut run = Running::spawn(
-        lockrun_at(
+        lockrun_sh(
             &redis,
-            &[
-                "-k",
-                "job",
-                "--",
-                "sh",
-                "-c",
-                r#"echo $$ > "$1/pid"; exec sleep 60"#,
-                "sh",
-            ],
+            &["-k", "job"],
+            r#"echo $$ > "$1/pid"; exec sleep 60"#,
+            dir.path(),
         )
-        .arg(dir.path())
         .stderr(log_file(&dir.path().join("stderr"))),
     );
     let child = read_pid_of(

@@ -235,13 +235,9 @@ fn stragglers_in_the_commands_group_are_stopped_when_it_exits() {
         (trap '' TERM; exec sleep 60) & echo $! > "$1/stubborn"
         exit 0"#;
     let mut run = Running::spawn(
-        lockrun_at(
-            &redis,
-            &["-k", "job", "--ttl", "2s", "--", "sh", "-c", script, "sh"],
-        )
-        .arg(dir.path())
-        // A straggler holding the test's pipe open would hang it.
-        .stdout(Stdio::null()),
+        lockrun_sh(&redis, &["-k", "job", "--ttl", "2s"], script, dir.path())
+            // A straggler holding the test's pipe open would hang it.
+            .stdout(Stdio::null()),
     );
     let polite = read_pid(&dir.path().join("polite"));
     let stubborn = read_pid(&dir.path().join("stubborn"));

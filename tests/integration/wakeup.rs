@@ -10,9 +10,6 @@ use nix::sys::signal::Signal;
 
 use crate::harness::*;
 
-/// Holds the lock until the test creates `go` in the directory given as $1.
-const HOLD_UNTIL_GO: &str = r#"echo $$ > "$1/holder"; while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
-
 /// How many runs listen on the release channel of lock `name`: a waiter
 /// subscribes before its second attempt, so this says it is waiting.
 fn subscribers(redis: &RedisServer, name: &str) -> i64 {
@@ -42,41 +39,13 @@ fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
     let dir = scratch();
     // A long lease, so that only the release, not its expiry, can let the
     // waiter in before the deadline checked below.
-    let mut holder = Running::spawn(
-        lockrun_at(
-            &redis,
-            &[
-                "-k",
-                "job",
-                "--ttl",
-                "30s",
-                "--",
-                "sh",
-                "-c",
-                HOLD_UNTIL_GO,
-                "sh",
-            ],
-        )
-        .arg(dir.path()),
-    );
-    read_pid(&dir.path().join("holder"));
-    let mut waiter = Running::spawn(
-        lockrun_at(
-            &redis,
-            &[
-                "-k",
-                "job",
-                "--wait",
-                "forever",
-                "--",
-                "sh",
-                "-c",
-                r#"echo started > "$1/started""#,
-                "sh",
-            ],
-        )
-        .arg(dir.path()),
-    );
+    let mut holder = Holder::start(&redis, "job", &["--ttl", "30s"]);
+    let mut waiter = Running::spawn(&mut lockrun_sh(
+        &redis,
+        &["-k", "job", "--wait", "forever"],
+        r#"echo started > "$1/started""#,
+        dir.path(),
+    ));
     wait_for_subscribers(&redis, "job", 1);
     assert!(waiter.running(), "the waiter must still be waiting");
     assert!(!dir.path().join("started").exists());
@@ -87,7 +56,7 @@ fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
     assert!(pttl > 10_000, "the holder's lease has {pttl} ms left");
     let lease_ends = now + Duration::from_millis(pttl as u64);
     let released = Instant::now();
-    std::fs::write(dir.path().join("go"), "").expect("write go");
+    holder.go();
 
     read_when_ready(&dir.path().join("started"));
     let started = Instant::now();
@@ -96,7 +65,7 @@ fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
         "the waiter started {:?} after the release, only once the holder's lease could have run out",
         started - released
     );
-    assert!(holder.wait().success());
+    assert!(holder.run.wait().success());
     assert!(waiter.wait().success());
     assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }
@@ -105,57 +74,25 @@ fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
 fn a_waiter_acquires_after_the_holder_is_killed_and_its_lease_runs_out() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Running::spawn(
-        lockrun_at(
-            &redis,
-            &[
-                "-k",
-                "job",
-                "--ttl",
-                "3s",
-                "--",
-                "sh",
-                "-c",
-                r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; echo $$ > "$1/holder"; exec sleep 60"#,
-                "sh",
-            ],
-        )
-        .arg(dir.path()),
-    );
-    read_pid(&dir.path().join("holder"));
-    let first: u64 = read_when_ready(&dir.path().join("fence"))
-        .parse()
-        .expect("fencing token");
-    let mut waiter = Running::spawn(
-        lockrun_at(
-            &redis,
-            &[
-                "-k",
-                "job",
-                "--wait",
-                "60s",
-                "--",
-                "sh",
-                "-c",
-                r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/started""#,
-                "sh",
-            ],
-        )
-        .arg(dir.path()),
-    );
+    let mut holder = Holder::start(&redis, "job", &["--ttl", "3s"]);
+    let first = holder.fence();
+    let mut waiter = Running::spawn(&mut lockrun_sh(
+        &redis,
+        &["-k", "job", "--wait", "60s"],
+        r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/started""#,
+        dir.path(),
+    ));
     wait_for_subscribers(&redis, "job", 1);
 
     // SIGKILL: no release, no message; the key stays until its ttl ends.
-    holder.signal(Signal::SIGKILL);
-    holder.wait();
+    holder.run.signal(Signal::SIGKILL);
+    holder.run.wait();
     // Read before the PTTL query, so that this errs early.
     let now = Instant::now();
     let pttl = redis.pttl("job");
     let expires = now + Duration::from_millis(pttl.max(0) as u64);
 
-    let second: u64 = read_when_ready(&dir.path().join("started"))
-        .parse()
-        .expect("fencing token");
+    let second = read_fence(&dir.path().join("started"));
     // Never before the dead holder's key expired (a little slack for the
     // two clocks: Redis's and this test's).
     let early = expires.saturating_duration_since(Instant::now());
@@ -172,46 +109,19 @@ fn each_release_lets_one_waiter_through_and_all_complete() {
     const WAITERS: usize = 6;
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Running::spawn(
-        lockrun_at(
-            &redis,
-            &[
-                "-k",
-                "job",
-                "--ttl",
-                "30s",
-                "--",
-                "sh",
-                "-c",
-                HOLD_UNTIL_GO,
-                "sh",
-            ],
-        )
-        .arg(dir.path()),
+    let mut holder = Holder::start(&redis, "job", &["--ttl", "30s"]);
+    let mut waiters = spawn_no_overlap_jobs(
+        &redis,
+        WAITERS,
+        &["-k", "job", "--wait", "2m"],
+        dir.path(),
+        "0.2",
     );
-    read_pid(&dir.path().join("holder"));
-
-    // Each job holds a marker directory: mkdir fails if another job still has it.
-    let job = r#"mkdir "$1/held" 2>/dev/null || { echo $$ >> "$1/overlaps"; exit 3; }
-echo "$LOCKRUN_FENCING_TOKEN" >> "$1/fences"
-sleep 0.2
-rmdir "$1/held""#;
-    let mut waiters: Vec<Running> = (0..WAITERS)
-        .map(|_| {
-            Running::spawn(
-                lockrun_at(
-                    &redis,
-                    &["-k", "job", "--wait", "2m", "--", "sh", "-c", job, "sh"],
-                )
-                .arg(dir.path()),
-            )
-        })
-        .collect();
     wait_for_subscribers(&redis, "job", WAITERS as i64);
     assert!(!dir.path().join("fences").exists(), "nobody ran while held");
 
-    std::fs::write(dir.path().join("go"), "").expect("write go");
-    assert!(holder.wait().success());
+    holder.go();
+    assert!(holder.run.wait().success());
     for waiter in &mut waiters {
         assert!(waiter.wait().success());
     }
