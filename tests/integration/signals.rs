@@ -132,6 +132,33 @@ fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
 }
 
 #[test]
+fn a_terminal_resize_does_not_end_a_wait() {
+    let redis = RedisServer::start();
+    let holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
+    let dir = scratch();
+    let ran = dir.path().join("ran");
+    let mut waiter = Running::spawn(
+        lockrun_at(
+            &redis,
+            &["-v", "-k", "job", "--wait", "forever", "--", "touch"],
+        )
+        .arg(&ran)
+        .stderr(log_file(&dir.path().join("stderr"))),
+    );
+    assert!(
+        wait_for_text(&dir.path().join("stderr"), "is busy; waiting"),
+        "never started waiting: {}",
+        stderr(dir.path())
+    );
+    // SIGWINCH only says the terminal changed size: the wait goes on, and
+    // the command runs once the holder lets go.
+    waiter.signal(Signal::SIGWINCH);
+    holder.go();
+    assert_eq!(waiter.wait().code(), Some(0), "{}", stderr(dir.path()));
+    assert!(ran.exists(), "the command ran after the wait");
+}
+
+#[test]
 fn sigterm_from_a_service_manager_stops_the_command_and_releases_the_lock() {
     let redis = RedisServer::start();
     let dir = scratch();
