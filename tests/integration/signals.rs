@@ -83,6 +83,25 @@ fn every_forwarded_signal_reaches_the_command_once_and_lockrun_waits_for_it() {
     assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }
 
+/// Starts `lockrun -k job --wait forever -- touch RAN` against a held lock
+/// and returns once it is waiting, its stderr in `dir`.
+fn start_waiting(redis: &RedisServer, dir: &Path, ran: &Path) -> Running {
+    let waiter = Running::spawn(
+        lockrun_at(
+            redis,
+            &["-v", "-k", "job", "--wait", "forever", "--", "touch"],
+        )
+        .arg(ran)
+        .stderr(log_file(&dir.join("stderr"))),
+    );
+    // Logged after the first attempt, so its signal handlers are in place.
+    if !wait_for_text(&dir.join("stderr"), "is busy; waiting") {
+        waiter.signal(Signal::SIGKILL);
+        panic!("never started waiting: {}", stderr(dir));
+    }
+    waiter
+}
+
 #[test]
 fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
     let redis = RedisServer::start();
@@ -91,20 +110,7 @@ fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
     for signal in [Signal::SIGTERM, Signal::SIGINT] {
         let dir = scratch();
         let ran = dir.path().join("ran");
-        let mut waiter = Running::spawn(
-            lockrun_at(
-                &redis,
-                &["-v", "-k", "job", "--wait", "forever", "--", "touch"],
-            )
-            .arg(&ran)
-            .stderr(log_file(&dir.path().join("stderr"))),
-        );
-        // Logged after the first attempt, so its signal handlers are in place.
-        assert!(
-            wait_for_text(&dir.path().join("stderr"), "is busy; waiting"),
-            "never started waiting: {}",
-            stderr(dir.path())
-        );
+        let mut waiter = start_waiting(&redis, dir.path(), &ran);
         waiter.signal(signal);
         // A wait "forever" that ends at all ended because of the signal;
         // the limit only keeps a broken build from hanging the suite.
@@ -137,19 +143,7 @@ fn a_terminal_resize_does_not_end_a_wait() {
     let holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
     let dir = scratch();
     let ran = dir.path().join("ran");
-    let mut waiter = Running::spawn(
-        lockrun_at(
-            &redis,
-            &["-v", "-k", "job", "--wait", "forever", "--", "touch"],
-        )
-        .arg(&ran)
-        .stderr(log_file(&dir.path().join("stderr"))),
-    );
-    assert!(
-        wait_for_text(&dir.path().join("stderr"), "is busy; waiting"),
-        "never started waiting: {}",
-        stderr(dir.path())
-    );
+    let mut waiter = start_waiting(&redis, dir.path(), &ran);
     // SIGWINCH only says the terminal changed size: the wait goes on, and
     // the command runs once the holder lets go.
     waiter.signal(Signal::SIGWINCH);
