@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""lockrun against flock(1), side by side in one run on one machine.
+"""lockrun against flock(1) and etcdctl lock, side by side in one run on one machine.
 
 Run through bench/run.sh, which builds lockrun, starts a throwaway
-redis-server and removes it afterwards. This file only measures and reports:
+redis-server (and a throwaway etcd when etcd is installed; then
+`etcdctl lock` is measured as a third tool) and removes them afterwards.
+This file only measures and reports:
 
 1. overhead:   `X -- true` wall time, median and p99;
 2. handoff:    N contenders take one lock in turn for a 50 ms job; the gap
                from one job's end to the next job's start, median and p99,
                and overlaps (must be 0);
 3. throughput: 8 contenders x 25 acquisitions running `true`;
-4. memory:     peak RSS (VmHWM) of the lockrun process while its child runs;
+4. memory:     peak RSS (VmHWM) of the lockrun (and etcdctl) process while
+               its child runs, and while it waits;
 5. growth:     overhead with 1, 100 and 1,000 other lock keys held in Redis.
 
 Measurements of different tools are interleaved (round-robin) so that a
@@ -19,6 +22,8 @@ compare ratios within this one run.
 
 import argparse
 import datetime
+import http.client
+import json
 import math
 import os
 import platform
@@ -106,6 +111,38 @@ class Redis:
         return self.pipeline([args])[0]
 
 
+class EtcdLeases:
+    """etcd's JSON gateway, just enough to list and revoke leases.
+
+    `etcdctl lock` leaves its session lease to expire (ttl 10 s), and etcd
+    revokes expired leases in the background: left alone, that clean-up of
+    one etcdctl run would land on the next tool's measurements. The benchmark
+    revokes them right after each etcdctl run instead, outside the timing."""
+
+    def __init__(self, endpoint):
+        host, port = endpoint.split("://", 1)[1].rsplit(":", 1)
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=10)
+
+    def _post(self, path, body):
+        self.conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        reply = self.conn.getresponse()
+        data = reply.read()
+        if reply.status != 200:
+            raise RuntimeError("etcd %s: %d %s" % (path, reply.status, data[:200]))
+        return json.loads(data)
+
+    def revoke_all(self):
+        leases = self._post("/v3/lease/leases", {}).get("leases", [])
+        for lease in leases:
+            try:
+                self._post("/v3/lease/revoke", {"ID": lease["ID"]})
+            except RuntimeError as err:
+                # Expired and revoked by etcd in the meantime.
+                if "not found" not in str(err):
+                    raise
+        return len(leases)
+
+
 class Bench:
     def __init__(self, opts):
         self.opts = opts
@@ -115,7 +152,19 @@ class Bench:
         self.lockfile = os.path.join(self.work, "flock.lock")
         self.tcp = "redis://127.0.0.1:%d" % opts.port
         self.unix = "unix://%s" % opts.socket
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKRUN_")}
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("LOCKRUN_", "ETCD_", "ETCDCTL_"))
+        }
+        # etcdctl lock, a third tool, when bench/run.sh started an etcd.
+        self.etcd = opts.etcd_endpoint
+        if self.etcd:
+            self.etcdctl = shutil.which("etcdctl")
+            if not self.etcdctl:
+                sys.exit("bench: --etcd-endpoint given but etcdctl is not on PATH")
+            self.env["ETCDCTL_API"] = "3"
+            self.leases = EtcdLeases(self.etcd)
         self.devnull = os.open(os.devnull, os.O_RDWR)
         self.errlog = os.path.join(self.work, "stderr.log")
         self.redis = Redis(opts.port)
@@ -132,6 +181,16 @@ class Bench:
     def flock_cmd(self, command):
         return [self.flock, self.lockfile] + command
 
+    def settle(self, name):
+        """After a run of `name`: revoke what etcdctl leaves behind."""
+        if name == "etcdctl":
+            self.leases.revoke_all()
+
+    def etcdctl_cmd(self, key, command):
+        """`etcdctl lock NAME -- CMD`: blocks until it holds the lock, runs CMD,
+        then releases it. The `--` keeps CMD's own options away from etcdctl."""
+        return [self.etcdctl, "--endpoints=" + self.etcd, "lock", key, "--"] + command
+
     def tools(self, key, command, wait=False):
         """The compared commands, lockrun over TCP first (the headline)."""
         tools = [
@@ -139,6 +198,8 @@ class Bench:
             ("lockrun unix", self.lockrun(self.unix, key, command, wait)),
             ("flock", self.flock_cmd(command)),
         ]
+        if self.etcd:
+            tools.append(("etcdctl", self.etcdctl_cmd(key, command)))
         return tools
 
     # --- primitives ---------------------------------------------------------
@@ -202,6 +263,7 @@ class Bench:
             random.shuffle(order)
             for name, argv in order:
                 took = self.timed(argv)
+                self.settle(name)
                 if i >= warmup:
                     samples[name].append(took)
         return samples
@@ -281,6 +343,8 @@ class Bench:
             ("lockrun unix", lambda job: self.lockrun(self.unix, key, job, wait=True)),
             ("flock", lambda job: self.flock_cmd(job)),
         ]
+        if self.etcd:
+            tools.append(("etcdctl", lambda job: self.etcdctl_cmd(key, job)))
         gaps = {name: [] for name, _ in tools}
         overlaps = {name: 0 for name, _ in tools}
         # Two rounds, alternating tools, so that drift hits all of them.
@@ -289,6 +353,7 @@ class Bench:
         for r in range(rounds):
             for name, argv_of in tools if r % 2 == 0 else reversed(tools):
                 g, o = self.handoff_once(name, argv_of, contenders, per_round)
+                self.settle(name)
                 gaps[name] += g
                 overlaps[name] += o
         return {
@@ -309,6 +374,7 @@ class Bench:
         for r in range(reps):
             for name, argv in tools if r % 2 == 0 else reversed(tools):
                 took = self.contend(argv, contenders, each)
+                self.settle(name)
                 rates[name].append(contenders * each / (took / 1e9))
         return {name: statistics.median(r) for name, r in rates.items()}
 
@@ -324,23 +390,35 @@ class Bench:
 
     @staticmethod
     def has_child(pid):
+        """Whether any thread of pid has started a child: a Go program such as
+        etcdctl forks from whichever thread its goroutine runs on."""
         try:
-            with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-                return bool(f.read().split())
+            tasks = os.listdir("/proc/%d/task" % pid)
         except OSError:
             return False
+        for tid in tasks:
+            try:
+                with open("/proc/%d/task/%s/children" % (pid, tid)) as f:
+                    if f.read().split():
+                        return True
+            except OSError:
+                pass
+        return False
+
+    def wait_started(self, pid, what):
+        deadline = time.monotonic() + 10
+        while not self.has_child(pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError("%s never started its command" % what)
+            time.sleep(0.01)
 
     def peak_rss(self, argv, after=None):
         """VmHWM of the process started with argv (not its child), read once
         it is running its command, or after `after` seconds."""
         pid = self.spawn(argv)
         try:
-            deadline = time.monotonic() + 10
             if after is None:
-                while not self.has_child(pid):
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("%s never started its command" % argv[0])
-                    time.sleep(0.01)
+                self.wait_started(pid, argv[0])
                 time.sleep(0.2)
             else:
                 time.sleep(after)
@@ -348,24 +426,40 @@ class Bench:
         finally:
             self.wait_ok(pid, argv)
 
+    def waiting_rss(self, holder_argv, waiter_argv):
+        """VmHWM of a waiter while a holder runs its command."""
+        holder = self.spawn(holder_argv)
+        try:
+            self.wait_started(holder, "the holder")
+            return self.peak_rss(waiter_argv, after=0.5)
+        finally:
+            self.wait_ok(holder, holder_argv)
+
     def memory(self, reps=3):
+        """Peak RSS in KiB: {tool: (holding, waiting or None)}."""
         sleep = shutil.which("sleep")
-        holding, waiting, flock = [], [], []
+        rss = {"lockrun tcp": ([], []), "flock": ([], [])}
+        if self.etcd:
+            rss["etcdctl"] = ([], [])
         for _ in range(reps):
-            holding.append(self.peak_rss(self.lockrun(self.tcp, "bench-mem", [sleep, "0.5"])))
-            flock.append(self.peak_rss(self.flock_cmd([sleep, "0.5"])))
+            rss["lockrun tcp"][0].append(
+                self.peak_rss(self.lockrun(self.tcp, "bench-mem", [sleep, "0.5"])))
+            rss["flock"][0].append(self.peak_rss(self.flock_cmd([sleep, "0.5"])))
             # A waiter, subscribed to the release channel, while a holder runs.
-            holder = self.spawn(self.lockrun(self.tcp, "bench-mem", [sleep, "1.2"]))
-            deadline = time.monotonic() + 10
-            while not self.has_child(holder):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the holder never started its command")
-                time.sleep(0.01)
-            waiting.append(
-                self.peak_rss(self.lockrun(self.tcp, "bench-mem", [self.true], wait=True), after=0.5)
-            )
-            self.wait_ok(holder, ["lockrun holder"])
-        return max(holding), max(waiting), max(flock)
+            rss["lockrun tcp"][1].append(self.waiting_rss(
+                self.lockrun(self.tcp, "bench-mem", [sleep, "1.2"]),
+                self.lockrun(self.tcp, "bench-mem", [self.true], wait=True)))
+            if self.etcd:
+                rss["etcdctl"][0].append(
+                    self.peak_rss(self.etcdctl_cmd("bench-mem", [sleep, "0.5"])))
+                # A waiter, watching the holder's key, while the holder runs.
+                rss["etcdctl"][1].append(self.waiting_rss(
+                    self.etcdctl_cmd("bench-mem", [sleep, "1.2"]),
+                    self.etcdctl_cmd("bench-mem", [self.true])))
+                self.settle("etcdctl")
+        return {
+            name: (max(hold), max(wait) if wait else None) for name, (hold, wait) in rss.items()
+        }
 
     # --- 5. cost growth -----------------------------------------------------
 
@@ -436,7 +530,10 @@ def main():
     parser.add_argument(
         "--handoffs", type=int, default=300, help="acquisitions per handoff setting and tool"
     )
-    parser.add_argument("--etcd-note", default="")
+    parser.add_argument("--etcd-note", default="", help="why etcdctl lock is not measured")
+    parser.add_argument("--etcd-endpoint", help="a throwaway etcd to measure etcdctl lock against")
+    parser.add_argument("--etcd-version", default="unknown")
+    parser.add_argument("--etcdctl-version", default="unknown")
     opts = parser.parse_args()
 
     began = time.monotonic()
@@ -455,6 +552,7 @@ def measure(bench, opts, info, began):
     def say(text):
         print(text, file=sys.stderr, flush=True)
 
+    etcd = bool(bench.etcd)
     say("bench: overhead (%d runs per tool)..." % opts.runs)
     over = bench.overhead()
     say("bench: handoff, 3 contenders...")
@@ -464,7 +562,7 @@ def measure(bench, opts, info, began):
     say("bench: throughput...")
     thru = bench.throughput()
     say("bench: memory...")
-    rss_hold, rss_wait, rss_flock = bench.memory()
+    rss = bench.memory()
     say("bench: cost growth...")
     grow = bench.growth()
     elapsed = time.monotonic() - began
@@ -472,81 +570,133 @@ def measure(bench, opts, info, began):
 
     rows = []
 
-    def row(what, tcp, unix, flock, ratio, target, ok):
-        rows.append("| %s | %s | %s | %s | %s | %s | %s |" % (what, tcp, unix, flock, ratio, target, ok))
+    def row(what, tcp, unix, flock, etc, ratio, etc_ratio, target, ok):
+        cells = [what, tcp, unix, flock] + ([etc] if etcd else []) + [ratio]
+        cells += ([etc_ratio] if etcd else []) + [target, ok]
+        rows.append("| %s |" % " | ".join(cells))
+
+    def get(results, name):
+        return results.get(name) if etcd else None
 
     f2 = lambda x: "%.2f ms" % x
-    t, u, f = over["lockrun tcp"], over["lockrun unix"], over["flock"]
+    x2 = lambda r: "%.2f×" % r
+    t, u, f, e = over["lockrun tcp"], over["lockrun unix"], over["flock"], get(over, "etcdctl")
     r = t[0] / f[0]
-    row("overhead `X -- true`, median", f2(t[0]), f2(u[0]), f2(f[0]), "%.2f×" % r,
-        "≤ %.2f×" % OVERHEAD_MEDIAN_RATIO, verdict(r <= OVERHEAD_MEDIAN_RATIO))
-    row("overhead `X -- true`, p99", f2(t[1]), f2(u[1]), f2(f[1]), "%.2f×" % (t[1] / f[1]), "", "")
+    row("overhead `X -- true`, median", f2(t[0]), f2(u[0]), f2(f[0]), e and f2(e[0]), x2(r),
+        e and x2(t[0] / e[0]), "≤ %.2f×" % OVERHEAD_MEDIAN_RATIO,
+        verdict(r <= OVERHEAD_MEDIAN_RATIO))
+    row("overhead `X -- true`, p99", f2(t[1]), f2(u[1]), f2(f[1]), e and f2(e[1]),
+        x2(t[1] / f[1]), e and x2(t[1] / e[1]), "", "")
     for n, h in ((3, hand3), (8, hand8)):
-        t, u, f = h["lockrun tcp"], h["lockrun unix"], h["flock"]
+        t, u, f, e = h["lockrun tcp"], h["lockrun unix"], h["flock"], get(h, "etcdctl")
         r = t[0] / f[0]
-        row("handoff gap, %d contenders, median" % n, f2(t[0]), f2(u[0]), f2(f[0]), "%.2f×" % r,
+        row("handoff gap, %d contenders, median" % n, f2(t[0]), f2(u[0]), f2(f[0]),
+            e and f2(e[0]), x2(r), e and x2(t[0] / e[0]),
             "≤ %.1f×" % HANDOFF_MEDIAN_RATIO, verdict(r <= HANDOFF_MEDIAN_RATIO))
         r = t[1] / f[1]
-        row("handoff gap, %d contenders, p99" % n, f2(t[1]), f2(u[1]), f2(f[1]), "%.2f×" % r,
+        row("handoff gap, %d contenders, p99" % n, f2(t[1]), f2(u[1]), f2(f[1]),
+            e and f2(e[1]), x2(r), e and x2(t[1] / e[1]),
             "≤ %.1f×" % HANDOFF_P99_RATIO, verdict(r <= HANDOFF_P99_RATIO))
-        row("handoff overlaps, %d contenders (%d gaps)" % (n, t[3]), str(t[2]), str(u[2]), str(f[2]),
-            "", "0", verdict(t[2] == 0 and u[2] == 0 and f[2] == 0))
-    t, u, f = thru["lockrun tcp"], thru["lockrun unix"], thru["flock"]
+        all_zero = all(v[2] == 0 for v in h.values())
+        row("handoff overlaps, %d contenders (%d gaps)" % (n, t[3]), str(t[2]), str(u[2]),
+            str(f[2]), e and str(e[2]), "", "", "0", verdict(all_zero))
+    t, u, f, e = thru["lockrun tcp"], thru["lockrun unix"], thru["flock"], get(thru, "etcdctl")
     r = t / f
-    row("throughput, 8 × 25 × `true`", "%.0f /s" % t, "%.0f /s" % u, "%.0f /s" % f, "%.2f×" % r,
-        "≥ %.1f×" % THROUGHPUT_RATIO, verdict(r >= THROUGHPUT_RATIO))
+    rate = lambda x: "%.0f /s" % x
+    row("throughput, 8 × 25 × `true`", rate(t), rate(u), rate(f), e and rate(e), x2(r),
+        e and x2(t / e), "≥ %.1f×" % THROUGHPUT_RATIO, verdict(r >= THROUGHPUT_RATIO))
     mib = lambda kib: "%.2f MiB" % (kib / 1024)
-    row("peak RSS (VmHWM) while the command runs", mib(rss_hold), "", mib(rss_flock), "",
-        "≤ 4 MiB", verdict(rss_hold <= PEAK_RSS_KIB))
-    row("peak RSS (VmHWM) while waiting, subscribed", mib(rss_wait), "", "", "",
-        "≤ 4 MiB", verdict(rss_wait <= PEAK_RSS_KIB))
+    e = get(rss, "etcdctl")
+    row("peak RSS (VmHWM) while the command runs", mib(rss["lockrun tcp"][0]), "",
+        mib(rss["flock"][0]), e and mib(e[0]), "", e and x2(rss["lockrun tcp"][0] / e[0]),
+        "≤ 4 MiB", verdict(rss["lockrun tcp"][0] <= PEAK_RSS_KIB))
+    row("peak RSS (VmHWM) while waiting%s" % (", subscribed / watching" if etcd else ", subscribed"),
+        mib(rss["lockrun tcp"][1]), "", "", e and mib(e[1]), "",
+        e and x2(rss["lockrun tcp"][1] / e[1]),
+        "≤ 4 MiB", verdict(rss["lockrun tcp"][1] <= PEAK_RSS_KIB))
     base = grow[1][0]
     worst = max(abs(grow[n][0] / base - 1) for n in grow)
     for n in sorted(grow):
         last = n == max(grow)
-        row("overhead median, %s other key%s held" % (format(n, ","), "" if n == 1 else "s"), f2(grow[n][0]), "", "",
-            "%.2f× of 1 key" % (grow[n][0] / base),
+        row("overhead median, %s other key%s held" % (format(n, ","), "" if n == 1 else "s"),
+            f2(grow[n][0]), "", "", "", "%.2f× of 1 key" % (grow[n][0] / base), "",
             "±%d %%" % (GROWTH_TOLERANCE * 100) if last else "",
             verdict(worst <= GROWTH_TOLERANCE) if last else "")
 
-    header = [
-        "| measure | lockrun, TCP loopback | lockrun, unix socket | flock(1) | lockrun TCP / flock | target | |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    columns = ["measure", "lockrun, TCP loopback", "lockrun, unix socket", "flock(1)"]
+    columns += ["etcdctl lock"] if etcd else []
+    columns += ["lockrun TCP / flock"]
+    columns += ["lockrun TCP / etcdctl"] if etcd else []
+    columns += ["target", ""]
+    header = ["| %s |" % " | ".join(columns), "|%s" % ("---|" * len(columns))]
     table = "\n".join(header + rows)
     true_alone = over["true alone"]
     startup = over["lockrun start-up"]
-    etcd = opts.etcd_note or "etcdctl lock: not measured."
+    if etcd:
+        versions = "etcd %s, etcdctl %s" % (opts.etcd_version, opts.etcdctl_version)
+        tools = "lockrun against `flock(1)` and `etcdctl lock`"
+        skip = "; `bench/run.sh --no-etcd` leaves etcdctl out and takes about a third less"
+        etcd_line = (
+            "- etcdctl lock: %s, API v3, one throwaway member on 127.0.0.1\n"
+            "  with default settings and its data directory on the same disk (it fsyncs its log on\n"
+            "  every write; 3.4 has no switch to turn that off; an fdatasync costs about 0.1 ms\n"
+            "  here). Redis runs without persistence. etcdctl has no target: it is there for scale, a networked lock of the\n"
+            "  common kind. `etcdctl lock NAME -- CMD` holds the lock while CMD runs and deletes its\n"
+            "  key when CMD ends; its session lease (ttl 10 s) is left to expire, which the\n"
+            "  benchmark does not wait for: it revokes those leases after each etcdctl run, outside\n"
+            "  the timing, so that etcd's clean-up does not land on the other tools' figures. Any\n"
+            "  failure of CMD becomes exit status 1." % versions
+        )
+        cmds = ",\n  `flock FILE true` and `etcdctl --endpoints=URL lock K -- true`,"
+        waits = (
+            "lockrun waits with\n  `--wait forever`, flock blocks, etcdctl blocks on a watch "
+            "of the previous holder's key.\n "
+        )
+        rss_how = (
+            "- **peak RSS**: `VmHWM` of the lockrun (or flock, or etcdctl) process itself (not its\n"
+            "  child), read from `/proc/PID/status` while its command sleeps, and of a waiter\n"
+            "  (lockrun subscribed to the release channel, etcdctl watching the holder's key)\n"
+            "  while a holder of the same tool runs; the largest of 3 runs."
+        )
+    else:
+        versions = ""
+        tools = "lockrun against `flock(1)`"
+        skip = ""
+        etcd_line = "- " + (opts.etcd_note or "etcdctl lock: not measured.")
+        cmds = " and `flock FILE true`,"
+        waits = "lockrun waits with\n  `--wait forever`, flock blocks.\n "
+        rss_how = (
+            "- **peak RSS**: `VmHWM` of the lockrun process itself (not its child), read from\n"
+            "  `/proc/PID/status` while its command sleeps, and of a waiter subscribed to the release\n"
+            "  channel; the largest of 3 runs."
+        )
     text = f"""# Benchmarks
 
-lockrun against `flock(1)`, measured side by side in one run by `bench/run.sh`
-({elapsed:.0f} s of measuring, plus the release build). The targets are the ratios from
+{tools}, measured side by side in one run by `bench/run.sh`
+({elapsed:.0f} s of measuring, plus the release build{skip}). The targets are the ratios to flock from
 issue 5; the headline column is lockrun talking to Redis over TCP loopback, the realistic
 case. Runs of the tools are interleaved, so a busy neighbour slows them alike; absolute
 figures move with the machine's load, the ratios much less.
 
-- Machine: {info['nproc']} CPUs, {info['cpu']}, Linux {info['kernel']}, redis-server {info['redis']}
+- Machine: {info['nproc']} CPUs, {info['cpu']}, Linux {info['kernel']}, redis-server {info['redis']}{"; " + versions if versions else ""}
 - Date: {info['date']}; load average {info['load']} at the start, {info['load_end']} at the end; niceness {info['nice']}
 - `true` alone: {true_alone[0]:.2f} ms median, {true_alone[1]:.2f} ms p99 (the cost of starting any process here);
   `lockrun --version`: {startup[0]:.2f} ms median (lockrun's own start-up, before any Redis work)
-- {etcd}
+{etcd_line}
 
 {table}
 
 How each figure is taken:
 
-- **overhead**: wall time from spawn to reaped of `lockrun --key K -- true` and `flock FILE true`,
+- **overhead**: wall time from spawn to reaped of `lockrun --key K -- true`{cmds}
   {opts.runs} runs each after 20 warm-up runs, uncontended.
 - **handoff**: 3 and 8 contenders, each a shell loop running the tool around a job that logs
   CLOCK_MONOTONIC at its start and end and sleeps {JOB_MS} ms (`bench/stamp.rs`, a tiny std-only
-  binary, so its own start-up is a small, equal part of every gap). lockrun waits with
-  `--wait forever`, flock blocks. The gap is the next job's start minus the previous job's
+  binary, so its own start-up is a small, equal part of every gap). {waits} The gap is the next job's start minus the previous job's
   end. An overlap is a job that found another's marker directory (mkdir) or started before
   the previous one ended.
 - **throughput**: 8 contenders × 25 acquisitions of `true`, the median of 3 repetitions.
-- **peak RSS**: `VmHWM` of the lockrun process itself (not its child), read from
-  `/proc/PID/status` while its command sleeps, and of a waiter subscribed to the release
-  channel; the largest of 3 runs.
+{rss_how}
 - **cost growth**: the overhead while 1, 100 and 1,000 other keys `lockrun:{{name}}` with a
   ttl are held in the same Redis, measured in alternating rounds.
 """
@@ -554,7 +704,8 @@ How each figure is taken:
         f.write(text)
     print(table)
     print()
-    print("true alone: %.2f ms median; lockrun --version: %.2f ms; %s" % (true_alone[0], startup[0], etcd))
+    print("true alone: %.2f ms median; lockrun --version: %.2f ms; %s" % (
+        true_alone[0], startup[0], versions or etcd_line[2:]))
     print("machine: %(nproc)s CPUs, %(cpu)s, Linux %(kernel)s, redis %(redis)s, load %(load)s" % info)
     print("wrote %s in %.0f s" % (opts.out, elapsed))
 

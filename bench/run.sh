@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
-# Benchmarks lockrun against flock(1) on this machine and writes BENCHMARKS.md.
+# Benchmarks lockrun against flock(1), and against `etcdctl lock` when etcd is
+# installed, on this machine and writes BENCHMARKS.md.
 #
-#   bench/run.sh                 # full run: about 2 minutes on 2 CPUs
-#   bench/run.sh --runs 100      # fewer overhead runs (options go to bench.py)
+#   bench/run.sh                 # full run: about 3 minutes on 2 CPUs (2 without
+#                                # etcd), plus the release build if it is stale
+#   bench/run.sh --no-etcd       # leave etcdctl lock out (or BENCH_NO_ETCD=1)
+#   bench/run.sh --runs 100      # fewer overhead runs (other options go to bench.py)
 #
 # Builds the release binary, starts a throwaway redis-server on a unix socket
 # and a free loopback TCP port in a temporary directory (never the Redis on
 # 6379), runs bench/bench.py, and removes the server and the directory on
 # exit, however it exits. Needs cargo, redis-server, flock and python3.
+#
+# When `etcd` and `etcdctl` are on PATH (Debian: apt-get install etcd-server
+# etcd-client), it also starts a throwaway single-member etcd with its data
+# directory in the same temporary directory and its client and peer URLs on
+# free 127.0.0.1 ports picked by the kernel (not 2379/2380), and measures
+# `etcdctl --endpoints=... lock NAME -- CMD` as a third tool. This script
+# installs nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,19 +31,40 @@ need redis-server "apt-get install redis-server"
 need flock "apt-get install util-linux"
 need python3 "apt-get install python3"
 
+# --no-etcd is ours; every other argument goes to bench.py.
+no_etcd=${BENCH_NO_ETCD:-}
+args=()
+for arg in "$@"; do
+  case "$arg" in
+    --no-etcd) no_etcd=1 ;;
+    *) args+=("$arg") ;;
+  esac
+done
+# ETCD_* variables configure etcd and ETCDCTL_* ones etcdctl: the throwaway
+# server and the measured client get only what this script sets.
+while IFS= read -r var; do
+  unset "$var"
+done < <(compgen -e | grep -E '^ETCD(CTL)?_' || true)
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/lockrun-bench.XXXXXX")
 redis_pid=
+etcd_pid=
 bench_pid=
+# SIGTERM, then SIGKILL if the process is still there after 5 s.
+stop() {
+  kill "$1" 2>/dev/null || return 0
+  for _ in $(seq 50); do
+    kill -0 "$1" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
 cleanup() {
   # bench.py kills what it started when it gets SIGTERM.
-  if [ -n "$bench_pid" ]; then
-    kill "$bench_pid" 2>/dev/null || true
-    wait "$bench_pid" 2>/dev/null || true
-  fi
-  if [ -n "$redis_pid" ]; then
-    kill "$redis_pid" 2>/dev/null || true
-    wait "$redis_pid" 2>/dev/null || true
-  fi
+  if [ -n "$bench_pid" ]; then stop "$bench_pid"; fi
+  if [ -n "$redis_pid" ]; then stop "$redis_pid"; fi
+  if [ -n "$etcd_pid" ]; then stop "$etcd_pid"; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -47,15 +78,6 @@ target_dir=${CARGO_TARGET_DIR:-target}
 case "$target_dir" in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
 lockrun="$target_dir/release/lockrun"
 rustc -O -C panic=abort --edition 2021 bench/stamp.rs -o "$work/stamp"
-
-# etcdctl lock is a third point of comparison when installed; it needs an
-# etcd server as well, which this script does not start.
-if command -v etcdctl >/dev/null 2>&1; then
-  etcd_note="etcdctl lock: etcdctl is installed but not measured (it needs an etcd server)."
-else
-  etcd_note="etcdctl lock: not installed on this machine, so not measured."
-fi
-say "$etcd_note"
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -93,10 +115,62 @@ done
 [ -n "$redis_pid" ] || { say "could not start redis-server; see above"; exit 1; }
 say "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on 127.0.0.1:$port and $socket"
 
+# etcdctl lock is a third point of comparison when etcd is installed.
+etcd_args=()
+etcd_note=
+etcd_ready() {
+  ETCDCTL_API=3 timeout 5 etcdctl --endpoints="$1" --dial-timeout=1s \
+    --command-timeout=2s endpoint health >/dev/null 2>&1
+}
+if [ -n "$no_etcd" ]; then
+  etcd_note="etcdctl lock: left out of this run (--no-etcd)."
+elif ! command -v etcd >/dev/null 2>&1 || ! command -v etcdctl >/dev/null 2>&1; then
+  etcd_note="etcdctl lock: etcd and etcdctl are not both installed on this machine, so not measured (Debian: apt-get install etcd-server etcd-client)."
+else
+  # Same port race as for redis-server: retry with other ports.
+  for attempt in 1 2 3 4 5; do
+    etcd_port=$(free_port)
+    peer_port=$(free_port)
+    [ "$etcd_port" != "$peer_port" ] || continue
+    endpoint="http://127.0.0.1:$etcd_port"
+    rm -rf "$work/etcd"
+    etcd --name lockrun-bench --data-dir "$work/etcd" \
+      --listen-client-urls "$endpoint" --advertise-client-urls "$endpoint" \
+      --listen-peer-urls "http://127.0.0.1:$peer_port" \
+      --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+      --initial-cluster "lockrun-bench=http://127.0.0.1:$peer_port" \
+      --initial-cluster-state new --initial-cluster-token "lockrun-bench-$$" \
+      --logger zap --log-outputs stderr --log-level warn \
+      </dev/null >/dev/null 2>"$work/etcd.log" &
+    etcd_pid=$!
+    for _ in $(seq 50); do
+      if etcd_ready "$endpoint"; then break; fi
+      kill -0 "$etcd_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if etcd_ready "$endpoint"; then break; fi
+    stop "$etcd_pid"
+    etcd_pid=
+    say "etcd did not start on port $etcd_port (attempt $attempt); its log ends:"
+    tail -n 5 "$work/etcd.log" >&2 || true
+  done
+  [ -n "$etcd_pid" ] || { say "could not start etcd; see above, or run with --no-etcd"; exit 1; }
+  etcd_version=$(etcd --version | sed -n 's/^etcd Version: //p')
+  etcdctl_version=$(ETCDCTL_API=3 etcdctl version | sed -n 's/^etcdctl version: //p')
+  say "etcd $etcd_version (etcdctl $etcdctl_version) on $endpoint"
+  etcd_args=(--etcd-endpoint "$endpoint" --etcd-version "$etcd_version" \
+    --etcdctl-version "$etcdctl_version")
+fi
+if [ -n "$etcd_note" ]; then
+  say "$etcd_note"
+  etcd_args=(--etcd-note "$etcd_note")
+fi
+
 # In the background, so that a signal to this script is handled at once
 # (bash runs traps only between commands, and `wait` is interruptible).
 python3 bench/bench.py --lockrun "$lockrun" --stamp "$work/stamp" --port "$port" \
-  --socket "$socket" --work "$work" --out BENCHMARKS.md --etcd-note "$etcd_note" "$@" &
+  --socket "$socket" --work "$work" --out BENCHMARKS.md "${etcd_args[@]}" \
+  ${args[@]+"${args[@]}"} &
 bench_pid=$!
 status=0
 wait "$bench_pid" || status=$?
