@@ -4,7 +4,9 @@
 //! moment the holder lets go instead of polling. Polling stays as the fallback,
 //! with jitter so waiters spread out, and never sleeps past the holder's
 //! remaining lease: a holder that died publishes nothing, and its lease
-//! running out must be noticed at once.
+//! running out must be noticed at once. Once Redis has answered, losing it
+//! while waiting is not the end of the wait: nothing is held yet, so lockrun
+//! keeps trying until the wait runs out.
 
 use std::time::Duration;
 
@@ -12,7 +14,7 @@ use futures_util::StreamExt;
 
 use crate::cli::Wait;
 use crate::lock::{Attempt, Holder, Lock, Me};
-use crate::redis_conn::RedisError;
+use crate::redis_conn::{ErrorKind, RedisError};
 use crate::report::Report;
 
 /// Polling period while subscribed (only a safety net for lost messages).
@@ -72,16 +74,34 @@ pub async fn acquire(
         }
     };
     let mut released = releases.as_mut().map(|p| p.on_message());
+    let mut failing = false;
     loop {
-        let (left, holder) = match lock.try_acquire(ttl, me).await? {
-            Attempt::Acquired { fence, sent } => return Ok(Outcome::Acquired { fence, sent }),
-            Attempt::Busy { left, holder } => (left, holder),
-        };
+        let attempt = lock.try_acquire(ttl, me).await;
         let now = tokio::time::Instant::now();
-        if give_up.is_some_and(|t| t <= now) {
-            return Ok(Outcome::Busy { left, holder });
-        }
-        let period = if released.is_some() {
+        let waited_out = give_up.is_some_and(|t| t <= now);
+        let left = match attempt {
+            Ok(Attempt::Acquired { fence, sent }) => return Ok(Outcome::Acquired { fence, sent }),
+            Ok(Attempt::Busy { left, holder }) if waited_out => {
+                return Ok(Outcome::Busy { left, holder })
+            }
+            Ok(Attempt::Busy { left, .. }) => {
+                if std::mem::take(&mut failing) {
+                    report.error("Redis answers again; still waiting");
+                }
+                left
+            }
+            // Redis has answered before, and nothing is held while waiting:
+            // a restart or a network blip is worth waiting through, as long
+            // as the wait lasts. A wrong password or URL failed long before.
+            Err(err) if err.kind == ErrorKind::Unreachable && !waited_out => {
+                if !std::mem::replace(&mut failing, true) {
+                    report.error(format_args!("{err}; still waiting"));
+                }
+                None
+            }
+            Err(err) => return Err(err),
+        };
+        let period = if released.is_some() && !failing {
             POLL_SUBSCRIBED
         } else {
             POLL_UNSUBSCRIBED

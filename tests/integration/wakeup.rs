@@ -141,3 +141,41 @@ fn each_release_lets_one_waiter_through_and_all_complete() {
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
     assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }
+
+#[test]
+fn a_waiter_keeps_waiting_through_a_redis_restart() {
+    let mut redis = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
+    let stderr = dir.path().join("stderr");
+    let mut waiter = Running::spawn(
+        lockrun_sh(
+            &redis,
+            &["-k", "job", "--wait", "60s"],
+            r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/started""#,
+            dir.path(),
+        )
+        .stderr(log_file(&stderr)),
+    );
+    wait_for_subscribers(&redis, "job", 1);
+
+    // Redis goes away under both runs: the holder stops its command (76),
+    // the waiter, which holds nothing, keeps trying.
+    redis.kill();
+    assert!(
+        wait_for_text(&stderr, "still waiting"),
+        "the waiter never saw Redis go"
+    );
+    assert_eq!(holder.run.wait().code(), Some(76));
+    assert!(waiter.running(), "the wait ended with Redis down");
+
+    // Back, empty: the waiter gets the lock and runs its command.
+    redis.restart_empty();
+    assert!(
+        waiter.wait().success(),
+        "{}",
+        std::fs::read_to_string(&stderr).unwrap_or_default()
+    );
+    assert!(dir.path().join("started").exists());
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
