@@ -43,14 +43,17 @@ pub const PASSWORD_ENV: &str = "LOCKRUN_REDIS_PASSWORD";
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(err) => {
+        // --help and --version are not errors.
+        Err(err) if !err.use_stderr() => {
             let _ = err.print();
-            // --help and --version are not errors.
-            return ExitCode::from(if err.use_stderr() {
-                exit_code::USAGE
-            } else {
-                0
-            });
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            Report {
+                verbosity: Verbosity::Normal,
+            }
+            .error(one_line(&err));
+            return ExitCode::from(exit_code::USAGE);
         }
     };
     // One thread: the command is spawned from the thread that lives as long
@@ -103,4 +106,25 @@ async fn dispatch(cli: Cli) -> u8 {
             }
         }
     }
+}
+
+/// clap's usage error as one line, like every other lockrun error: what is
+/// wrong (and clap's tip, if any), then where to look. clap's own rendering
+/// spreads it over a paragraph with a usage block, which a cron mail or a
+/// journal line cuts apart.
+fn one_line(err: &clap::Error) -> String {
+    let rendered = err.render().to_string();
+    let mut line = String::new();
+    for part in rendered
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(|l| l.trim().trim_start_matches("error: "))
+        .filter(|l| !l.is_empty())
+    {
+        if !line.is_empty() {
+            line += if line.ends_with(':') { " " } else { "; " };
+        }
+        line += part;
+    }
+    line + "; see 'lockrun --help'"
 }
