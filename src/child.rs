@@ -5,7 +5,8 @@
 //! script's children included) and keeps terminal signals from reaching it
 //! twice: lockrun forwards them instead. When lockrun runs in the foreground
 //! of a terminal, the command's group is made the terminal's foreground group
-//! so that it can read the terminal and Ctrl-C reaches it directly.
+//! so that it can read the terminal and Ctrl-C reaches it directly; Ctrl-Z
+//! stops both, and the shell's `fg` continues both.
 
 use std::ffi::OsString;
 use std::io;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
+use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::lease::BootInstant;
@@ -134,17 +136,68 @@ impl Child {
         self.signal_group(Signal::SIGKILL);
     }
 
+    /// Whether the command's group has the terminal, so that Ctrl-Z stops it.
+    pub fn has_terminal(&self) -> bool {
+        self.terminal
+    }
+
+    pub fn group(&self) -> Pid {
+        self.group
+    }
+
+    /// Follows the command into a terminal stop (Ctrl-Z): takes the terminal
+    /// back and stops lockrun the same way, so that the shell that started
+    /// lockrun sees its job stopped and gives its prompt back. Returns once
+    /// lockrun is continued (`fg`); `resume` then continues the command.
+    pub fn stop_along(&mut self) {
+        self.give_back_terminal();
+        // In an orphaned process group (a parent outside the session, as
+        // under a shell without job control) the kernel discards SIGTSTP:
+        // lockrun then simply goes on.
+        let _ = signal::raise(Signal::SIGTSTP);
+    }
+
+    /// Hands the terminal back to the command's group and continues it.
+    pub fn resume(&mut self) {
+        self.terminal = set_foreground(self.group);
+        self.signal_group(Signal::SIGCONT);
+    }
+
     fn give_back_terminal(&mut self) {
         if std::mem::take(&mut self.terminal) {
-            let stdin = io::stdin();
-            // lockrun's group is in the background now, and a background
-            // group that sets the foreground gets SIGTTOU unless it blocks it.
-            let ttou = SigSet::from(Signal::SIGTTOU);
-            let mut old = SigSet::empty();
-            if signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old)).is_ok() {
-                let _ = nix::unistd::tcsetpgrp(stdin.as_fd(), nix::unistd::getpgrp());
-                let _ = signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-            }
+            set_foreground(nix::unistd::getpgrp());
+        }
+    }
+}
+
+/// Makes `group` the terminal's foreground process group.
+fn set_foreground(group: Pid) -> bool {
+    // lockrun's group is in the background while the command has the
+    // terminal, and a background group that sets the foreground gets
+    // SIGTTOU unless it blocks it.
+    let ttou = SigSet::from(Signal::SIGTTOU);
+    let mut old = SigSet::empty();
+    if signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old)).is_err() {
+        return false;
+    }
+    let done = nix::unistd::tcsetpgrp(io::stdin().as_fd(), group).is_ok();
+    let _ = signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    done
+}
+
+/// Waits until the command's leader is stopped from the terminal: Ctrl-Z,
+/// or reading or writing the terminal from the background. `child_changed`
+/// is a SIGCHLD stream made before the command started.
+pub async fn stopped_from_terminal(group: Pid, child_changed: &mut tokio::signal::unix::Signal) {
+    loop {
+        child_changed.recv().await;
+        // WSTOPPED without WEXITED reports stops only: the exit stays for
+        // tokio to reap.
+        let status = waitid(Id::Pid(group), WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG);
+        if let Ok(WaitStatus::Stopped(_, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)) =
+            status
+        {
+            return;
         }
     }
 }

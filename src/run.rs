@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::child::{Child, SpawnError};
+use crate::child::{self, Child, SpawnError};
 use crate::config::{show, RunConfig};
 use crate::exit_code;
 use crate::lease::{self, BootInstant, Lease, Timing};
 use crate::lock::{Holder, Keys, Lock, Me, Released, Token};
 use crate::redis_conn::Session;
 use crate::report::Report;
-use crate::signals::Signals;
+use crate::signals::{self, Signals};
 use crate::wait::{self, Outcome};
 
 /// How long lockrun waits for its first connection to Redis.
@@ -105,6 +105,15 @@ pub async fn run(config: RunConfig) -> u8 {
         }
     };
 
+    // Made before the spawn, so that not even an immediate stop is missed.
+    let mut child_changed = match signals::child_changes() {
+        Ok(stream) => stream,
+        Err(err) => {
+            let _ = lock.release(None).await;
+            report.error(format_args!("cannot install signal handlers: {err}"));
+            return exit_code::INTERNAL;
+        }
+    };
     let env = [
         ("LOCKRUN_KEY", config.key.clone()),
         ("LOCKRUN_FENCING_TOKEN", fence.to_string()),
@@ -145,6 +154,7 @@ pub async fn run(config: RunConfig) -> u8 {
         acquired,
         deadline,
         &mut signals,
+        &mut child_changed,
         timing,
         report,
     )
@@ -212,6 +222,7 @@ async fn supervise(
     acquired: BootInstant,
     timeout_at: Option<BootInstant>,
     signals: &mut Signals,
+    child_changed: &mut tokio::signal::unix::Signal,
     timing: Timing,
     report: Report,
 ) -> (Option<ExitStatus>, Option<Stop>) {
@@ -232,6 +243,7 @@ async fn supervise(
         }
         let term_at = lease.deadline() - timing.kill_grace;
         let wake = stopping.next_wake(lease.deadline(), term_at, timeout_at);
+        let (group, in_terminal) = (child.group(), child.has_terminal());
 
         tokio::select! {
             biased;
@@ -264,6 +276,15 @@ async fn supervise(
             signal = signals.recv() => {
                 report.verbose(format_args!("forwarding {signal} to the command"));
                 child.signal_group(signal);
+            }
+            _ = child::stopped_from_terminal(group, child_changed), if in_terminal => {
+                child.stop_along();
+                // Stopped, lockrun could not renew: a lapsed lease is the top
+                // of the loop's to handle, and the command stays stopped for
+                // its SIGKILL.
+                if !lease.has_lapsed() {
+                    child.resume();
+                }
             }
         }
     }

@@ -63,3 +63,9 @@ impl Signals {
         .await
     }
 }
+
+/// A stream of SIGCHLD, for noticing the command stopped from the terminal
+/// (tokio's own SIGCHLD handling only reaps exits).
+pub fn child_changes() -> io::Result<tokio::signal::unix::Signal> {
+    signal(SignalKind::child())
+}

@@ -261,3 +261,106 @@ fn ctrl_c_in_the_terminal_reaches_the_command() {
     assert_eq!(code, Some(130), "{screen}");
     assert_eq!(redis.keys(), ["lockrun:{tty}:fence"], "released");
 }
+
+/// An interactive bash with job control on a pseudo-terminal, typed into.
+struct JobShell {
+    shell: Running,
+    keyboard: std::process::ChildStdin,
+}
+
+impl JobShell {
+    fn start() -> Self {
+        let mut shell = Command::new("script");
+        shell
+            .args(["-qec", "bash --norc --noprofile -i", "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut shell = Running::spawn(&mut shell);
+        let keyboard = shell.child.stdin.take().expect("stdin");
+        JobShell { shell, keyboard }
+    }
+
+    fn type_in(&mut self, text: &str) {
+        std::io::Write::write_all(&mut self.keyboard, text.as_bytes()).expect("type");
+    }
+
+    /// Starts `lockrun -k tty ARGS -- <a loop>` at the prompt; returns
+    /// lockrun's pid once the loop runs.
+    fn start_lockrun(&mut self, redis: &RedisServer, dir: &Path, args: &str) -> i32 {
+        let (started, ppid) = (dir.join("started"), dir.join("ppid"));
+        self.type_in(&format!(
+            "{bin} --redis {url} -k tty {args} -- bash -c 'echo $PPID > {ppid}; \
+             touch {started}; while :; do sleep 0.1; done'\n",
+            bin = env!("CARGO_BIN_EXE_lockrun"),
+            url = redis.url(),
+            ppid = ppid.display(),
+            started = started.display(),
+        ));
+        assert!(
+            eventually(PATIENCE, || started.exists()),
+            "command never started"
+        );
+        read_when_ready(&ppid).parse().expect("lockrun's pid")
+    }
+
+    /// Types `exit` and returns everything the terminal showed.
+    fn finish(mut self, last: &str) -> String {
+        self.type_in(&format!("{last}; exit\n"));
+        drop(self.keyboard);
+        let status = self.shell.wait();
+        let mut screen = String::new();
+        if let Some(mut stdout) = self.shell.child.stdout.take() {
+            std::io::Read::read_to_string(&mut stdout, &mut screen).expect("read terminal");
+        }
+        assert!(status.success(), "{screen}");
+        screen
+    }
+}
+
+#[test]
+fn ctrl_z_stops_lockrun_with_its_command_and_fg_continues_both() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut shell = JobShell::start();
+    let lockrun = shell.start_lockrun(&redis, dir.path(), "--ttl 10s");
+    let token = redis.lock_value("tty").expect("locked");
+
+    // Ctrl-Z: the command stops, and so does lockrun, so the shell has its
+    // job stopped and its prompt back.
+    shell.type_in("\x1a");
+    assert!(
+        eventually(PATIENCE, || process_state(lockrun) == Some('T')),
+        "lockrun did not stop with its command"
+    );
+    // fg: both go on, still under the same lease.
+    shell.type_in("fg\n");
+    assert!(
+        eventually(PATIENCE, || process_state(lockrun) != Some('T')),
+        "fg did not continue lockrun"
+    );
+    assert_eq!(redis.lock_value("tty"), Some(token), "the lease was kept");
+    // The command has the terminal again: Ctrl-C reaches it.
+    shell.type_in("\x03");
+    let screen = shell.finish("echo status=$?");
+    assert!(screen.contains("status=130"), "{screen}");
+    assert_eq!(redis.keys(), ["lockrun:{tty}:fence"], "released");
+}
+
+#[test]
+fn a_job_stopped_past_its_lease_is_killed_when_continued() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut shell = JobShell::start();
+    let lockrun = shell.start_lockrun(&redis, dir.path(), "--ttl 1s");
+    shell.type_in("\x1a");
+    assert!(
+        eventually(PATIENCE, || process_state(lockrun) == Some('T')),
+        "lockrun did not stop with its command"
+    );
+    // A stopped lockrun cannot renew: the lease runs out in Redis.
+    assert!(eventually(PATIENCE, || !redis.is_locked("tty")));
+    shell.type_in("fg\n");
+    let screen = shell.finish("echo status=$?");
+    assert!(screen.contains("status=76"), "{screen}");
+}

@@ -299,14 +299,16 @@ impl Drop for Running {
 
 /// Whether process `pid` exists (a zombie counts as gone).
 pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name in parentheses.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-            .unwrap_or(false),
-        Err(_) => false,
-    }
+    process_state(pid).is_some_and(|state| state != 'Z')
+}
+
+/// The state letter of process `pid` in /proc (R, S, T for stopped, Z...),
+/// or None when it is gone.
+pub fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The state follows the command name in parentheses.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.trim_start().chars().next()
 }
 
 /// Waits until `path` exists and returns its trimmed contents.
