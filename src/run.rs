@@ -128,6 +128,14 @@ pub async fn run(config: RunConfig) -> u8 {
                     report.error(format_args!("{program}: command not found"));
                     exit_code::NOT_FOUND
                 }
+                // exec reports a directory as "Permission denied", which sends
+                // people chasing file modes.
+                SpawnError::NotExecutable(_)
+                    if std::path::Path::new(&config.command[0]).is_dir() =>
+                {
+                    report.error(format_args!("{program}: cannot execute: is a directory"));
+                    exit_code::NOT_EXECUTABLE
+                }
                 SpawnError::NotExecutable(e) => {
                     report.error(format_args!("{program}: cannot execute: {e}"));
                     exit_code::NOT_EXECUTABLE

@@ -114,13 +114,21 @@ fn a_command_that_cannot_start_gives_126_or_127_and_releases_the_lock() {
     std::fs::write(&script, format!("#!/bin/sh\ntouch '{}'\n", ran.display())).expect("write");
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).expect("chmod");
 
-    let cases: [(&Path, u8); 4] = [
-        (dir.path(), 126),
-        (&script, 126),
-        (&dir.path().join("no-such-command"), 127),
-        (Path::new("lockrun-test-no-such-command"), 127),
+    let cases: [(&Path, u8, &str); 4] = [
+        (dir.path(), 126, "is a directory"),
+        (&script, 126, "Permission denied"),
+        (
+            &dir.path().join("no-such-command"),
+            127,
+            "command not found",
+        ),
+        (
+            Path::new("lockrun-test-no-such-command"),
+            127,
+            "command not found",
+        ),
     ];
-    for (program, want) in cases {
+    for (program, want, why) in cases {
         let output = lockrun_at(&redis, &["-k", "job", "--"])
             .arg(program)
             .output()
@@ -133,6 +141,7 @@ fn a_command_that_cannot_start_gives_126_or_127_and_releases_the_lock() {
             text(&output.stderr)
         );
         assert_one_line(&output, &what.to_string());
+        assert!(text(&output.stderr).contains(why), "{what}: says {why:?}");
         assert!(
             output.stdout.is_empty(),
             "{what}: stdout belongs to the command"
