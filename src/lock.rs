@@ -156,6 +156,9 @@ pub struct Lock {
     session: Session,
     keys: Keys,
     token: Token,
+    /// Whether an acquire request went out: only then can the key hold our
+    /// token without lockrun having seen the reply.
+    sent_acquire: bool,
 }
 
 fn millis(d: Duration) -> u64 {
@@ -170,6 +173,7 @@ impl Lock {
             session,
             keys,
             token,
+            sent_acquire: false,
         }
     }
 
@@ -192,6 +196,7 @@ impl Lock {
             .arg(me.pid)
             .arg(&me.command);
         let sent = BootInstant::now();
+        self.sent_acquire = true;
         let (won, number, fields): (i64, i64, Vec<String>) = self.session.invoke(&call).await?;
         if won == 1 {
             let fence = u64::try_from(number)
@@ -202,6 +207,16 @@ impl Lock {
             left: u64::try_from(number).ok().map(Duration::from_millis),
             holder: Holder::from_fields(fields),
         })
+    }
+
+    /// Gives back a lock that an interrupted or failed acquisition may have
+    /// taken after all (a call that timed out, a signal in mid-call). When no
+    /// acquire request ever went out, Redis is not asked: with Redis
+    /// unreachable, that would only add one more timeout to the failure.
+    pub async fn abandon(&mut self) {
+        if self.sent_acquire {
+            let _ = self.release(None).await;
+        }
     }
 
     /// Extends the lease to `ttl` from now. `Ok(false)` means the token is

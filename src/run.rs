@@ -92,12 +92,12 @@ pub async fn run(config: RunConfig) -> u8 {
         Ok(Err(err)) => {
             report.error(&err);
             // A call that timed out may still have taken the lock.
-            let _ = lock.release(None).await;
+            lock.abandon().await;
             return exit_code::REDIS_UNAVAILABLE;
         }
         Err(signal) => {
             // The SET may have won the race with the signal; give it back.
-            let _ = lock.release(None).await;
+            lock.abandon().await;
             report.verbose(format_args!(
                 "got {signal} while waiting for the lock; giving up"
             ));
