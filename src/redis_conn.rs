@@ -91,7 +91,13 @@ impl Target {
     }
 
     pub fn error(&self, err: redis::RedisError) -> RedisError {
-        let mut detail = err.to_string();
+        // Some errors span lines (a parser's report of what it got instead
+        // of a reply); every lockrun message is one line.
+        let mut detail = err
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
         if let Some(password) = self.password() {
             detail = detail.replace(password, "***");
         }
@@ -247,6 +253,17 @@ mod tests {
         )));
         assert_eq!(err.kind, ErrorKind::Auth);
         assert!(!err.to_string().contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn errors_fit_on_one_line() {
+        let target = Target::parse("redis://h:1", None).expect("valid");
+        let err = target.error(redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "Parse error",
+            "at 1\nUnexpected `84`\n".to_string(),
+        )));
+        assert_eq!(err.to_string().lines().count(), 1, "{err}");
     }
 
     #[test]
