@@ -26,9 +26,10 @@ impl fmt::Display for UsageError {
 }
 
 /// How much lockrun says on stderr.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Verbosity {
     Quiet,
+    #[default]
     Normal,
     Verbose,
 }

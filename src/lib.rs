@@ -33,7 +33,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::cli::{Action, Cli};
-use crate::config::{RunConfig, UsageError, Verbosity};
+use crate::config::{RunConfig, UsageError};
 use crate::report::Report;
 
 /// Environment variable with the Redis password, so it never shows in `ps`.
@@ -49,10 +49,7 @@ pub fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(err) => {
-            Report {
-                verbosity: Verbosity::Normal,
-            }
-            .error(one_line(&err));
+            Report::default().error(one_line(&err));
             return ExitCode::from(exit_code::USAGE);
         }
     };
@@ -64,10 +61,7 @@ pub fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(err) => {
-            Report {
-                verbosity: Verbosity::Normal,
-            }
-            .error(format_args!("cannot start: {err}"));
+            Report::default().error(format_args!("cannot start: {err}"));
             return ExitCode::from(exit_code::INTERNAL);
         }
     };
@@ -81,9 +75,7 @@ pub fn main() -> ExitCode {
 
 async fn dispatch(cli: Cli) -> u8 {
     let password = std::env::var(PASSWORD_ENV).ok();
-    let report = Report {
-        verbosity: Verbosity::Normal,
-    };
+    let report = Report::default();
     let usage = |err: UsageError| {
         report.error(err);
         exit_code::USAGE

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use crate::config::Verbosity;
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Report {
     pub verbosity: Verbosity,
 }
