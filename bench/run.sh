@@ -93,6 +93,19 @@ sys.exit(0 if s.recv(16).startswith(b"+PONG") else 1)
 EOF
 }
 
+# await_ready PID TRIES PAUSE CHECK...: polls CHECK until it succeeds, PID
+# dies, or TRIES polls PAUSE seconds apart have passed; fails unless ready.
+await_ready() {
+  local pid=$1 tries=$2 pause=$3
+  shift 3
+  for _ in $(seq "$tries"); do
+    if "$@"; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep "$pause"
+  done
+  "$@"
+}
+
 # Another process may take the free port before redis-server binds it: retry.
 socket="$work/redis.sock"
 for attempt in 1 2 3 4 5; do
@@ -101,14 +114,8 @@ for attempt in 1 2 3 4 5; do
     --unixsocketperm 700 --save '' --appendonly no --dir "$work" \
     --logfile "$work/redis.log" --daemonize no </dev/null >/dev/null 2>&1 &
   redis_pid=$!
-  for _ in $(seq 100); do
-    if redis_ready "$socket"; then break; fi
-    kill -0 "$redis_pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  if redis_ready "$socket"; then break; fi
-  kill "$redis_pid" 2>/dev/null || true
-  wait "$redis_pid" 2>/dev/null || true
+  if await_ready "$redis_pid" 100 0.05 redis_ready "$socket"; then break; fi
+  stop "$redis_pid"
   redis_pid=
   say "redis-server did not start on port $port (attempt $attempt)"
 done
@@ -143,12 +150,7 @@ else
       --logger zap --log-outputs stderr --log-level warn \
       </dev/null >/dev/null 2>"$work/etcd.log" &
     etcd_pid=$!
-    for _ in $(seq 50); do
-      if etcd_ready "$endpoint"; then break; fi
-      kill -0 "$etcd_pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if etcd_ready "$endpoint"; then break; fi
+    if await_ready "$etcd_pid" 50 0.1 etcd_ready "$endpoint"; then break; fi
     stop "$etcd_pid"
     etcd_pid=
     say "etcd did not start on port $etcd_port (attempt $attempt); its log ends:"
