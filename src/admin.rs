@@ -5,12 +5,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cli::{RedisArgs, ReleaseArgs, StatusArgs};
-use crate::config::{show, validate_key, UsageError};
-use crate::exit_code;
-use crate::lock::{self, Holder, Keys};
-use crate::redis_conn::{Session, Target};
-use crate::report::Report;
+use crate::clock::show;
+use crate::config::LockConfig;
+use crate::error::Error;
+use crate::lock::{Holder, Inspector, Occupancy};
 
 /// Limit on each Redis call of a subcommand.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -21,120 +19,89 @@ const FREE: u8 = 1;
 /// `lockrun status --json` prints one object of this shape. Field names are
 /// part of lockrun's interface: add fields, never rename or remove them.
 #[derive(Debug, Serialize)]
-pub struct StatusJson {
-    pub key: String,
-    pub redis_key: String,
-    pub held: bool,
+pub(crate) struct StatusJson {
+    pub(crate) key: String,
+    pub(crate) redis_key: String,
+    pub(crate) held: bool,
     /// Lease time left in ms; null when free or when the key has no expiry.
-    pub ttl_left_ms: Option<u64>,
-    pub holder: Option<HolderJson>,
+    pub(crate) ttl_left_ms: Option<u64>,
+    pub(crate) holder: Option<HolderJson>,
     /// The last fencing token handed out for this name (null if never).
-    pub last_fencing_token: Option<u64>,
+    pub(crate) last_fencing_token: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
-pub struct HolderJson {
-    pub host: String,
-    pub pid: u32,
-    pub command: String,
+pub(crate) struct HolderJson {
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) command: String,
     /// Server time of the acquisition, ms since the Unix epoch.
-    pub acquired_at_ms: u64,
-    pub held_for_ms: u64,
-    pub fencing_token: u64,
+    pub(crate) acquired_at_ms: u64,
+    pub(crate) held_for_ms: u64,
+    pub(crate) fencing_token: u64,
 }
 
-/// A validated subcommand target.
-pub struct Admin {
-    name: String,
-    keys: Keys,
-    session: Session,
-    report: Report,
+/// `lockrun status`: prints the lock's state; 0 when held, 1 when free.
+pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
+    let mut inspector = Inspector::new(lock.target, CALL_TIMEOUT, lock.keys);
+    let status = inspector.status().await?;
+    let holder = status.holder.as_ref().map(|h| HolderJson {
+        host: h.host.clone(),
+        pid: h.pid,
+        command: h.command.clone(),
+        acquired_at_ms: h.acquired_us / 1000,
+        held_for_ms: status.now_us.saturating_sub(h.acquired_us) / 1000,
+        fencing_token: h.fence,
+    });
+    let state = StatusJson {
+        key: lock.name,
+        redis_key: inspector.keys().lock.clone(),
+        held: status.occupancy != Occupancy::Free,
+        ttl_left_ms: match status.occupancy {
+            Occupancy::Leased(left) => Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+            Occupancy::Free | Occupancy::NoExpiry => None,
+        },
+        holder,
+        last_fencing_token: status.last_fence,
+    };
+    let text = if json {
+        serde_json::to_string(&state).map_err(|err| Error::Internal {
+            doing: "print the status as JSON",
+            source: err.into(),
+        })?
+    } else {
+        status_text(&state)
+    };
+    print_line(&text);
+    Ok(if state.held { 0 } else { FREE })
 }
 
-impl Admin {
-    pub fn new(
-        key: &str,
-        redis: &RedisArgs,
-        password: Option<String>,
-        report: Report,
-    ) -> Result<Self, UsageError> {
-        let name = validate_key(key.to_owned())?;
-        let target = Target::parse(&redis.url, password)?;
-        Ok(Admin {
-            keys: Keys::new(&redis.prefix, &name),
-            name,
-            session: Session::new(target, CALL_TIMEOUT),
-            report,
-        })
+/// `lockrun release`: removes the lock whoever holds it, with `--force`.
+pub(crate) async fn release(lock: LockConfig, force: bool) -> Result<u8, Error> {
+    if !force {
+        return Err(Error::Usage(format!(
+            "refusing to release {}: another run may hold it, and removing its lock lets a \
+             second copy start while the first is still being stopped; add --force to \
+             remove it anyway",
+            lock.keys.lock
+        )));
     }
+    let mut inspector = Inspector::new(lock.target, CALL_TIMEOUT, lock.keys);
+    match inspector.force_release().await? {
+        Some(holder) => print_line(&format!(
+            "released {} held by {}",
+            lock.name,
+            describe(&holder)
+        )),
+        None => print_line(&format!("{} was not held", lock.name)),
+    }
+    Ok(0)
+}
 
-    pub async fn status(mut self, args: &StatusArgs) -> u8 {
-        let status = match lock::status(&mut self.session, &self.keys).await {
-            Ok(status) => status,
-            Err(err) => {
-                self.report.error(err);
-                return exit_code::REDIS_UNAVAILABLE;
-            }
-        };
-        let holder = status.holder.as_ref().map(|h| HolderJson {
-            host: h.host.clone(),
-            pid: h.pid,
-            command: h.command.clone(),
-            acquired_at_ms: h.acquired_us / 1000,
-            held_for_ms: status.now_us.saturating_sub(h.acquired_us) / 1000,
-            fencing_token: h.fence,
-        });
-        let json = StatusJson {
-            key: self.name.clone(),
-            redis_key: self.keys.lock.clone(),
-            held: status.held.is_some(),
-            ttl_left_ms: status.held.flatten().map(|d| d.as_millis() as u64),
-            holder,
-            last_fencing_token: status.last_fence,
-        };
-        let text = if args.json {
-            serde_json::to_string(&json).unwrap_or_default()
-        } else {
-            status_text(&json)
-        };
-        let _ = writeln!(std::io::stdout().lock(), "{text}");
-        if json.held {
-            0
-        } else {
-            FREE
-        }
-    }
-
-    pub async fn release(mut self, args: &ReleaseArgs) -> u8 {
-        if !args.force {
-            self.report.error(format_args!(
-                "refusing to release {}: another run may hold it, and removing its lock lets a \
-                 second copy start while the first is still being stopped; add --force to \
-                 remove it anyway",
-                self.keys.lock
-            ));
-            return exit_code::USAGE;
-        }
-        match lock::force_release(&mut self.session, &self.keys).await {
-            Ok(Some(holder)) => {
-                let _ = writeln!(
-                    std::io::stdout().lock(),
-                    "released {} held by {}",
-                    self.name,
-                    describe(&holder)
-                );
-                0
-            }
-            Ok(None) => {
-                let _ = writeln!(std::io::stdout().lock(), "{} was not held", self.name);
-                0
-            }
-            Err(err) => {
-                self.report.error(err);
-                exit_code::REDIS_UNAVAILABLE
-            }
-        }
-    }
+/// The subcommands' answer goes to stdout; a closed stdout is no reason to
+/// fail an operation that already happened.
+fn print_line(text: &str) {
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
 }
 
 fn describe(holder: &Holder) -> String {
@@ -154,10 +121,10 @@ fn status_text(json: &StatusJson) -> String {
             None => format!("{}: free", json.key),
         };
     }
-    let left = json
-        .ttl_left_ms
-        .map(|ms| format!("lease expires in {}", show(Duration::from_millis(ms))))
-        .unwrap_or_else(|| "no expiry (set outside lockrun?)".into());
+    let left = json.ttl_left_ms.map_or_else(
+        || "no expiry (set outside lockrun?)".into(),
+        |ms| format!("lease expires in {}", show(Duration::from_millis(ms))),
+    );
     match &json.holder {
         Some(h) => format!(
             "{}: held by {} pid {} for {}, {left}, fencing token {}\n  command: {}",

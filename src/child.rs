@@ -8,7 +8,8 @@
 //! so that it can read the terminal and Ctrl-C reaches it directly; Ctrl-Z
 //! stops both, and the shell's `fg` continues both.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::process::ExitStatus;
@@ -19,33 +20,60 @@ use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::lease::BootInstant;
+use crate::clock::BootInstant;
 
 /// How often lockrun looks whether a stopped group is gone.
 const GROUP_POLL: Duration = Duration::from_millis(10);
 
 /// Why the command could not be started.
 #[derive(Debug)]
-pub enum SpawnError {
-    NotFound(io::Error),
+pub(crate) enum SpawnError {
+    NotFound,
+    /// exec reports a directory as "Permission denied", which sends people
+    /// chasing file modes: it gets a variant of its own.
+    IsDirectory,
     NotExecutable(io::Error),
     Other(io::Error),
 }
 
 impl SpawnError {
-    fn from_io(err: io::Error) -> Self {
+    fn from_io(err: io::Error, program: &OsStr) -> Self {
         match err.raw_os_error() {
-            Some(libc::ENOENT) => SpawnError::NotFound(err),
+            Some(libc::ENOENT) => SpawnError::NotFound,
             Some(libc::EACCES | libc::ENOEXEC | libc::EISDIR | libc::EPERM) => {
-                SpawnError::NotExecutable(err)
+                if std::path::Path::new(program).is_dir() {
+                    SpawnError::IsDirectory
+                } else {
+                    SpawnError::NotExecutable(err)
+                }
             }
             _ => SpawnError::Other(err),
         }
     }
 }
 
+impl fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpawnError::NotFound => f.write_str("command not found"),
+            SpawnError::IsDirectory => f.write_str("cannot execute: is a directory"),
+            SpawnError::NotExecutable(err) => write!(f, "cannot execute: {err}"),
+            SpawnError::Other(err) => write!(f, "cannot start: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for SpawnError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SpawnError::NotExecutable(err) | SpawnError::Other(err) => Some(err),
+            SpawnError::NotFound | SpawnError::IsDirectory => None,
+        }
+    }
+}
+
 /// A running command and its process group.
-pub struct Child {
+pub(crate) struct Child {
     process: tokio::process::Child,
     group: Pid,
     /// Set when the child's group took over the terminal; lockrun takes it
@@ -55,17 +83,15 @@ pub struct Child {
 
 impl Child {
     /// Starts `argv` with `env` added to lockrun's environment.
-    pub fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Child, SpawnError> {
-        let Some((program, args)) = argv.split_first() else {
-            return Err(SpawnError::NotFound(io::Error::from(
-                io::ErrorKind::NotFound,
-            )));
+    pub(crate) fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Child, SpawnError> {
+        let Some((program, arguments)) = argv.split_first() else {
+            return Err(SpawnError::NotFound);
         };
         let terminal = in_terminal_foreground();
         let parent = nix::unistd::getpid();
         let mut command = tokio::process::Command::new(program);
         command
-            .args(args)
+            .args(arguments)
             .envs(env.iter().cloned())
             .process_group(0);
         // SAFETY: the closure runs in the forked child before exec, where only
@@ -87,36 +113,35 @@ impl Child {
                 Ok(())
             });
         }
-        let process = command.spawn().map_err(SpawnError::from_io)?;
-        let Some(pid) = process.id() else {
+        let process = command
+            .spawn()
+            .map_err(|err| SpawnError::from_io(err, program))?;
+        // A pid is a positive i32 on Linux; `id()` is None only once reaped.
+        let Some(pid) = process.id().and_then(|pid| i32::try_from(pid).ok()) else {
             return Err(SpawnError::Other(io::Error::other(
                 "child exited unobserved",
             )));
         };
         Ok(Child {
             process,
-            group: Pid::from_raw(pid as i32),
+            group: Pid::from_raw(pid),
             terminal,
         })
     }
 
-    pub fn pid(&self) -> u32 {
-        self.group.as_raw() as u32
-    }
-
     /// Sends `signal` to every process in the child's group.
-    pub fn signal_group(&self, signal: Signal) {
+    pub(crate) fn signal_group(&self, signal: Signal) {
         // ESRCH only means the group is already empty.
         let _ = signal::killpg(self.group, signal);
     }
 
     /// Whether any process of the group is still alive.
-    pub fn group_alive(&self) -> bool {
+    pub(crate) fn group_alive(&self) -> bool {
         signal::killpg(self.group, None) != Err(Errno::ESRCH)
     }
 
     /// Waits for the command itself (the group leader) to exit.
-    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+    pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
         let status = self.process.wait().await;
         self.give_back_terminal();
         status
@@ -125,7 +150,7 @@ impl Child {
     /// Stops what is left of the group after the leader exited: SIGTERM,
     /// then SIGKILL at `kill_at`. Work started by the command must not
     /// outlive the lock.
-    pub async fn stop_stragglers(&self, kill_at: BootInstant) {
+    pub(crate) async fn stop_stragglers(&self, kill_at: BootInstant) {
         if !self.group_alive() {
             return;
         }
@@ -137,11 +162,11 @@ impl Child {
     }
 
     /// Whether the command's group has the terminal, so that Ctrl-Z stops it.
-    pub fn has_terminal(&self) -> bool {
+    pub(crate) fn has_terminal(&self) -> bool {
         self.terminal
     }
 
-    pub fn group(&self) -> Pid {
+    pub(crate) fn group(&self) -> Pid {
         self.group
     }
 
@@ -149,7 +174,7 @@ impl Child {
     /// back and stops lockrun the same way, so that the shell that started
     /// lockrun sees its job stopped and gives its prompt back. Returns once
     /// lockrun is continued (`fg`); `resume` then continues the command.
-    pub fn stop_along(&mut self) {
+    pub(crate) fn stop_along(&mut self) {
         self.give_back_terminal();
         // In an orphaned process group (a parent outside the session, as
         // under a shell without job control) the kernel discards SIGTSTP:
@@ -158,7 +183,7 @@ impl Child {
     }
 
     /// Hands the terminal back to the command's group and continues it.
-    pub fn resume(&mut self) {
+    pub(crate) fn resume(&mut self) {
         self.terminal = set_foreground(self.group);
         self.signal_group(Signal::SIGCONT);
     }
@@ -188,7 +213,10 @@ fn set_foreground(group: Pid) -> bool {
 /// Waits until the command's leader is stopped from the terminal: Ctrl-Z,
 /// or reading or writing the terminal from the background. `child_changed`
 /// is a SIGCHLD stream made before the command started.
-pub async fn stopped_from_terminal(group: Pid, child_changed: &mut tokio::signal::unix::Signal) {
+pub(crate) async fn stopped_from_terminal(
+    group: Pid,
+    child_changed: &mut tokio::signal::unix::Signal,
+) {
     loop {
         child_changed.recv().await;
         // WSTOPPED without WEXITED reports stops only: the exit stays for

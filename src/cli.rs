@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::wait::Wait;
+
 const ABOUT: &str = "Run a command under a distributed lock held in Redis";
 
 const LONG_ABOUT: &str = "\
@@ -62,17 +64,17 @@ Exit status:
     subcommand_negates_reqs = true,
     max_term_width = 100
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
-    pub action: Option<Action>,
+    pub(crate) action: Option<Action>,
 
     #[command(flatten)]
-    pub run: RunArgs,
+    pub(crate) run: RunArgs,
 }
 
 /// The subcommands an operator uses to inspect or clear a lock.
 #[derive(Debug, Subcommand)]
-pub enum Action {
+pub(crate) enum Action {
     /// Show who holds a lock, for how long, and its fencing token
     #[command(
         long_about = "Show who holds a lock: host, pid, command, time held, lease time left \
@@ -91,51 +93,51 @@ pub enum Action {
 
 /// Flags of `lockrun [OPTIONS] --key NAME -- COMMAND...`.
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Lock name; runs that share it never overlap
     ///
     /// The command gets it in LOCKRUN_KEY.
     #[arg(short, long, value_name = "NAME", required = true)]
-    pub key: Option<String>,
+    pub(crate) key: Option<String>,
 
     #[command(flatten)]
-    pub redis: RedisArgs,
+    pub(crate) redis: RedisArgs,
 
     /// Lease length written to Redis
     ///
     /// A run that dies holds the lock at most this long. One renewal period,
     /// one Redis timeout, the kill grace and ttl/100 + 2ms must fit inside it.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
-    pub ttl: Duration,
+    pub(crate) ttl: Duration,
 
     /// Heartbeat period [default: ttl/3]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub renew_every: Option<Duration>,
+    pub(crate) renew_every: Option<Duration>,
 
     /// Time limit of each Redis call [default: ttl/10, at most 2s]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub redis_timeout: Option<Duration>,
+    pub(crate) redis_timeout: Option<Duration>,
 
     /// Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]
     ///
     /// Used when lockrun itself must stop the command: the lease is lost or
     /// --timeout elapsed. 0 means no grace: SIGKILL right after SIGTERM.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub kill_grace: Option<Duration>,
+    pub(crate) kill_grace: Option<Duration>,
 
     /// Wait this long for a held lock, or "forever" [default: no wait]
     ///
     /// A waiting run retries the moment the holder releases the lock, and
     /// when its lease runs out.
     #[arg(short, long, value_name = "DURATION|forever", value_parser = parse_wait)]
-    pub wait: Option<Wait>,
+    pub(crate) wait: Option<Wait>,
 
     /// Exit status when the lock is busy; 0 skips quietly
     ///
     /// 0 suits cron and other callers that should treat "already running
     /// elsewhere" as success. Add --quiet to drop the line on stderr as well.
     #[arg(long, value_name = "N", default_value_t = crate::exit_code::BUSY_DEFAULT)]
-    pub busy_exit_code: u8,
+    pub(crate) busy_exit_code: u8,
 
     /// Keep the lock at least this long after acquiring it
     ///
@@ -143,34 +145,34 @@ pub struct RunArgs {
     /// host whose cron fires a little later (clock skew) does not run the same
     /// job again.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub min_hold: Option<Duration>,
+    pub(crate) min_hold: Option<Duration>,
 
     /// Stop the command after this long and exit 124
     ///
     /// As timeout(1) does: SIGTERM to the command's process group, then
     /// SIGKILL after the kill grace.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
 
     /// Print nothing when the lock is busy
     #[arg(short, long, conflicts_with = "verbose")]
-    pub quiet: bool,
+    pub(crate) quiet: bool,
 
     /// Log each acquire, renewal and release to stderr
     #[arg(short, long)]
-    pub verbose: bool,
+    pub(crate) verbose: bool,
 
     /// The command to run and its arguments, after `--`
     ///
     /// Run directly, without a shell, in a process group of its own. It gets
     /// LOCKRUN_KEY and LOCKRUN_FENCING_TOKEN in its environment.
     #[arg(last = true, required = true, value_name = "COMMAND")]
-    pub command: Vec<OsString>,
+    pub(crate) command: Vec<OsString>,
 }
 
 /// Where the lock lives. Shared by the run and every subcommand.
 #[derive(Debug, Args)]
-pub struct RedisArgs {
+pub(crate) struct RedisArgs {
     /// Redis URL
     ///
     /// redis://[USER[:PASSWORD]@]HOST[:PORT][/DB], rediss://... (TLS,
@@ -183,7 +185,7 @@ pub struct RedisArgs {
         default_value = "redis://127.0.0.1:6379",
         hide_env_values = true
     )]
-    pub url: String,
+    pub(crate) url: String,
 
     /// Prefix of every Redis key
     ///
@@ -195,44 +197,37 @@ pub struct RedisArgs {
         default_value = "lockrun:",
         hide_env_values = true
     )]
-    pub prefix: String,
+    pub(crate) prefix: String,
 }
 
 /// Flags of `lockrun status`.
 #[derive(Debug, Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// Lock name
     #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    pub(crate) key: String,
 
     #[command(flatten)]
-    pub redis: RedisArgs,
+    pub(crate) redis: RedisArgs,
 
     /// Print one JSON object on stdout instead of text
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 /// Flags of `lockrun release`.
 #[derive(Debug, Args)]
-pub struct ReleaseArgs {
+pub(crate) struct ReleaseArgs {
     /// Lock name
     #[arg(short, long, value_name = "NAME")]
-    pub key: String,
+    pub(crate) key: String,
 
     #[command(flatten)]
-    pub redis: RedisArgs,
+    pub(crate) redis: RedisArgs,
 
     /// Really remove a lock that another run may hold
     #[arg(long)]
-    pub force: bool,
-}
-
-/// How long a run waits for a lock that someone else holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wait {
-    Up(Duration),
-    Forever,
+    pub(crate) force: bool,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -249,6 +244,7 @@ fn parse_wait(text: &str) -> Result<Wait, String> {
 }
 
 /// The clap definition, for generating the man page and completions.
+#[must_use]
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }

@@ -1,110 +1,151 @@
 //! Validated settings: the timing rules and scaled defaults that clap cannot
-//! express, checked once so the rest of lockrun can rely on them.
+//! express, checked once so the rest of lockrun can rely on them. This is
+//! where the command line (`cli`) and the environment become the domain's
+//! types; nothing below this module sees clap.
 
 use std::ffi::OsString;
-use std::fmt;
+use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::cli::{RunArgs, Wait};
+use crate::cli::{Action, Cli, RedisArgs, RunArgs};
+use crate::clock::show;
+use crate::error::Error;
 use crate::lease::Timing;
+use crate::lock::Keys;
 use crate::redis_conn::Target;
+use crate::report::Verbosity;
+use crate::wait::Wait;
+
+/// Environment variable with the Redis password, so it never shows in `ps`.
+pub const PASSWORD_ENV: &str = "LOCKRUN_REDIS_PASSWORD";
 
 /// The longest default kill grace; shorter ttls scale it down.
 const MAX_DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 /// The longest default Redis call timeout; shorter ttls scale it down.
 const MAX_DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A command line that lockrun refuses, with a message that says why and what
-/// would be accepted.
-#[derive(Debug, PartialEq, Eq)]
-pub struct UsageError(pub String);
+/// What this invocation of lockrun is asked to do, validated.
+#[derive(Debug)]
+pub(crate) enum Invocation {
+    Run(RunConfig),
+    Status { lock: LockConfig, json: bool },
+    Release { lock: LockConfig, force: bool },
+}
 
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+/// Everything a run needs.
+#[derive(Debug)]
+pub(crate) struct RunConfig {
+    pub(crate) lock: LockConfig,
+    pub(crate) timing: Timing,
+    pub(crate) wait: Option<Wait>,
+    pub(crate) busy_exit_code: u8,
+    pub(crate) min_hold: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) verbosity: Verbosity,
+    pub(crate) command: Vec<OsString>,
+}
+
+/// Which lock, and where it lives.
+#[derive(Debug)]
+pub(crate) struct LockConfig {
+    /// The name given to `--key`.
+    pub(crate) name: String,
+    pub(crate) keys: Keys,
+    pub(crate) target: Target,
+}
+
+impl Invocation {
+    /// Validates the parsed command line; `password` comes from
+    /// LOCKRUN_REDIS_PASSWORD.
+    pub(crate) fn from_cli(cli: Cli, password: Option<String>) -> Result<Self, Error> {
+        Ok(match cli.action {
+            None => Invocation::Run(RunConfig::from_args(cli.run, password)?),
+            Some(Action::Status(args)) => Invocation::Status {
+                lock: LockConfig::new(args.key, &args.redis, password)?,
+                json: args.json,
+            },
+            Some(Action::Release(args)) => Invocation::Release {
+                lock: LockConfig::new(args.key, &args.redis, password)?,
+                force: args.force,
+            },
+        })
+    }
+
+    pub(crate) fn verbosity(&self) -> Verbosity {
+        match self {
+            Invocation::Run(config) => config.verbosity,
+            Invocation::Status { .. } | Invocation::Release { .. } => Verbosity::Normal,
+        }
     }
 }
 
-/// How much lockrun says on stderr.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Verbosity {
-    Quiet,
-    #[default]
-    Normal,
-    Verbose,
-}
-
-/// Everything a run needs, validated.
-#[derive(Debug)]
-pub struct RunConfig {
-    pub key: String,
-    pub target: Target,
-    pub prefix: String,
-    pub timing: Timing,
-    pub wait: Option<Wait>,
-    pub busy_exit_code: u8,
-    pub min_hold: Option<Duration>,
-    pub timeout: Option<Duration>,
-    pub verbosity: Verbosity,
-    pub command: Vec<OsString>,
-}
-
 impl RunConfig {
-    pub fn from_args(args: RunArgs, password: Option<String>) -> Result<Self, UsageError> {
-        let key = validate_key(args.key.unwrap_or_default())?;
-        let target = Target::parse(&args.redis.url, password)?;
+    fn from_args(args: RunArgs, password: Option<String>) -> Result<Self, Error> {
+        let lock = LockConfig::new(args.key.unwrap_or_default(), &args.redis, password)?;
         let timing = timing(
             args.ttl,
             args.renew_every,
             args.redis_timeout,
             args.kill_grace,
         )?;
-        let min_hold = positive("--min-hold", args.min_hold)?;
-        let timeout = positive("--timeout", args.timeout)?;
         let verbosity = match (args.quiet, args.verbose) {
             (true, _) => Verbosity::Quiet,
             (_, true) => Verbosity::Verbose,
             _ => Verbosity::Normal,
         };
         Ok(RunConfig {
-            key,
-            target,
-            prefix: args.redis.prefix,
+            lock,
             timing,
             wait: args.wait,
             busy_exit_code: args.busy_exit_code,
-            min_hold,
-            timeout,
+            min_hold: positive("--min-hold", args.min_hold)?,
+            timeout: positive("--timeout", args.timeout)?,
             verbosity,
             command: args.command,
         })
     }
-}
 
-pub fn validate_key(key: String) -> Result<String, UsageError> {
-    if key.is_empty() {
-        return Err(UsageError("--key must not be empty".into()));
+    /// The program's name, for messages.
+    pub(crate) fn program(&self) -> String {
+        self.command
+            .first()
+            .map(|program| program.to_string_lossy().into_owned())
+            .unwrap_or_default()
     }
-    Ok(key)
 }
 
-fn positive(flag: &str, value: Option<Duration>) -> Result<Option<Duration>, UsageError> {
+impl LockConfig {
+    fn new(name: String, redis: &RedisArgs, password: Option<String>) -> Result<Self, Error> {
+        if name.is_empty() {
+            return Err(Error::Usage("--key must not be empty".into()));
+        }
+        let target =
+            Target::parse(&redis.url, password).map_err(|err| Error::Usage(err.to_string()))?;
+        Ok(LockConfig {
+            keys: Keys::new(&redis.prefix, &name),
+            name,
+            target,
+        })
+    }
+}
+
+fn positive(flag: &str, value: Option<Duration>) -> Result<Option<Duration>, Error> {
     match value {
-        Some(d) if d.is_zero() => Err(UsageError(format!("{flag} must be longer than zero"))),
+        Some(d) if d.is_zero() => Err(Error::Usage(format!("{flag} must be longer than zero"))),
         other => Ok(other),
     }
 }
 
 /// Fills in the defaults that scale with the ttl and checks that a renewal
 /// attempt and a graceful stop fit inside one lease.
-pub fn timing(
+fn timing(
     ttl: Duration,
     renew_every: Option<Duration>,
     redis_timeout: Option<Duration>,
     kill_grace: Option<Duration>,
-) -> Result<Timing, UsageError> {
+) -> Result<Timing, Error> {
     if ttl < Duration::from_millis(10) {
-        return Err(UsageError(format!(
+        return Err(Error::Usage(format!(
             "--ttl {} is too short; use 10ms or more (Redis keeps leases in whole milliseconds)",
             show(ttl)
         )));
@@ -119,21 +160,23 @@ pub fn timing(
     if timing.needed() < ttl {
         return Ok(timing);
     }
+    Err(Error::Usage(unsafe_timing(&timing)))
+}
+
+/// Why `timing` does not fit its ttl, and the smallest change that would.
+fn unsafe_timing(timing: &Timing) -> String {
+    let ttl = timing.ttl;
     // The smallest ttl that fits: renew + timeout + grace + ttl/100 + 2ms < ttl.
     let fixed = timing.renew_every + timing.redis_timeout + timing.kill_grace;
-    let min_ttl_ms = (fixed.as_millis() + 2) * 100 / 99 + 1;
-    let grace_room = ttl.saturating_sub(timing.needed() - timing.kill_grace);
-    let mut advice = format!(
-        "use --ttl {} or more",
-        show(Duration::from_millis(min_ttl_ms as u64))
-    );
+    let min_ttl_ms = fixed.as_millis().saturating_add(2).saturating_mul(100) / 99 + 1;
+    let min_ttl = Duration::from_millis(u64::try_from(min_ttl_ms).unwrap_or(u64::MAX));
+    let grace_room = ttl.saturating_sub(timing.needed().saturating_sub(timing.kill_grace));
+    let mut advice = format!("use --ttl {} or more", show(min_ttl));
     if grace_room > Duration::from_millis(1) {
-        advice += &format!(
-            ", or --kill-grace {} or less",
-            show(grace_room - Duration::from_millis(1))
-        );
+        let grace = grace_room.saturating_sub(Duration::from_millis(1));
+        let _ = write!(advice, ", or --kill-grace {} or less", show(grace));
     }
-    Err(UsageError(format!(
+    format!(
         "unsafe timing: renew every {} + redis timeout {} + kill grace {} + clock-drift \
          allowance {} = {}, which does not fit inside the ttl of {}; {advice}",
         show(timing.renew_every),
@@ -142,16 +185,7 @@ pub fn timing(
         show(timing.drift()),
         show(timing.needed()),
         show(ttl),
-    )))
-}
-
-/// A duration as an operator would write it, to the millisecond.
-pub fn show(d: Duration) -> String {
-    let ms = Duration::from_millis(d.as_millis() as u64);
-    if ms.is_zero() {
-        return "0s".into();
-    }
-    humantime::format_duration(ms).to_string().replace(' ', "")
+    )
 }
 
 #[cfg(test)]
@@ -178,10 +212,12 @@ mod tests {
 
     #[test]
     fn unsafe_timing_says_what_fits() {
-        let err = timing(30 * S, None, None, Some(20 * S)).expect_err("does not fit");
-        assert!(err.0.starts_with("unsafe timing:"), "{err}");
-        assert!(err.0.contains("--ttl 32s326ms or more"), "{err}");
-        assert!(err.0.contains("--kill-grace 17s697ms or less"), "{err}");
+        let err = timing(30 * S, None, None, Some(20 * S))
+            .expect_err("does not fit")
+            .to_string();
+        assert!(err.starts_with("unsafe timing:"), "{err}");
+        assert!(err.contains("--ttl 32s326ms or more"), "{err}");
+        assert!(err.contains("--kill-grace 17s697ms or less"), "{err}");
     }
 
     #[test]
@@ -189,12 +225,5 @@ mod tests {
         assert!(timing(Duration::from_millis(5), None, None, None).is_err());
         assert!(timing(30 * S, Some(Duration::ZERO), None, None).is_err());
         assert!(timing(30 * S, None, None, Some(Duration::ZERO)).is_ok());
-    }
-
-    #[test]
-    fn durations_show_compactly() {
-        assert_eq!(show(Duration::from_millis(1500)), "1s500ms");
-        assert_eq!(show(Duration::from_secs(90)), "1m30s");
-        assert_eq!(show(Duration::ZERO), "0s");
     }
 }

@@ -29,12 +29,14 @@ pub const NOT_EXECUTABLE: u8 = 126;
 pub const NOT_FOUND: u8 = 127;
 
 /// The shell's convention for "killed by signal N".
+#[must_use]
 pub fn from_signal(signal: i32) -> u8 {
     // Signal numbers on Linux are 1..=64, so 128 + N always fits in a byte.
     u8::try_from(128 + signal).unwrap_or(u8::MAX)
 }
 
 /// The status a shell would report for this child.
+#[must_use]
 pub fn from_child(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
         // A Unix exit code is already the low byte of what the child passed.

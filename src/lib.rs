@@ -1,45 +1,60 @@
 //! lockrun runs a command under a distributed lock held in Redis.
 //!
-//! Module map:
+//! Module map, from the binary's edge inwards (each module imports only
+//! modules listed after it):
 //!
 //! - `cli`: the command line (clap), nothing else;
-//! - `config`: validated settings, the timing rules clap cannot express;
-//! - `redis_conn`: where Redis is, credentials kept out of messages, timeouts;
-//! - `lock` (+ `lock/*.lua`): the Redis protocol as atomic scripts;
+//! - `config`: turns `cli` and the environment into validated settings;
+//!   nothing below it sees clap;
+//! - `admin`: `lockrun status` and `lockrun release`;
+//! - `run`: one run, step by step: acquire, start, supervise, finish;
+//! - `supervise`: the running command under its lease: renewals, signals,
+//!   terminal stops, stopping the command when the lease cannot be proven;
 //! - `wait`: getting the lock, waiting for a release if asked;
-//! - `lease`: the lease deadline on the boot clock, renewal timing;
+//! - `report`: the one-line messages on stderr, as loud as asked;
+//! - `error`: every failure, its message and its exit status;
 //! - `child`: the command in its own process group, tied to lockrun's life;
 //! - `signals`: which signals lockrun catches and forwards;
-//! - `run`: the one place that puts lock, lease and command together;
-//! - `admin`: `lockrun status` and `lockrun release`;
-//! - `exit_code`: every status lockrun returns;
-//! - `report`: the one-line messages on stderr.
+//! - `lock` (+ `lock/*.lua`): the Redis protocol as atomic scripts; the only
+//!   module besides `redis_conn` that names a redis type;
+//! - `redis_conn`: where Redis is, credentials kept out of messages, timeouts;
+//! - `lease`: the lease deadline and renewal timing;
+//! - `clock`: the boot clock, sleeps that survive suspend, durations shown;
+//! - `exit_code`: every status lockrun returns.
 
-pub mod admin;
-pub mod child;
+mod admin;
+mod child;
 pub mod cli;
-pub mod config;
+mod clock;
+mod config;
+mod error;
 pub mod exit_code;
-pub mod lease;
-pub mod lock;
-pub mod redis_conn;
-pub mod report;
-pub mod run;
-pub mod signals;
-pub mod wait;
+mod lease;
+mod lock;
+mod redis_conn;
+mod report;
+mod run;
+mod signals;
+mod supervise;
+mod wait;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{Action, Cli};
-use crate::config::{RunConfig, UsageError};
+pub use crate::config::PASSWORD_ENV;
+
+use crate::cli::Cli;
+use crate::config::Invocation;
+use crate::error::Error;
+use crate::lock::Token;
 use crate::report::Report;
+use crate::signals::Signals;
 
-/// Environment variable with the Redis password, so it never shows in `ps`.
-pub const PASSWORD_ENV: &str = "LOCKRUN_REDIS_PASSWORD";
-
-/// The whole program: parse, then run on a single-threaded runtime.
+/// The whole program: parse, validate, run on a single-threaded runtime,
+/// and turn the outcome into an exit status, reporting any error here and
+/// nowhere else.
+#[must_use]
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -48,11 +63,13 @@ pub fn main() -> ExitCode {
             let _ = err.print();
             return ExitCode::SUCCESS;
         }
-        Err(err) => {
-            Report::default().error(one_line(&err));
-            return ExitCode::from(exit_code::USAGE);
-        }
+        Err(err) => return exit(Report::default(), Err(Error::Usage(one_line(&err)))),
     };
+    let invocation = match Invocation::from_cli(cli, std::env::var(PASSWORD_ENV).ok()) {
+        Ok(invocation) => invocation,
+        Err(err) => return exit(Report::default(), Err(err)),
+    };
+    let report = Report::new(invocation.verbosity());
     // One thread: the command is spawned from the thread that lives as long
     // as lockrun, which the parent-death signal depends on.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -60,44 +77,46 @@ pub fn main() -> ExitCode {
         .build()
     {
         Ok(runtime) => runtime,
-        Err(err) => {
-            Report::default().error(format_args!("cannot start: {err}"));
-            return ExitCode::from(exit_code::INTERNAL);
+        Err(source) => {
+            let doing = "start the async runtime";
+            return exit(report, Err(Error::Internal { doing, source }));
         }
     };
-    let status = runtime.block_on(dispatch(cli));
+    let outcome = runtime.block_on(execute(invocation, report));
     // Dropping the runtime would wait for its blocking threads, and a DNS
     // lookup for the Redis host runs on one: after a lookup that outlived
     // its timeout, lockrun would hang there after reporting the failure.
     runtime.shutdown_background();
-    ExitCode::from(status)
+    exit(report, outcome)
 }
 
-async fn dispatch(cli: Cli) -> u8 {
-    let password = std::env::var(PASSWORD_ENV).ok();
-    let report = Report::default();
-    let usage = |err: UsageError| {
-        report.error(err);
-        exit_code::USAGE
-    };
-    match cli.action {
-        None => match RunConfig::from_args(cli.run, password) {
-            Ok(config) => run::run(config).await,
-            Err(err) => usage(err),
-        },
-        Some(Action::Status(args)) => {
-            match admin::Admin::new(&args.key, &args.redis, password, report) {
-                Ok(admin) => admin.status(&args).await,
-                Err(err) => usage(err),
-            }
+async fn execute(invocation: Invocation, report: Report) -> Result<u8, Error> {
+    match invocation {
+        Invocation::Run(config) => {
+            // Before anything is taken: a run that cannot catch signals or
+            // make a token must not hold a lock.
+            let signals = Signals::install().map_err(|source| Error::Internal {
+                doing: "install signal handlers",
+                source,
+            })?;
+            let token = Token::generate().map_err(|source| Error::Internal {
+                doing: "read random bytes for the lock token",
+                source,
+            })?;
+            run::run(config, report, signals, token).await
         }
-        Some(Action::Release(args)) => {
-            match admin::Admin::new(&args.key, &args.redis, password, report) {
-                Ok(admin) => admin.release(&args).await,
-                Err(err) => usage(err),
-            }
-        }
+        Invocation::Status { lock, json } => admin::status(lock, json).await,
+        Invocation::Release { lock, force } => admin::release(lock, force).await,
     }
+}
+
+/// The one place where an outcome becomes an exit status, and an error is
+/// reported.
+fn exit(report: Report, outcome: Result<u8, Error>) -> ExitCode {
+    ExitCode::from(outcome.unwrap_or_else(|err| {
+        report.failure(&err);
+        err.exit_code()
+    }))
 }
 
 /// clap's usage error as one line, like every other lockrun error: what is

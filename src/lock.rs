@@ -13,13 +13,15 @@
 //! | `P{NAME}:released` | pub/sub channel announcing each release           |
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use redis::Script;
 
-use crate::lease::BootInstant;
-use crate::redis_conn::{RedisError, Session};
+use crate::clock::BootInstant;
+use crate::redis_conn::{RedisError, Session, Target};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/acquire.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/renew.lua")));
@@ -30,18 +32,21 @@ static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("loc
 
 /// The longest command line recorded as the holder.
 const MAX_COMMAND_CHARS: usize = 200;
+/// How long setting up the release subscription may take. Nothing is held
+/// while waiting, so this need not fit any lease; past it, the waiter polls.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The Redis names belonging to one lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Keys {
-    pub lock: String,
-    pub holder: String,
-    pub fence: String,
-    pub channel: String,
+pub(crate) struct Keys {
+    pub(crate) lock: String,
+    pub(crate) holder: String,
+    pub(crate) fence: String,
+    pub(crate) channel: String,
 }
 
 impl Keys {
-    pub fn new(prefix: &str, name: &str) -> Self {
+    pub(crate) fn new(prefix: &str, name: &str) -> Self {
         let lock = format!("{prefix}{{{name}}}");
         Keys {
             holder: format!("{lock}:holder"),
@@ -55,26 +60,35 @@ impl Keys {
 /// 128 bits from the OS CSPRNG, as hex: unique per acquisition and
 /// unguessable, so no other run can renew or release our lease by accident.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Token(String);
+pub(crate) struct Token(String);
 
 impl Token {
-    pub fn generate() -> Result<Self, getrandom::Error> {
+    pub(crate) fn generate() -> std::io::Result<Self> {
         let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes)?;
-        Ok(Token(bytes.iter().map(|b| format!("{b:02x}")).collect()))
+        getrandom::fill(&mut bytes).map_err(|err| match err.raw_os_error() {
+            Some(errno) => std::io::Error::from_raw_os_error(errno),
+            None => std::io::Error::other(err.to_string()),
+        })?;
+        let hex = bytes
+            .iter()
+            .fold(String::with_capacity(32), |mut hex, byte| {
+                let _ = write!(hex, "{byte:02x}");
+                hex
+            });
+        Ok(Token(hex))
     }
 }
 
 /// Who is asking for the lock, as recorded next to it.
 #[derive(Clone, Debug)]
-pub struct Me {
-    pub host: String,
-    pub pid: u32,
-    pub command: String,
+pub(crate) struct Me {
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) command: String,
 }
 
 impl Me {
-    pub fn new(command: &[std::ffi::OsString]) -> Self {
+    pub(crate) fn new(command: &[std::ffi::OsString]) -> Self {
         let host = nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())
@@ -97,17 +111,17 @@ impl Me {
 
 /// The holder record of a lock, as stored by whoever acquired it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Holder {
-    pub host: String,
-    pub pid: u32,
-    pub command: String,
+pub(crate) struct Holder {
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) command: String,
     /// Server time of the acquisition, microseconds since the epoch.
-    pub acquired_us: u64,
-    pub fence: u64,
+    pub(crate) acquired_us: u64,
+    pub(crate) fence: u64,
 }
 
 impl Holder {
-    fn from_fields(fields: Vec<String>) -> Option<Holder> {
+    fn from_fields(fields: &[String]) -> Option<Holder> {
         let map: HashMap<String, String> = fields
             .chunks_exact(2)
             .map(|pair| (pair[0].clone(), pair[1].clone()))
@@ -118,7 +132,7 @@ impl Holder {
         let number = |name: &str| map.get(name).and_then(|v| v.parse().ok()).unwrap_or(0);
         Some(Holder {
             host: map.get("host").cloned().unwrap_or_default(),
-            pid: number("pid") as u32,
+            pid: number("pid").try_into().unwrap_or(0),
             command: map.get("command").cloned().unwrap_or_default(),
             acquired_us: number("acquired_us"),
             fence: number("fence"),
@@ -126,14 +140,19 @@ impl Holder {
     }
 }
 
+/// A granted lease.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Grant {
+    /// The fencing token handed to the command.
+    pub(crate) fence: u64,
+    /// When the winning request was sent: the lease is counted from here.
+    pub(crate) sent: BootInstant,
+}
+
 /// What one acquisition attempt found.
 #[derive(Debug)]
-pub enum Attempt {
-    Acquired {
-        fence: u64,
-        /// When the winning request was sent: the lease is counted from here.
-        sent: BootInstant,
-    },
+pub(crate) enum Attempt {
+    Acquired(Grant),
     Busy {
         /// Lease time the holder has left, if the key has an expiry.
         left: Option<Duration>,
@@ -143,7 +162,7 @@ pub enum Attempt {
 
 /// What a release did.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Released {
+pub(crate) enum Released {
     Deleted,
     /// Kept until the minimum hold time is over.
     Kept,
@@ -152,7 +171,7 @@ pub enum Released {
 }
 
 /// One acquisition's handle on the lock.
-pub struct Lock {
+pub(crate) struct Lock {
     session: Session,
     keys: Keys,
     token: Token,
@@ -164,28 +183,53 @@ pub struct Lock {
 fn millis(d: Duration) -> u64 {
     // Redis expiries are whole milliseconds; round up so a sub-millisecond
     // remainder is not turned into "no expiry".
-    d.as_micros().div_ceil(1000) as u64
+    u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
 }
 
 impl Lock {
-    pub fn new(session: Session, keys: Keys, token: Token) -> Self {
+    /// A handle on lock `keys` at `target`; every call is limited to
+    /// `timeout`. Nothing is sent yet.
+    pub(crate) fn new(target: Target, timeout: Duration, keys: Keys, token: Token) -> Self {
         Lock {
-            session,
+            session: Session::new(target, timeout),
             keys,
             token,
             sent_acquire: false,
         }
     }
 
-    pub fn keys(&self) -> &Keys {
+    pub(crate) fn keys(&self) -> &Keys {
         &self.keys
     }
 
-    pub fn session(&mut self) -> &mut Session {
-        &mut self.session
+    /// Connects now, allowing `within` for it, so that an unreachable server
+    /// is reported before anything else happens.
+    pub(crate) async fn connect(&mut self, within: Duration) -> Result<(), RedisError> {
+        self.session.open_within(within).await
     }
 
-    pub async fn try_acquire(&mut self, ttl: Duration, me: &Me) -> Result<Attempt, RedisError> {
+    /// Subscribes to this lock's release announcements on a connection of
+    /// their own.
+    pub(crate) async fn subscribe_releases(&self) -> Result<Releases, RedisError> {
+        let target = self.session.target();
+        let client = target.client()?;
+        let subscribed = async {
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.subscribe(&self.keys.channel).await?;
+            Ok::<_, redis::RedisError>(pubsub)
+        };
+        match tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribed).await {
+            Ok(Ok(pubsub)) => Ok(Releases(pubsub.into_on_message())),
+            Ok(Err(err)) => Err(target.error(&err)),
+            Err(_) => Err(target.timed_out(SUBSCRIBE_TIMEOUT)),
+        }
+    }
+
+    pub(crate) async fn try_acquire(
+        &mut self,
+        ttl: Duration,
+        me: &Me,
+    ) -> Result<Attempt, RedisError> {
         let mut call = ACQUIRE.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.fence)
@@ -201,11 +245,11 @@ impl Lock {
         if won == 1 {
             let fence = u64::try_from(number)
                 .map_err(|_| self.protocol("acquire", &format!("fencing token {number}")))?;
-            return Ok(Attempt::Acquired { fence, sent });
+            return Ok(Attempt::Acquired(Grant { fence, sent }));
         }
         Ok(Attempt::Busy {
             left: u64::try_from(number).ok().map(Duration::from_millis),
-            holder: Holder::from_fields(fields),
+            holder: Holder::from_fields(&fields),
         })
     }
 
@@ -213,7 +257,7 @@ impl Lock {
     /// taken after all (a call that timed out, a signal in mid-call). When no
     /// acquire request ever went out, Redis is not asked: with Redis
     /// unreachable, that would only add one more timeout to the failure.
-    pub async fn abandon(&mut self) {
+    pub(crate) async fn abandon(&mut self) {
         if self.sent_acquire {
             let _ = self.release(None).await;
         }
@@ -221,7 +265,7 @@ impl Lock {
 
     /// Extends the lease to `ttl` from now. `Ok(false)` means the token is
     /// gone: the lease expired or someone removed or took the lock.
-    pub async fn renew(&mut self, ttl: Duration) -> Result<bool, RedisError> {
+    pub(crate) async fn renew(&mut self, ttl: Duration) -> Result<bool, RedisError> {
         let mut call = RENEW.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.holder)
@@ -233,7 +277,10 @@ impl Lock {
 
     /// Gives the lock up, or with `keep_for` leaves it to expire after that
     /// long. Never touches a lock that no longer holds our token.
-    pub async fn release(&mut self, keep_for: Option<Duration>) -> Result<Released, RedisError> {
+    pub(crate) async fn release(
+        &mut self,
+        keep_for: Option<Duration>,
+    ) -> Result<Released, RedisError> {
         let mut call = RELEASE.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.holder)
@@ -249,7 +296,7 @@ impl Lock {
     }
 
     fn protocol(&self, what: &str, detail: &str) -> RedisError {
-        self.session.target().error(redis::RedisError::from((
+        self.session.target().error(&redis::RedisError::from((
             redis::ErrorKind::Client,
             "unexpected reply",
             format!("to the {what} script: {detail}"),
@@ -257,47 +304,86 @@ impl Lock {
     }
 }
 
+/// Release announcements of one lock.
+pub(crate) struct Releases(redis::aio::PubSubStream);
+
+impl Releases {
+    /// Waits for the next release. `false` means the subscription broke and
+    /// no more announcements will come.
+    pub(crate) async fn next(&mut self) -> bool {
+        self.0.next().await.is_some()
+    }
+}
+
 /// A lock's state, as `lockrun status` shows it.
 #[derive(Debug)]
-pub struct Status {
-    /// The lease time left, or None when the lock is free. A key without an
-    /// expiry (set by hand) counts as held with no lease time.
-    pub held: Option<Option<Duration>>,
-    pub holder: Option<Holder>,
+pub(crate) struct Status {
+    pub(crate) occupancy: Occupancy,
+    pub(crate) holder: Option<Holder>,
     /// Server time, microseconds since the epoch.
-    pub now_us: u64,
+    pub(crate) now_us: u64,
     /// The last fencing token handed out for this name, if any.
-    pub last_fence: Option<u64>,
+    pub(crate) last_fence: Option<u64>,
 }
 
-pub async fn status(session: &mut Session, keys: &Keys) -> Result<Status, RedisError> {
-    let mut call = STATUS.prepare_invoke();
-    call.key(&keys.lock).key(&keys.holder).key(&keys.fence);
-    let (pttl, fields, secs, micros, fence): (i64, Vec<String>, u64, u64, String) =
-        session.invoke(&call).await?;
-    let held = match pttl {
-        -2 => None,
-        -1 => Some(None),
-        ms => Some(Some(Duration::from_millis(ms.max(0) as u64))),
-    };
-    Ok(Status {
-        holder: held.and(Holder::from_fields(fields)),
-        held,
-        now_us: secs * 1_000_000 + micros,
-        last_fence: fence.parse().ok(),
-    })
+/// Whether a lock is held, and for how much longer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Occupancy {
+    Free,
+    /// Held, with this much lease time left.
+    Leased(Duration),
+    /// Held by a key without an expiry (set by hand).
+    NoExpiry,
 }
 
-/// Removes the lock whoever holds it. Returns the removed holder record, or
-/// `Ok(None)` when there was no lock.
-pub async fn force_release(
-    session: &mut Session,
-    keys: &Keys,
-) -> Result<Option<Holder>, RedisError> {
-    let mut call = FORCE_RELEASE.prepare_invoke();
-    call.key(&keys.lock).key(&keys.holder).arg(&keys.channel);
-    let (removed, fields): (i64, Vec<String>) = session.invoke(&call).await?;
-    Ok((removed == 1).then(|| Holder::from_fields(fields).unwrap_or_default()))
+/// The operator's handle on a lock: look at it, or remove it whoever holds it.
+pub(crate) struct Inspector {
+    session: Session,
+    keys: Keys,
+}
+
+impl Inspector {
+    pub(crate) fn new(target: Target, timeout: Duration, keys: Keys) -> Self {
+        Inspector {
+            session: Session::new(target, timeout),
+            keys,
+        }
+    }
+
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub(crate) async fn status(&mut self) -> Result<Status, RedisError> {
+        let keys = &self.keys;
+        let mut call = STATUS.prepare_invoke();
+        call.key(&keys.lock).key(&keys.holder).key(&keys.fence);
+        let (pttl, fields, secs, micros, fence): (i64, Vec<String>, u64, u64, String) =
+            self.session.invoke(&call).await?;
+        let occupancy = match pttl {
+            -2 => Occupancy::Free,
+            -1 => Occupancy::NoExpiry,
+            ms => Occupancy::Leased(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        };
+        Ok(Status {
+            holder: (occupancy != Occupancy::Free)
+                .then(|| Holder::from_fields(&fields))
+                .flatten(),
+            occupancy,
+            now_us: secs.saturating_mul(1_000_000).saturating_add(micros),
+            last_fence: fence.parse().ok(),
+        })
+    }
+
+    /// Removes the lock whoever holds it. Returns the removed holder record,
+    /// or `Ok(None)` when there was no lock.
+    pub(crate) async fn force_release(&mut self) -> Result<Option<Holder>, RedisError> {
+        let keys = &self.keys;
+        let mut call = FORCE_RELEASE.prepare_invoke();
+        call.key(&keys.lock).key(&keys.holder).arg(&keys.channel);
+        let (removed, fields): (i64, Vec<String>) = self.session.invoke(&call).await?;
+        Ok((removed == 1).then(|| Holder::from_fields(&fields).unwrap_or_default()))
+    }
 }
 
 #[cfg(test)]
@@ -343,7 +429,7 @@ mod tests {
             "fence",
             "9",
         ];
-        let holder = Holder::from_fields(fields.iter().map(|s| s.to_string()).collect());
+        let holder = Holder::from_fields(&fields.map(String::from));
         assert_eq!(
             holder,
             Some(Holder {
@@ -354,12 +440,12 @@ mod tests {
                 fence: 9
             })
         );
-        assert_eq!(Holder::from_fields(vec![]), None);
+        assert_eq!(Holder::from_fields(&[]), None);
     }
 
     #[test]
     fn expiries_round_up_to_whole_milliseconds() {
         assert_eq!(millis(Duration::from_micros(1500)), 2);
-        assert_eq!(millis(Duration::from_millis(30_000)), 30_000);
+        assert_eq!(millis(Duration::from_secs(30)), 30_000);
     }
 }

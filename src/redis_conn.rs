@@ -8,11 +8,28 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
-use crate::config::UsageError;
+use crate::clock::show;
+
+/// A `--redis` URL that lockrun cannot use. It never echoes the URL, which
+/// may hold a password.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct InvalidUrl;
+
+impl fmt::Display for InvalidUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "invalid Redis URL in --redis or LOCKRUN_REDIS_URL; expected \
+             redis://[user:password@]host[:port][/db], rediss://... (TLS) or \
+             unix:///path/to/redis.sock",
+        )
+    }
+}
+
+impl std::error::Error for InvalidUrl {}
 
 /// A parsed Redis address plus credentials.
 #[derive(Clone)]
-pub struct Target {
+pub(crate) struct Target {
     info: ConnectionInfo,
 }
 
@@ -38,21 +55,13 @@ impl fmt::Display for Target {
 impl Target {
     /// Parses `url`; `password` (from LOCKRUN_REDIS_PASSWORD) overrides any
     /// password in the URL.
-    pub fn parse(url: &str, password: Option<String>) -> Result<Self, UsageError> {
-        let invalid = || {
-            UsageError(
-                "invalid Redis URL in --redis or LOCKRUN_REDIS_URL; expected \
-                 redis://[user:password@]host[:port][/db], rediss://... (TLS) or \
-                 unix:///path/to/redis.sock"
-                    .into(),
-            )
-        };
+    pub(crate) fn parse(url: &str, password: Option<String>) -> Result<Self, InvalidUrl> {
         // The redis crate reads a bare "host:port" as a URL with a scheme of
         // "host"; insist on a scheme so a typo cannot go somewhere unexpected.
         if !url.contains("://") {
-            return Err(invalid());
+            return Err(InvalidUrl);
         }
-        let mut info = url.into_connection_info().map_err(|_| invalid())?;
+        let mut info = url.into_connection_info().map_err(|_| InvalidUrl)?;
         let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
         if let Some(password) = password.filter(|p| !p.is_empty()) {
             settings = settings.set_password(password);
@@ -66,11 +75,14 @@ impl Target {
     }
 
     /// Opens one connection; every call on it is limited to `timeout`.
-    pub async fn connect(&self, timeout: Duration) -> Result<MultiplexedConnection, RedisError> {
+    pub(crate) async fn connect(
+        &self,
+        timeout: Duration,
+    ) -> Result<MultiplexedConnection, RedisError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
-        let client = Client::open(self.info.clone()).map_err(|e| self.error(e))?;
+        let client = Client::open(self.info.clone()).map_err(|e| self.error(&e))?;
         // The crate's own timeout covers connect and handshake separately;
         // this one bounds the whole.
         match tokio::time::timeout(
@@ -80,17 +92,17 @@ impl Target {
         .await
         {
             Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(self.error(e)),
+            Ok(Err(e)) => Err(self.error(&e)),
             Err(_) => Err(self.timed_out(timeout)),
         }
     }
 
     /// A client for a second, subscribe-only connection.
-    pub fn client(&self) -> Result<Client, RedisError> {
-        Client::open(self.info.clone()).map_err(|e| self.error(e))
+    pub(crate) fn client(&self) -> Result<Client, RedisError> {
+        Client::open(self.info.clone()).map_err(|e| self.error(&e))
     }
 
-    pub fn error(&self, err: redis::RedisError) -> RedisError {
+    pub(crate) fn error(&self, err: &redis::RedisError) -> RedisError {
         // Some errors span lines (a parser's report of what it got instead
         // of a reply); every lockrun message is one line.
         let mut detail = err
@@ -101,7 +113,7 @@ impl Target {
         if let Some(password) = self.password() {
             detail = detail.replace(password, "***");
         }
-        let kind = if is_auth_error(&err) {
+        let kind = if is_auth_error(err) {
             ErrorKind::Auth
         } else if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
             ErrorKind::Unreachable
@@ -115,11 +127,11 @@ impl Target {
         }
     }
 
-    pub fn timed_out(&self, after: Duration) -> RedisError {
+    pub(crate) fn timed_out(&self, after: Duration) -> RedisError {
         RedisError {
             kind: ErrorKind::Unreachable,
             target: self.to_string(),
-            detail: format!("no answer within {}", crate::config::show(after)),
+            detail: format!("no answer within {}", show(after)),
         }
     }
 }
@@ -144,7 +156,7 @@ fn is_auth_error(err: &redis::RedisError) -> bool {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// Could not connect, the connection broke, or no answer in time.
     Unreachable,
     /// The server wants a (different) password.
@@ -155,8 +167,8 @@ pub enum ErrorKind {
 
 /// A failed Redis call, with the address but never the password.
 #[derive(Debug, Clone)]
-pub struct RedisError {
-    pub kind: ErrorKind,
+pub(crate) struct RedisError {
+    pub(crate) kind: ErrorKind,
     target: String,
     detail: String,
 }
@@ -181,17 +193,19 @@ impl fmt::Display for RedisError {
     }
 }
 
+impl std::error::Error for RedisError {}
+
 /// One lazily (re)opened connection. After any failure the connection is
 /// dropped, so the next call starts afresh: after a Redis restart the old
 /// socket is dead, and a timed-out call may have left it in an unknown state.
-pub struct Session {
+pub(crate) struct Session {
     target: Target,
     timeout: Duration,
     conn: Option<MultiplexedConnection>,
 }
 
 impl Session {
-    pub fn new(target: Target, timeout: Duration) -> Self {
+    pub(crate) fn new(target: Target, timeout: Duration) -> Self {
         Session {
             target,
             timeout,
@@ -199,13 +213,13 @@ impl Session {
         }
     }
 
-    pub fn target(&self) -> &Target {
+    pub(crate) fn target(&self) -> &Target {
         &self.target
     }
 
     /// Opens the connection now, allowing `timeout` for it, so that an
     /// unreachable server is reported before anything else happens.
-    pub async fn open_within(&mut self, timeout: Duration) -> Result<(), RedisError> {
+    pub(crate) async fn open_within(&mut self, timeout: Duration) -> Result<(), RedisError> {
         if self.conn.is_none() {
             self.conn = Some(self.target.connect(timeout).await?);
         }
@@ -213,7 +227,7 @@ impl Session {
     }
 
     /// Runs one script call within the session's timeout.
-    pub async fn invoke<T: redis::FromRedisValue>(
+    pub(crate) async fn invoke<T: redis::FromRedisValue>(
         &mut self,
         call: &redis::ScriptInvocation<'_>,
     ) -> Result<T, RedisError> {
@@ -228,7 +242,7 @@ impl Session {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(err)) => {
                 self.conn = None;
-                Err(self.target.error(err))
+                Err(self.target.error(&err))
             }
             Err(_) => {
                 self.conn = None;
@@ -247,7 +261,7 @@ mod tests {
         let target = Target::parse("redis://user:s3cret@db.example:6380/2", None).expect("valid");
         assert_eq!(target.to_string(), "redis://db.example:6380");
         assert!(!format!("{target:?}").contains("s3cret"));
-        let err = target.error(redis::RedisError::from((
+        let err = target.error(&redis::RedisError::from((
             redis::ErrorKind::AuthenticationFailed,
             "WRONGPASS s3cret",
         )));
@@ -258,7 +272,7 @@ mod tests {
     #[test]
     fn errors_fit_on_one_line() {
         let target = Target::parse("redis://h:1", None).expect("valid");
-        let err = target.error(redis::RedisError::from((
+        let err = target.error(&redis::RedisError::from((
             redis::ErrorKind::Parse,
             "Parse error",
             "at 1\nUnexpected `84`\n".to_string(),

@@ -14,7 +14,7 @@ use std::task::Poll;
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, SignalKind};
 
-pub const FORWARDED: [Signal; 7] = [
+pub(crate) const FORWARDED: [Signal; 7] = [
     Signal::SIGINT,
     Signal::SIGTERM,
     Signal::SIGHUP,
@@ -25,12 +25,12 @@ pub const FORWARDED: [Signal; 7] = [
 ];
 
 /// Streams of every forwarded signal.
-pub struct Signals {
+pub(crate) struct Signals {
     streams: Vec<(Signal, tokio::signal::unix::Signal)>,
 }
 
 impl Signals {
-    pub fn install() -> io::Result<Self> {
+    pub(crate) fn install() -> io::Result<Self> {
         let streams = FORWARDED
             .iter()
             .map(|&sig| Ok((sig, signal(SignalKind::from_raw(sig as i32))?)))
@@ -41,7 +41,7 @@ impl Signals {
     /// The next signal that should end a wait for the lock: any but
     /// SIGWINCH, which only says a terminal was resized (with no command
     /// running yet there is no one to tell).
-    pub async fn recv_interrupt(&mut self) -> Signal {
+    pub(crate) async fn recv_interrupt(&mut self) -> Signal {
         loop {
             let signal = self.recv().await;
             if signal != Signal::SIGWINCH {
@@ -51,7 +51,7 @@ impl Signals {
     }
 
     /// The next signal that arrived.
-    pub async fn recv(&mut self) -> Signal {
+    pub(crate) async fn recv(&mut self) -> Signal {
         std::future::poll_fn(|cx| {
             for (sig, stream) in &mut self.streams {
                 if let Poll::Ready(Some(())) = stream.poll_recv(cx) {
@@ -66,6 +66,6 @@ impl Signals {
 
 /// A stream of SIGCHLD, for noticing the command stopped from the terminal
 /// (tokio's own SIGCHLD handling only reaps exits).
-pub fn child_changes() -> io::Result<tokio::signal::unix::Signal> {
+pub(crate) fn child_changes() -> io::Result<tokio::signal::unix::Signal> {
     signal(SignalKind::child())
 }

@@ -8,12 +8,12 @@
 //! while waiting is not the end of the wait: nothing is held yet, so lockrun
 //! keeps trying until the wait runs out.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use tokio::time::Instant;
 
-use crate::cli::Wait;
-use crate::lock::{Attempt, Holder, Lock, Me};
+use crate::lock::{Attempt, Lock, Me, Releases};
 use crate::redis_conn::{ErrorKind, RedisError};
 use crate::report::Report;
 
@@ -21,51 +21,48 @@ use crate::report::Report;
 const POLL_SUBSCRIBED: Duration = Duration::from_secs(1);
 /// Polling period when the subscription failed.
 const POLL_UNSUBSCRIBED: Duration = Duration::from_millis(200);
-/// How long setting up the release subscription may take. Nothing is held
-/// while waiting, so this need not fit any lease; past it, lockrun polls.
-const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// A little past the holder's expiry, so the retry finds the key gone.
 const EXPIRY_MARGIN: Duration = Duration::from_millis(2);
 
-/// The result of trying to get the lock.
-pub enum Outcome {
-    Acquired {
-        fence: u64,
-        sent: crate::lease::BootInstant,
-    },
-    /// Still held by someone else when the wait ran out.
-    Busy {
-        left: Option<Duration>,
-        holder: Option<Holder>,
-    },
+/// How long a run waits for a lock that someone else holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    Up(Duration),
+    Forever,
 }
 
-pub async fn acquire(
+impl Wait {
+    /// The bound on the wait, if it has one.
+    pub(crate) fn limit(self) -> Option<Duration> {
+        match self {
+            Wait::Up(limit) => Some(limit),
+            Wait::Forever => None,
+        }
+    }
+}
+
+/// Tries once, then, if `wait` allows, waits for the lock. Returns
+/// `Attempt::Busy` when the wait ran out with the lock still held.
+pub(crate) async fn acquire(
     lock: &mut Lock,
     ttl: Duration,
     me: &Me,
     wait: Option<Wait>,
     report: Report,
-) -> Result<Outcome, RedisError> {
-    let started = tokio::time::Instant::now();
+) -> Result<Attempt, RedisError> {
     let give_up = match wait {
-        None => Some(started),
-        Some(Wait::Up(limit)) => Some(started + limit),
-        Some(Wait::Forever) => None,
+        None => Some(Instant::now()),
+        Some(wait) => wait.limit().map(|limit| Instant::now() + limit),
     };
-    let (left, holder) = match lock.try_acquire(ttl, me).await? {
-        Attempt::Acquired { fence, sent } => return Ok(Outcome::Acquired { fence, sent }),
-        Attempt::Busy { left, holder } => (left, holder),
-    };
-    if give_up.is_some_and(|t| t <= tokio::time::Instant::now()) {
-        return Ok(Outcome::Busy { left, holder });
+    let first = lock.try_acquire(ttl, me).await?;
+    if matches!(first, Attempt::Acquired(_)) || give_up.is_some_and(|t| t <= Instant::now()) {
+        return Ok(first);
     }
     report.verbose(format_args!("{} is busy; waiting", lock.keys().lock));
-
     // Subscribe before the next attempt, so a release between that attempt
     // and the wait cannot be missed.
-    let mut releases = match subscribe(lock).await {
-        Ok(pubsub) => Some(pubsub),
+    let releases = match lock.subscribe_releases().await {
+        Ok(releases) => Some(releases),
         Err(err) => {
             report.verbose(format_args!(
                 "no release notifications, polling instead: {err}"
@@ -73,84 +70,108 @@ pub async fn acquire(
             None
         }
     };
-    let mut released = releases.as_mut().map(|p| p.on_message());
-    let mut failing = false;
-    loop {
-        let attempt = lock.try_acquire(ttl, me).await;
-        let now = tokio::time::Instant::now();
-        let waited_out = give_up.is_some_and(|t| t <= now);
-        let left = match attempt {
-            Ok(Attempt::Acquired { fence, sent }) => return Ok(Outcome::Acquired { fence, sent }),
-            Ok(Attempt::Busy { left, holder }) if waited_out => {
-                return Ok(Outcome::Busy { left, holder })
+    let mut waiter = Waiter {
+        lock,
+        ttl,
+        me,
+        give_up,
+        releases,
+        failing: false,
+        report,
+    };
+    waiter.until_acquired_or_out().await
+}
+
+/// A run waiting for the lock.
+struct Waiter<'a> {
+    lock: &'a mut Lock,
+    ttl: Duration,
+    me: &'a Me,
+    /// When the wait runs out; `None` waits forever.
+    give_up: Option<Instant>,
+    /// Release announcements; `None` when the subscription failed or broke.
+    releases: Option<Releases>,
+    /// Whether Redis stopped answering during the wait.
+    failing: bool,
+    report: Report,
+}
+
+impl Waiter<'_> {
+    async fn until_acquired_or_out(&mut self) -> Result<Attempt, RedisError> {
+        loop {
+            let attempt = self.lock.try_acquire(self.ttl, self.me).await;
+            let now = Instant::now();
+            let waited_out = self.give_up.is_some_and(|t| t <= now);
+            match self.judge(attempt, waited_out)? {
+                ControlFlow::Break(done) => return Ok(done),
+                ControlFlow::Continue(left) => self.pause(left, now).await,
             }
+        }
+    }
+
+    /// Whether an attempt ends the wait; if not, the holder's lease time
+    /// left, when known.
+    fn judge(
+        &mut self,
+        attempt: Result<Attempt, RedisError>,
+        waited_out: bool,
+    ) -> Result<ControlFlow<Attempt, Option<Duration>>, RedisError> {
+        match attempt {
+            Ok(acquired @ Attempt::Acquired(_)) => Ok(ControlFlow::Break(acquired)),
+            Ok(busy @ Attempt::Busy { .. }) if waited_out => Ok(ControlFlow::Break(busy)),
             Ok(Attempt::Busy { left, .. }) => {
-                if std::mem::take(&mut failing) {
-                    report.error("Redis answers again; still waiting");
+                if std::mem::take(&mut self.failing) {
+                    self.report.error("Redis answers again; still waiting");
                 }
-                left
+                Ok(ControlFlow::Continue(left))
             }
             // Redis has answered before, and nothing is held while waiting:
             // a restart or a network blip is worth waiting through, as long
             // as the wait lasts. A wrong password or URL failed long before.
             Err(err) if err.kind == ErrorKind::Unreachable && !waited_out => {
-                if !std::mem::replace(&mut failing, true) {
-                    report.error(format_args!("{err}; still waiting"));
+                if !std::mem::replace(&mut self.failing, true) {
+                    self.report.error(format_args!("{err}; still waiting"));
                 }
-                None
+                Ok(ControlFlow::Continue(None))
             }
-            Err(err) => return Err(err),
-        };
-        let period = if released.is_some() && !failing {
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Sleeps until the next attempt is due: a release announcement, the
+    /// holder's expiry, the end of the wait, or the polling period.
+    async fn pause(&mut self, holder_left: Option<Duration>, now: Instant) {
+        let period = if self.releases.is_some() && !self.failing {
             POLL_SUBSCRIBED
         } else {
             POLL_UNSUBSCRIBED
         };
         let mut pause = jitter(period);
-        if let Some(left) = left {
+        if let Some(left) = holder_left {
             pause = pause.min(left + EXPIRY_MARGIN);
         }
-        if let Some(give_up) = give_up {
+        if let Some(give_up) = self.give_up {
             pause = pause.min(give_up - now);
         }
-        match released.as_mut() {
-            Some(messages) => {
-                tokio::select! {
-                    message = messages.next() => {
-                        if message.is_none() {
-                            // The subscription connection broke: fall back to polling.
-                            released = None;
-                        }
-                    }
-                    _ = tokio::time::sleep(pause) => {}
+        let Some(releases) = self.releases.as_mut() else {
+            return tokio::time::sleep(pause).await;
+        };
+        tokio::select! {
+            alive = releases.next() => {
+                if !alive {
+                    // The subscription connection broke: fall back to polling.
+                    self.releases = None;
                 }
             }
-            None => tokio::time::sleep(pause).await,
+            () = tokio::time::sleep(pause) => {}
         }
-    }
-}
-
-async fn subscribe(lock: &mut Lock) -> Result<redis::aio::PubSub, RedisError> {
-    let target = lock.session().target().clone();
-    let channel = lock.keys().channel.clone();
-    let client = target.client()?;
-    let timeout = SUBSCRIBE_TIMEOUT;
-    let subscribed = async {
-        let mut pubsub = client.get_async_pubsub().await?;
-        pubsub.subscribe(&channel).await?;
-        Ok::<_, redis::RedisError>(pubsub)
-    };
-    match tokio::time::timeout(timeout, subscribed).await {
-        Ok(Ok(pubsub)) => Ok(pubsub),
-        Ok(Err(err)) => Err(target.error(err)),
-        Err(_) => Err(target.timed_out(timeout)),
     }
 }
 
 /// A random pause between half and all of `period`, so that waiters which
 /// started together do not keep retrying together.
 fn jitter(period: Duration) -> Duration {
-    let fraction = getrandom::u32().unwrap_or(u32::MAX / 2) as f64 / u32::MAX as f64;
+    let fraction = f64::from(getrandom::u32().unwrap_or(u32::MAX / 2)) / f64::from(u32::MAX);
     period.mul_f64(0.5 + 0.5 * fraction)
 }
 
@@ -164,5 +185,14 @@ mod tests {
             let d = jitter(Duration::from_millis(200));
             assert!(d >= Duration::from_millis(100) && d <= Duration::from_millis(200));
         }
+    }
+
+    #[test]
+    fn only_a_bounded_wait_has_a_limit() {
+        assert_eq!(
+            Wait::Up(Duration::from_secs(2)).limit(),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(Wait::Forever.limit(), None);
     }
 }

@@ -1,0 +1,122 @@
+//! Time as lockrun needs it: instants on the boot clock, sleeps that notice a
+//! suspend, and durations shown the way an operator writes them.
+//!
+//! Deadlines are kept on CLOCK_BOOTTIME, which keeps counting while the
+//! machine is suspended or the process is stopped: a lease that lapsed while
+//! lockrun could not run must be seen as lapsed the moment it runs again.
+//! tokio's timers use CLOCK_MONOTONIC, which stops during suspend, so every
+//! wait on a deadline is cut into short slices that re-read this clock.
+
+use std::ops::{Add, Sub};
+use std::time::Duration;
+
+use nix::time::{clock_gettime, ClockId};
+
+/// The longest a single timer sleeps before re-reading the boot clock.
+const SLICE: Duration = Duration::from_millis(250);
+
+/// A point on CLOCK_BOOTTIME.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct BootInstant(Duration);
+
+impl BootInstant {
+    pub(crate) fn now() -> Self {
+        let ts = clock_gettime(ClockId::CLOCK_BOOTTIME)
+            .expect("CLOCK_BOOTTIME exists on every Linux since 2.6.39");
+        // The clock starts at boot, so neither field is negative.
+        let secs = u64::try_from(ts.tv_sec()).unwrap_or(0);
+        let nanos = u32::try_from(ts.tv_nsec()).unwrap_or(0);
+        BootInstant(Duration::new(secs, nanos))
+    }
+
+    /// Time left until `self`, zero when it has passed.
+    pub(crate) fn remaining(self) -> Duration {
+        self.0.saturating_sub(BootInstant::now().0)
+    }
+
+    pub(crate) fn has_passed(self) -> bool {
+        BootInstant::now() >= self
+    }
+
+    pub(crate) fn elapsed(self) -> Duration {
+        BootInstant::now().0.saturating_sub(self.0)
+    }
+}
+
+impl Add<Duration> for BootInstant {
+    type Output = BootInstant;
+    fn add(self, rhs: Duration) -> BootInstant {
+        BootInstant(self.0 + rhs)
+    }
+}
+
+impl Sub<Duration> for BootInstant {
+    type Output = BootInstant;
+    fn sub(self, rhs: Duration) -> BootInstant {
+        BootInstant(self.0.saturating_sub(rhs))
+    }
+}
+
+/// Sleeps until `when` on the boot clock (see the module comment for why it
+/// sleeps in slices).
+pub(crate) async fn sleep_until(when: BootInstant) {
+    loop {
+        let left = when.remaining();
+        if left.is_zero() {
+            return;
+        }
+        tokio::time::sleep(left.min(SLICE)).await;
+    }
+}
+
+/// Sleeps until `when`, or forever when there is nothing to wake for.
+pub(crate) async fn sleep_until_some(when: Option<BootInstant>) {
+    match when {
+        Some(when) => sleep_until(when).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A duration as an operator would write it, to the millisecond.
+pub(crate) fn show(d: Duration) -> String {
+    let whole_ms = Duration::new(d.as_secs(), d.subsec_millis() * 1_000_000);
+    if whole_ms.is_zero() {
+        return "0s".into();
+    }
+    humantime::format_duration(whole_ms)
+        .to_string()
+        .replace(' ', "")
+}
+
+/// The wall clock in microseconds since the Unix epoch (0 before 1970).
+pub(crate) fn unix_now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+pub(crate) fn at(since_boot: Duration) -> BootInstant {
+    BootInstant(since_boot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn boot_clock_moves_forward() {
+        let a = BootInstant::now();
+        let b = BootInstant::now();
+        assert!(b >= a);
+        assert!(!(a + Duration::from_secs(3600)).has_passed());
+    }
+
+    #[test]
+    fn durations_show_compactly() {
+        assert_eq!(show(Duration::from_millis(1500)), "1s500ms");
+        assert_eq!(show(Duration::from_secs(90)), "1m30s");
+        assert_eq!(show(Duration::from_micros(2_999_999)), "2s999ms");
+        assert_eq!(show(Duration::ZERO), "0s");
+    }
+}

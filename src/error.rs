@@ -1,0 +1,198 @@
+//! Every way a lockrun invocation can fail, with the one line it prints and
+//! the exit status it returns. `lib::main` reports an error and maps it to an
+//! exit status in exactly one place.
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::child::SpawnError;
+use crate::clock::{show, unix_now_us};
+use crate::exit_code;
+use crate::lease::Loss;
+use crate::lock::Holder;
+use crate::redis_conn::RedisError;
+
+#[derive(Debug)]
+pub(crate) enum Error {
+    /// A command line lockrun refuses; the message says what would do.
+    Usage(String),
+    /// Redis could not be reached or asked before the command started.
+    Redis(RedisError),
+    /// Another run holds the lock.
+    Busy(Box<Busy>),
+    /// The command could not be started.
+    Spawn { program: String, cause: SpawnError },
+    /// A signal ended the wait for the lock; the command never ran.
+    Interrupted(Signal),
+    /// The lease could not be proven any more; lockrun stopped the command.
+    LeaseLost { lock: String, loss: Loss },
+    /// `--timeout` elapsed; lockrun stopped the command.
+    TimedOut,
+    /// The OS refused lockrun something it needs.
+    Internal {
+        doing: &'static str,
+        source: io::Error,
+    },
+}
+
+/// What a run found when the lock was busy, for its one-line message.
+#[derive(Debug)]
+pub(crate) struct Busy {
+    pub(crate) lock: String,
+    /// Lease time the holder has left, if the key has an expiry.
+    pub(crate) left: Option<Duration>,
+    pub(crate) holder: Option<Holder>,
+    pub(crate) command: String,
+    /// How long this run waited, if it was asked to.
+    pub(crate) waited: Option<Duration>,
+    /// `--busy-exit-code`.
+    pub(crate) exit: u8,
+}
+
+/// How loudly an error is said on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loudness {
+    /// Always printed.
+    Error,
+    /// The lock was busy: silenced by --quiet.
+    Busy,
+    /// Expected outcome the caller asked for: only with --verbose.
+    Verbose,
+}
+
+impl Error {
+    pub(crate) fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(_) => exit_code::USAGE,
+            Error::Redis(_) => exit_code::REDIS_UNAVAILABLE,
+            Error::Busy(busy) => busy.exit,
+            Error::Spawn {
+                cause: SpawnError::NotFound,
+                ..
+            } => exit_code::NOT_FOUND,
+            Error::Spawn { .. } => exit_code::NOT_EXECUTABLE,
+            Error::Interrupted(signal) => exit_code::from_signal(*signal as i32),
+            Error::LeaseLost { .. } => exit_code::LEASE_LOST,
+            Error::TimedOut => exit_code::TIMED_OUT,
+            Error::Internal { .. } => exit_code::INTERNAL,
+        }
+    }
+
+    pub(crate) fn loudness(&self) -> Loudness {
+        match self {
+            // --busy-exit-code 0 means "skip quietly": cron mails any output.
+            Error::Busy(busy) if busy.exit == 0 => Loudness::Verbose,
+            Error::Busy(_) => Loudness::Busy,
+            // The caller sent the signal; it knows why the run ended.
+            Error::Interrupted(_) => Loudness::Verbose,
+            _ => Loudness::Error,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Usage(message) => f.write_str(message),
+            Error::Redis(err) => err.fmt(f),
+            Error::Busy(busy) => busy.fmt(f),
+            Error::Spawn { program, cause } => write!(f, "{program}: {cause}"),
+            Error::Interrupted(signal) => {
+                write!(f, "got {signal} while waiting for the lock; giving up")
+            }
+            Error::LeaseLost { lock, loss } => {
+                write!(f, "lost the lock {lock}: {loss}; stopped the command")
+            }
+            Error::TimedOut => f.write_str("the command ran longer than --timeout; stopped it"),
+            Error::Internal { doing, source } => write!(f, "cannot {doing}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(err) => Some(err),
+            Error::Spawn { cause, .. } => Some(cause),
+            Error::Internal { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<RedisError> for Error {
+    fn from(err: RedisError) -> Self {
+        Error::Redis(err)
+    }
+}
+
+impl fmt::Display for Busy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} is held ", self.lock)?;
+        match &self.holder {
+            Some(h) => {
+                let held = Duration::from_micros(unix_now_us().saturating_sub(h.acquired_us));
+                write!(f, "by {} pid {} for {}", h.host, h.pid, show(held))?;
+            }
+            None => f.write_str("by another run")?,
+        }
+        if let Some(left) = self.left {
+            write!(f, ", lease expires in {}", show(left))?;
+        }
+        write!(f, "; not running {}", self.command)?;
+        if let Some(waited) = self.waited {
+            write!(f, " after waiting {}", show(waited))?;
+        }
+        write!(f, " (exit {})", self.exit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(exit: u8) -> Error {
+        Error::Busy(Box::new(Busy {
+            lock: "lockrun:{job}".into(),
+            left: Some(Duration::from_millis(1500)),
+            holder: None,
+            command: "true".into(),
+            waited: Some(Duration::from_secs(2)),
+            exit,
+        }))
+    }
+
+    #[test]
+    fn each_error_has_its_exit_status() {
+        assert_eq!(Error::Usage(String::new()).exit_code(), 64);
+        assert_eq!(busy(75).exit_code(), 75);
+        assert_eq!(busy(0).exit_code(), 0);
+        let not_found = Error::Spawn {
+            program: "nope".into(),
+            cause: SpawnError::NotFound,
+        };
+        assert_eq!(not_found.exit_code(), 127);
+        assert_eq!(not_found.to_string(), "nope: command not found");
+        assert_eq!(Error::Interrupted(Signal::SIGTERM).exit_code(), 143);
+        assert_eq!(Error::TimedOut.exit_code(), 124);
+        let lost = Error::LeaseLost {
+            lock: "k".into(),
+            loss: Loss::Unconfirmed,
+        };
+        assert_eq!(lost.exit_code(), 76);
+    }
+
+    #[test]
+    fn busy_with_exit_zero_is_only_verbose() {
+        assert_eq!(busy(75).loudness(), Loudness::Busy);
+        assert_eq!(busy(0).loudness(), Loudness::Verbose);
+        assert_eq!(
+            busy(75).to_string(),
+            "lockrun:{job} is held by another run, lease expires in 1s500ms; not running true \
+             after waiting 2s (exit 75)"
+        );
+    }
+}

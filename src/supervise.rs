@@ -1,0 +1,274 @@
+//! Watching a running command under a lease: renew the lease, forward
+//! signals, follow terminal stops, and stop the command when the lease can no
+//! longer be proven or `--timeout` passes.
+
+use std::io;
+use std::process::ExitStatus;
+
+use nix::sys::signal::Signal;
+
+use crate::child::{self, Child};
+use crate::clock::{self, show, BootInstant};
+use crate::lease::{Lease, Loss, Timing};
+use crate::lock::Lock;
+use crate::report::Report;
+use crate::signals::Signals;
+
+/// Why lockrun stopped the command before it finished on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    Lost(Loss),
+    TimedOut,
+}
+
+/// How supervision ended: the command's exit, and lockrun's reason if it
+/// stopped the command.
+#[derive(Debug)]
+pub(crate) struct Ended {
+    pub(crate) status: io::Result<ExitStatus>,
+    pub(crate) stop: Option<Stop>,
+}
+
+/// Everything one supervision needs, borrowed from the run that owns it.
+pub(crate) struct Supervisor<'a> {
+    pub(crate) child: &'a mut Child,
+    pub(crate) lock: &'a mut Lock,
+    pub(crate) lease: &'a Lease,
+    pub(crate) signals: &'a mut Signals,
+    /// SIGCHLD, made before the spawn so that not even an immediate stop is
+    /// missed.
+    pub(crate) child_changes: &'a mut tokio::signal::unix::Signal,
+    pub(crate) timing: Timing,
+    pub(crate) acquired: BootInstant,
+    pub(crate) timeout_at: Option<BootInstant>,
+    pub(crate) report: Report,
+}
+
+impl Supervisor<'_> {
+    /// Runs until the command exits.
+    pub(crate) async fn supervise(self) -> Ended {
+        let Supervisor {
+            child,
+            lock,
+            lease,
+            signals,
+            child_changes,
+            timing,
+            acquired,
+            timeout_at,
+            report,
+        } = self;
+        let keeper = keep_lease(lock, lease, acquired, timing, report);
+        tokio::pin!(keeper);
+        let mut keeper_running = true;
+        let mut stopping = Stopping::new(timing, timeout_at);
+        loop {
+            stopping.enforce_deadline(child, lease);
+            let wake = stopping.next_wake(lease.deadline());
+            let (group, in_terminal) = (child.group(), child.has_terminal());
+            tokio::select! {
+                biased;
+                () = clock::sleep_until_some(wake) => stopping.on_wake(child, lease),
+                loss = &mut keeper, if keeper_running => {
+                    keeper_running = false;
+                    // A lapse is the deadline's to handle, at the top of the loop.
+                    if loss == Loss::TokenGone {
+                        stopping.begin_soon(child, Stop::Lost(Loss::TokenGone));
+                    }
+                }
+                status = child.wait() => {
+                    if lease.has_lapsed() {
+                        // It may have finished only after the lease ran out.
+                        stopping.lapsed();
+                    }
+                    return Ended { status, stop: stopping.reason };
+                }
+                signal = signals.recv() => {
+                    report.verbose(format_args!("forwarding {signal} to the command"));
+                    child.signal_group(signal);
+                }
+                () = child::stopped_from_terminal(group, child_changes), if in_terminal => {
+                    child.stop_along();
+                    // Stopped, lockrun could not renew: a lapsed lease is the
+                    // deadline's to handle, and the command stays stopped for
+                    // its SIGKILL.
+                    if !lease.has_lapsed() {
+                        child.resume();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How far lockrun got in stopping the command.
+struct Stopping {
+    timing: Timing,
+    timeout_at: Option<BootInstant>,
+    reason: Option<Stop>,
+    kill_at: Option<BootInstant>,
+    killed: bool,
+}
+
+impl Stopping {
+    fn new(timing: Timing, timeout_at: Option<BootInstant>) -> Self {
+        Stopping {
+            timing,
+            timeout_at,
+            reason: None,
+            kill_at: None,
+            killed: false,
+        }
+    }
+
+    /// The lease comes first: past its deadline the lock may already be
+    /// someone else's, so nothing else may happen before the command is
+    /// killed.
+    fn enforce_deadline(&mut self, child: &Child, lease: &Lease) {
+        if lease.has_lapsed() {
+            self.lapsed();
+            self.kill(child);
+        } else if self.kill_at.is_some_and(BootInstant::has_passed) {
+            self.kill(child);
+        }
+    }
+
+    /// A moment from `next_wake` came.
+    fn on_wake(&mut self, child: &Child, lease: &Lease) {
+        // Renewals may have moved the deadline while this slept.
+        if lease.has_lapsed() {
+            // lockrun could not run (paused, suspended) until past the
+            // deadline: `enforce_deadline` kills and says so, rather than
+            // blaming renewals that never got the chance.
+        } else if (lease.deadline() - self.timing.kill_grace).has_passed() {
+            // Stop while there is still time for a graceful exit.
+            self.begin(child, Stop::Lost(Loss::Unconfirmed), lease.deadline());
+        } else if self.timeout_at.is_some_and(BootInstant::has_passed) {
+            self.begin_soon(child, Stop::TimedOut);
+        }
+    }
+
+    /// SIGTERM now, SIGKILL after the kill grace.
+    fn begin_soon(&mut self, child: &Child, reason: Stop) {
+        self.begin(child, reason, BootInstant::now() + self.timing.kill_grace);
+    }
+
+    /// SIGTERM now, SIGKILL at `kill_at`. Only the first reason counts.
+    fn begin(&mut self, child: &Child, reason: Stop, kill_at: BootInstant) {
+        if self.reason.is_none() {
+            self.reason = Some(reason);
+            self.kill_at = Some(kill_at);
+            child.signal_group(Signal::SIGTERM);
+        }
+    }
+
+    /// The lease ran out. That outranks a timeout (the lock is what matters)
+    /// but not an earlier, more precise reason for the same loss.
+    fn lapsed(&mut self) {
+        if matches!(self.reason, None | Some(Stop::TimedOut)) {
+            self.reason = Some(Stop::Lost(Loss::Lapsed));
+        }
+    }
+
+    fn kill(&mut self, child: &Child) {
+        if !std::mem::replace(&mut self.killed, true) {
+            child.signal_group(Signal::SIGKILL);
+        }
+    }
+
+    /// The next moment the supervisor must act, or None when only the
+    /// command's exit is left to wait for. A moment already acted on must not
+    /// count again: a sleep that is always ready, polled first in a biased
+    /// select, would starve the command's exit forever.
+    fn next_wake(&self, deadline: BootInstant) -> Option<BootInstant> {
+        if self.killed {
+            return None;
+        }
+        let due = match self.reason {
+            // SIGTERM went out: SIGKILL is next, at kill_at or when the lease lapses.
+            Some(_) => [self.kill_at, None],
+            None => [Some(deadline - self.timing.kill_grace), self.timeout_at],
+        };
+        Some(due.into_iter().flatten().fold(deadline, BootInstant::min))
+    }
+}
+
+/// Renews the lease every `renew_every`, retrying failures while time
+/// remains. Returns only when the lease is lost for good.
+async fn keep_lease(
+    lock: &mut Lock,
+    lease: &Lease,
+    acquired: BootInstant,
+    timing: Timing,
+    report: Report,
+) -> Loss {
+    let mut next = acquired + timing.renew_every;
+    let mut failing = false;
+    loop {
+        clock::sleep_until(next).await;
+        // After a pause, a renewal must not revive a lease that lapsed.
+        if lease.has_lapsed() {
+            return Loss::Lapsed;
+        }
+        let sent = BootInstant::now();
+        match lock.renew(timing.ttl).await {
+            Ok(true) => {
+                lease.extend_to(timing.deadline_after(sent));
+                next = sent + timing.renew_every;
+                if std::mem::take(&mut failing) {
+                    report.error(format_args!("renewed {} again", lock.keys().lock));
+                } else {
+                    report.verbose(format_args!("renewed {}", lock.keys().lock));
+                }
+            }
+            Ok(false) => return Loss::TokenGone,
+            Err(err) => {
+                let left = lease
+                    .deadline()
+                    .remaining()
+                    .saturating_sub(timing.kill_grace);
+                let message = format!(
+                    "cannot renew {} ({err}); retrying for {} before stopping the command",
+                    lock.keys().lock,
+                    show(left)
+                );
+                if std::mem::replace(&mut failing, true) {
+                    report.verbose(message);
+                } else {
+                    report.error(message);
+                }
+                next = BootInstant::now() + timing.retry_delay();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_moment_already_acted_on_is_never_a_wake() {
+        let s = Duration::from_secs(1);
+        let now = BootInstant::now() + 100 * s;
+        let timing = Timing {
+            ttl: 12 * s,
+            renew_every: 4 * s,
+            redis_timeout: s,
+            kill_grace: 2 * s,
+        };
+        let deadline = now + 10 * s;
+        let mut stopping = Stopping::new(timing, Some(now + 3 * s));
+        assert_eq!(stopping.next_wake(deadline), Some(now + 3 * s));
+
+        // SIGTERM went out when the timeout passed: only SIGKILL is left.
+        stopping.reason = Some(Stop::TimedOut);
+        stopping.kill_at = Some(now + 5 * s);
+        assert_eq!(stopping.next_wake(deadline), Some(now + 5 * s));
+
+        stopping.killed = true;
+        assert_eq!(stopping.next_wake(deadline), None);
+    }
+}
