@@ -38,6 +38,9 @@ pub(crate) struct HolderJson {
     /// Server time of the acquisition, ms since the Unix epoch.
     pub(crate) acquired_at_ms: u64,
     pub(crate) held_for_ms: u64,
+    /// Server time the command finished, ms since the Unix epoch, when the
+    /// lock is only kept for --min-hold; null while the command runs.
+    pub(crate) finished_at_ms: Option<u64>,
     pub(crate) fencing_token: u64,
 }
 
@@ -52,6 +55,7 @@ pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
         acquired_at_ms: h.acquired_us / 1000,
         held_for_ms: status.now_us.saturating_sub(h.acquired_us) / 1000,
         fencing_token: h.fence,
+        finished_at_ms: h.finished_us.map(|us| us / 1000),
     });
     let state = StatusJson {
         key: lock.name,
@@ -83,7 +87,7 @@ pub(crate) async fn release(lock: LockConfig, force: bool) -> Result<u8, Error> 
             "refusing to release {}: another run may hold it, and removing its lock lets a \
              second copy start while the first is still being stopped; add --force to \
              remove it anyway",
-            lock.keys.lock
+            lock.name
         )));
     }
     let mut inspector = Inspector::new(lock.target, CALL_TIMEOUT, lock.keys);
@@ -126,6 +130,23 @@ fn status_text(json: &StatusJson) -> String {
         |ms| format!("lease expires in {}", show(Duration::from_millis(ms))),
     );
     match &json.holder {
+        Some(h) if h.finished_at_ms.is_some() => {
+            let now_ms = h.acquired_at_ms + h.held_for_ms;
+            let ago = now_ms.saturating_sub(h.finished_at_ms.unwrap_or(now_ms));
+            let left = json
+                .ttl_left_ms
+                .map_or_else(|| "ever".into(), |ms| show(Duration::from_millis(ms)));
+            format!(
+                "{}: kept for --min-hold for {left} more; the command finished {} ago on {} \
+                 (pid {}), fencing token {}\n  command: {}",
+                json.key,
+                show(Duration::from_millis(ago)),
+                h.host,
+                h.pid,
+                h.fencing_token,
+                h.command
+            )
+        }
         Some(h) => format!(
             "{}: held by {} pid {} for {}, {left}, fencing token {}\n  command: {}",
             json.key,

@@ -131,22 +131,53 @@ impl From<RedisError> for Error {
 
 impl fmt::Display for Busy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} is held ", self.lock)?;
+        let since = |us: u64| show(Duration::from_micros(unix_now_us().saturating_sub(us)));
+        let left = self.left.map(show);
         match &self.holder {
-            Some(h) => {
-                let held = Duration::from_micros(unix_now_us().saturating_sub(h.acquired_us));
-                write!(f, "by {} pid {} for {}", h.host, h.pid, show(held))?;
-            }
-            None => f.write_str("by another run")?,
+            Some(
+                h @ Holder {
+                    finished_us: Some(finished),
+                    ..
+                },
+            ) => write!(
+                f,
+                "{} is kept for --min-hold for {} more; the command ({} on {} pid {}) \
+                 finished {} ago",
+                self.lock,
+                left.as_deref().unwrap_or("a while"),
+                h.command,
+                h.host,
+                h.pid,
+                since(*finished)
+            )?,
+            Some(h) => write!(
+                f,
+                "{} is held by {} pid {} for {}",
+                self.lock,
+                h.host,
+                h.pid,
+                since(h.acquired_us)
+            )?,
+            None => write!(f, "{} is held by another run", self.lock)?,
         }
-        if let Some(left) = self.left {
-            write!(f, ", lease expires in {}", show(left))?;
+        if let (Some(left), false) = (left, self.is_min_hold()) {
+            write!(f, ", lease expires in {left}")?;
         }
         write!(f, "; not running {}", self.command)?;
         if let Some(waited) = self.waited {
             write!(f, " after waiting {}", show(waited))?;
         }
         write!(f, " (exit {})", self.exit)
+    }
+}
+
+impl Busy {
+    /// Whether the holder's command already finished and the lock is only
+    /// kept for its `--min-hold`.
+    fn is_min_hold(&self) -> bool {
+        self.holder
+            .as_ref()
+            .is_some_and(|h| h.finished_us.is_some())
     }
 }
 
@@ -183,6 +214,38 @@ mod tests {
             loss: Loss::Unconfirmed,
         };
         assert_eq!(lost.exit_code(), 76);
+    }
+
+    #[test]
+    fn a_lock_kept_for_min_hold_says_its_command_finished() {
+        let finished = unix_now_us() - 2_000_000;
+        let busy = Busy {
+            lock: "job".into(),
+            left: Some(Duration::from_secs(3)),
+            holder: Some(Holder {
+                host: "web-2".into(),
+                pid: 7,
+                command: "./invoice.sh".into(),
+                acquired_us: finished - 1_000_000,
+                fence: 1,
+                finished_us: Some(finished),
+            }),
+            command: "./invoice.sh".into(),
+            waited: None,
+            exit: 75,
+        };
+        let line = busy.to_string();
+        assert!(
+            line.starts_with(
+                "job is kept for --min-hold for 3s more; the command (./invoice.sh on web-2 \
+                 pid 7) finished 2s"
+            ),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("; not running ./invoice.sh (exit 75)"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -63,7 +63,13 @@ pub fn main() -> ExitCode {
             let _ = err.print();
             return ExitCode::SUCCESS;
         }
-        Err(err) => return exit(Report::default(), Err(Error::Usage(one_line(&err)))),
+        Err(err) => {
+            let args: Vec<_> = std::env::args_os().collect();
+            return exit(
+                Report::default(),
+                Err(Error::Usage(cli::one_line(&err, &args))),
+            );
+        }
     };
     let invocation = match Invocation::from_cli(cli, std::env::var(PASSWORD_ENV).ok()) {
         Ok(invocation) => invocation,
@@ -117,25 +123,4 @@ fn exit(report: Report, outcome: Result<u8, Error>) -> ExitCode {
         report.failure(&err);
         err.exit_code()
     }))
-}
-
-/// clap's usage error as one line, like every other lockrun error: what is
-/// wrong (and clap's tip, if any), then where to look. clap's own rendering
-/// spreads it over a paragraph with a usage block, which a cron mail or a
-/// journal line cuts apart.
-fn one_line(err: &clap::Error) -> String {
-    let rendered = err.render().to_string();
-    let mut line = String::new();
-    for part in rendered
-        .lines()
-        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
-        .map(|l| l.trim().trim_start_matches("error: "))
-        .filter(|l| !l.is_empty())
-    {
-        if !line.is_empty() {
-            line += if line.ends_with(':') { " " } else { "; " };
-        }
-        line += part;
-    }
-    line + "; see 'lockrun --help'"
 }

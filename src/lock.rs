@@ -39,6 +39,9 @@ const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The Redis names belonging to one lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Keys {
+    /// The name given to `--key`, for the operator's messages; the Redis
+    /// names appear only with --verbose and in `lockrun status`.
+    pub(crate) name: String,
     pub(crate) lock: String,
     pub(crate) holder: String,
     pub(crate) fence: String,
@@ -53,6 +56,7 @@ impl Keys {
             fence: format!("{lock}:fence"),
             channel: format!("{lock}:released"),
             lock,
+            name: name.to_owned(),
         }
     }
 }
@@ -118,6 +122,9 @@ pub(crate) struct Holder {
     /// Server time of the acquisition, microseconds since the epoch.
     pub(crate) acquired_us: u64,
     pub(crate) fence: u64,
+    /// Server time the command finished, when the lock is only kept for
+    /// `--min-hold`.
+    pub(crate) finished_us: Option<u64>,
 }
 
 impl Holder {
@@ -136,6 +143,7 @@ impl Holder {
             command: map.get("command").cloned().unwrap_or_default(),
             acquired_us: number("acquired_us"),
             fence: number("fence"),
+            finished_us: map.get("finished_us").and_then(|v| v.parse().ok()),
         })
     }
 }
@@ -437,7 +445,8 @@ mod tests {
                 pid: 42,
                 command: "job".into(),
                 acquired_us: 7,
-                fence: 9
+                fence: 9,
+                finished_us: None,
             })
         );
         assert_eq!(Holder::from_fields(&[]), None);

@@ -12,7 +12,7 @@ use crate::config::RunConfig;
 use crate::error::{Busy, Error};
 use crate::exit_code;
 use crate::lease::Lease;
-use crate::lock::{Attempt, Grant, Lock, Me, Released, Token};
+use crate::lock::{Attempt, Grant, Keys, Lock, Me, Released, Token};
 use crate::report::Report;
 use crate::signals::{self, Signals};
 use crate::supervise::{Ended, Stop, Supervisor};
@@ -97,7 +97,7 @@ async fn acquire(
     match outcome {
         Ok(Attempt::Acquired(grant)) => Ok(grant),
         Ok(Attempt::Busy { left, holder }) => Err(Error::Busy(Box::new(Busy {
-            lock: lock.keys().lock.clone(),
+            lock: lock.keys().name.clone(),
             left,
             holder,
             command: config.program(),
@@ -158,7 +158,7 @@ impl Held {
             }
             _ => None,
         };
-        let lock = self.lock.keys().lock.clone();
+        let Keys { name, lock, .. } = self.lock.keys().clone();
         match self.lock.release(keep).await {
             Ok(Released::Deleted) => report.verbose(format_args!("released {lock}")),
             Ok(Released::Kept) => report.verbose(format_args!(
@@ -166,12 +166,12 @@ impl Held {
                 show(keep.unwrap_or_default())
             )),
             Ok(Released::NotOurs) if stop.is_none() => report.error(format_args!(
-                "{lock} no longer held this run's token when the command exited (it expired or \
+                "{name} no longer held this run's token when the command exited (it expired or \
                  was removed); another run may have overlapped the end of this one"
             )),
             Ok(Released::NotOurs) => {}
             Err(err) => report.error(format_args!(
-                "could not release the lock, it will expire within {}: {err}",
+                "could not release {name}, it will expire within {}: {err}",
                 show(timing.ttl)
             )),
         }
@@ -190,7 +190,7 @@ fn exit_status(ended: Ended, lock: &Lock) -> Result<u8, Error> {
             }),
         Some(Stop::TimedOut) => Err(Error::TimedOut),
         Some(Stop::Lost(loss)) => Err(Error::LeaseLost {
-            lock: lock.keys().lock.clone(),
+            lock: lock.keys().name.clone(),
             loss,
         }),
     }

@@ -216,7 +216,7 @@ async fn keep_lease(
                 lease.extend_to(timing.deadline_after(sent));
                 next = sent + timing.renew_every;
                 if std::mem::take(&mut failing) {
-                    report.error(format_args!("renewed {} again", lock.keys().lock));
+                    report.error(format_args!("renewed {} again", lock.keys().name));
                 } else {
                     report.verbose(format_args!("renewed {}", lock.keys().lock));
                 }
@@ -229,7 +229,7 @@ async fn keep_lease(
                     .saturating_sub(timing.kill_grace);
                 let message = format!(
                     "cannot renew {} ({err}); retrying for {} before stopping the command",
-                    lock.keys().lock,
+                    lock.keys().name,
                     show(left)
                 );
                 if std::mem::replace(&mut failing, true) {

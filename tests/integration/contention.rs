@@ -31,7 +31,7 @@ fn a_busy_lock_is_refused_as_configured() {
     assert_eq!(output.status.code(), Some(75), "{stderr}");
     assert!(output.stdout.is_empty());
     assert!(
-        stderr.starts_with("lockrun: lockrun:{job} is held by ") && stderr.lines().count() == 1,
+        stderr.starts_with("lockrun: job is held by ") && stderr.lines().count() == 1,
         "{stderr:?}"
     );
     assert!(

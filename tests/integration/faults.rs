@@ -90,7 +90,7 @@ fn redis_killed_mid_run_stops_the_command_before_the_lease_could_lapse() {
 
     assert_eq!(run.wait().code(), Some(76), "{}", stderr(dir.path()));
     assert!(
-        stderr(dir.path()).contains("lost the lock lockrun:{job}"),
+        stderr(dir.path()).contains("lost the lock job:"),
         "{}",
         stderr(dir.path())
     );
