@@ -1,5 +1,6 @@
 //! The operator's subcommands: `lockrun status` and `lockrun release`.
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use serde::Serialize;
 use crate::clock::show;
 use crate::config::LockConfig;
 use crate::error::Error;
-use crate::lock::{Holder, Inspector, Occupancy};
+use crate::lock::{Holder, Inspector, Occupancy, Waiter};
 
 /// Limit on each Redis call of a subcommand.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -28,6 +29,8 @@ pub(crate) struct StatusJson {
     pub(crate) holder: Option<HolderJson>,
     /// The last fencing token handed out for this name (null if never).
     pub(crate) last_fencing_token: Option<u64>,
+    /// The runs waiting in line, first come first (empty when none).
+    pub(crate) waiters: Vec<WaiterJson>,
 }
 
 #[derive(Debug, Serialize)]
@@ -42,6 +45,31 @@ pub(crate) struct HolderJson {
     /// lock is only kept for --min-hold; null while the command runs.
     pub(crate) finished_at_ms: Option<u64>,
     pub(crate) fencing_token: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct WaiterJson {
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) command: String,
+    /// Server time it took its place in line, ms since the Unix epoch.
+    pub(crate) queued_at_ms: u64,
+    pub(crate) waited_ms: u64,
+    /// Whether it gave --supersede (a newer run with it takes its place).
+    pub(crate) supersede: bool,
+}
+
+impl WaiterJson {
+    fn new(waiter: &Waiter, now_us: u64) -> Self {
+        WaiterJson {
+            host: waiter.host.clone(),
+            pid: waiter.pid,
+            command: waiter.command.clone(),
+            queued_at_ms: waiter.arrived_us / 1000,
+            waited_ms: now_us.saturating_sub(waiter.arrived_us) / 1000,
+            supersede: waiter.supersede,
+        }
+    }
 }
 
 /// `lockrun status`: prints the lock's state; 0 when held, 1 when free.
@@ -67,6 +95,11 @@ pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
         },
         holder,
         last_fencing_token: status.last_fence,
+        waiters: status
+            .waiters
+            .iter()
+            .map(|waiter| WaiterJson::new(waiter, status.now_us))
+            .collect(),
     };
     let text = if json {
         serde_json::to_string(&state).map_err(|err| Error::Internal {
@@ -119,6 +152,30 @@ fn describe(holder: &Holder) -> String {
 }
 
 fn status_text(json: &StatusJson) -> String {
+    let mut text = holder_text(json);
+    if !json.waiters.is_empty() {
+        let _ = write!(
+            text,
+            "\n  {} waiting, first come first:",
+            json.waiters.len()
+        );
+    }
+    for (n, w) in json.waiters.iter().enumerate() {
+        let _ = write!(
+            text,
+            "\n  {}. {} pid {}, waiting {}{}: {}",
+            n + 1,
+            w.host,
+            w.pid,
+            show(Duration::from_millis(w.waited_ms)),
+            if w.supersede { " (--supersede)" } else { "" },
+            w.command
+        );
+    }
+    text
+}
+
+fn holder_text(json: &StatusJson) -> String {
     if !json.held {
         return match json.last_fencing_token {
             Some(fence) => format!("{}: free (last fencing token {fence})", json.key),

@@ -75,11 +75,12 @@ pub(crate) struct Cli {
 /// The subcommands an operator uses to inspect or clear a lock.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Action {
-    /// Show who holds a lock, for how long, and its fencing token
+    /// Show who holds a lock, for how long, its fencing token, and who waits
     #[command(
         long_about = "Show who holds a lock: host, pid, command, time held, lease time left \
-                      and fencing token. Exits 0 when the lock is held, 1 when it is free, \
-                      69 when Redis cannot be asked."
+                      and fencing token; then the runs waiting in line, first come first. \
+                      Exits 0 when the lock is held, 1 when it is free, 69 when Redis cannot \
+                      be asked."
     )]
     Status(StatusArgs),
     /// Remove a lock whoever holds it (needs --force)
@@ -127,10 +128,20 @@ pub(crate) struct RunArgs {
 
     /// Wait this long for a held lock, or "forever" [default: no wait]
     ///
-    /// A waiting run retries the moment the holder releases the lock, and
-    /// when its lease runs out.
+    /// Waiting runs get the lock first come, first served: the moment the
+    /// holder releases it, or when its lease runs out. A run without --wait
+    /// is busy while others wait in line.
     #[arg(short, long, value_name = "DURATION|forever", value_parser = parse_wait)]
     pub(crate) wait: Option<Wait>,
+
+    /// Give up the place in line to a newer run with --supersede
+    ///
+    /// For deploys: a waiting run with this flag ends (busy status, "superseded
+    /// by HOST pid N") as soon as a newer run with it starts waiting for the
+    /// same key. Three pushes in quick succession deploy the first and the
+    /// last. The run holding the lock is never touched.
+    #[arg(long, requires = "wait")]
+    pub(crate) supersede: bool,
 
     /// Exit status when the lock is busy; 0 skips quietly
     ///

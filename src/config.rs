@@ -38,6 +38,8 @@ pub(crate) struct RunConfig {
     pub(crate) lock: LockConfig,
     pub(crate) timing: Timing,
     pub(crate) wait: Option<Wait>,
+    /// `--supersede`: a newer waiter with it takes this run's place.
+    pub(crate) supersede: bool,
     pub(crate) busy_exit_code: u8,
     pub(crate) min_hold: Option<Duration>,
     pub(crate) timeout: Option<Duration>,
@@ -97,6 +99,7 @@ impl RunConfig {
             lock,
             timing,
             wait: args.wait,
+            supersede: args.supersede,
             busy_exit_code: args.busy_exit_code,
             min_hold: positive("--min-hold", args.min_hold)?,
             timeout: positive("--timeout", args.timeout)?,

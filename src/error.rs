@@ -42,9 +42,16 @@ pub(crate) enum Error {
 #[derive(Debug)]
 pub(crate) struct Busy {
     pub(crate) lock: String,
+    /// Whether a lease exists: a free lock is busy too while others wait.
+    pub(crate) held: bool,
     /// Lease time the holder has left, if the key has an expiry.
     pub(crate) left: Option<Duration>,
     pub(crate) holder: Option<Holder>,
+    /// Runs waiting in line for the lock.
+    pub(crate) waiting: u64,
+    /// "HOST pid N" of the newer `--supersede` run that took this run's
+    /// place in line.
+    pub(crate) superseded_by: Option<String>,
     pub(crate) command: String,
     /// How long this run waited, if it was asked to.
     pub(crate) waited: Option<Duration>,
@@ -131,6 +138,43 @@ impl From<RedisError> for Error {
 
 impl fmt::Display for Busy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let runs = |n: u64| {
+            if n == 1 {
+                "1 run".to_owned()
+            } else {
+                format!("{n} runs")
+            }
+        };
+        if let Some(by) = &self.superseded_by {
+            write!(
+                f,
+                "{}: superseded by {by}, a newer run with --supersede",
+                self.lock
+            )?;
+        } else if !self.held {
+            write!(
+                f,
+                "{} is free, but {} waiting in line came first",
+                self.lock,
+                runs(self.waiting)
+            )?;
+        } else {
+            self.fmt_holder(f)?;
+            if self.waiting > 0 {
+                write!(f, ", {} waiting in line", runs(self.waiting))?;
+            }
+        }
+        write!(f, "; not running {}", self.command)?;
+        if let Some(waited) = self.waited.filter(|_| self.superseded_by.is_none()) {
+            write!(f, " after waiting {}", show(waited))?;
+        }
+        write!(f, " (exit {})", self.exit)
+    }
+}
+
+impl Busy {
+    /// Who holds the lock, and how much longer.
+    fn fmt_holder(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let since = |us: u64| show(Duration::from_micros(unix_now_us().saturating_sub(us)));
         let left = self.left.map(show);
         match &self.holder {
@@ -163,15 +207,9 @@ impl fmt::Display for Busy {
         if let (Some(left), false) = (left, self.is_min_hold()) {
             write!(f, ", lease expires in {left}")?;
         }
-        write!(f, "; not running {}", self.command)?;
-        if let Some(waited) = self.waited {
-            write!(f, " after waiting {}", show(waited))?;
-        }
-        write!(f, " (exit {})", self.exit)
+        Ok(())
     }
-}
 
-impl Busy {
     /// Whether the holder's command already finished and the lock is only
     /// kept for its `--min-hold`.
     fn is_min_hold(&self) -> bool {
@@ -188,8 +226,11 @@ mod tests {
     fn busy(exit: u8) -> Error {
         Error::Busy(Box::new(Busy {
             lock: "lockrun:{job}".into(),
+            held: true,
             left: Some(Duration::from_millis(1500)),
             holder: None,
+            waiting: 0,
+            superseded_by: None,
             command: "true".into(),
             waited: Some(Duration::from_secs(2)),
             exit,
@@ -221,6 +262,9 @@ mod tests {
         let finished = unix_now_us() - 2_000_000;
         let busy = Busy {
             lock: "job".into(),
+            held: true,
+            waiting: 0,
+            superseded_by: None,
             left: Some(Duration::from_secs(3)),
             holder: Some(Holder {
                 host: "web-2".into(),
@@ -245,6 +289,35 @@ mod tests {
         assert!(
             line.ends_with("; not running ./invoice.sh (exit 75)"),
             "{line}"
+        );
+    }
+
+    #[test]
+    fn busy_says_who_waits_and_who_superseded() {
+        let Error::Busy(mut busy) = busy(75) else {
+            unreachable!()
+        };
+        busy.waiting = 2;
+        assert_eq!(
+            busy.to_string(),
+            "lockrun:{job} is held by another run, lease expires in 1s500ms, 2 runs waiting in \
+             line; not running true after waiting 2s (exit 75)"
+        );
+        busy.held = false;
+        busy.left = None;
+        busy.waiting = 1;
+        busy.waited = None;
+        assert_eq!(
+            busy.to_string(),
+            "lockrun:{job} is free, but 1 run waiting in line came first; not running true \
+             (exit 75)"
+        );
+        busy.superseded_by = Some("ci-7 pid 42".into());
+        busy.waited = Some(Duration::from_secs(3));
+        assert_eq!(
+            busy.to_string(),
+            "lockrun:{job}: superseded by ci-7 pid 42, a newer run with --supersede; not \
+             running true (exit 75)"
         );
     }
 

@@ -2,15 +2,24 @@
 //! status and force-release, each one atomic Lua script that touches the key
 //! only while it still holds the caller's token.
 //!
+//! Runs that wait form a queue per lock, served first come, first served: a
+//! release hands the lease straight to the first waiter and tells that waiter
+//! alone, on its own channel. The queue's rules live in `lock/queue.lua`,
+//! which every script that touches the queue starts with.
+//!
 //! Keys for lock NAME under prefix P all share the hash tag `{NAME}`, so they
 //! live in one cluster slot and one script can touch them together:
 //!
-//! | key                | holds                                             |
-//! |--------------------|---------------------------------------------------|
-//! | `P{NAME}`          | the lease: our random token, with the ttl         |
-//! | `P{NAME}:holder`   | who holds it (host, pid, command, since, fence)   |
-//! | `P{NAME}:fence`    | the last fencing token handed out (no expiry)     |
-//! | `P{NAME}:released` | pub/sub channel announcing each release           |
+//! | key                    | holds                                         |
+//! |------------------------|-----------------------------------------------|
+//! | `P{NAME}`              | the lease: our random token, with the ttl     |
+//! | `P{NAME}:holder`       | who holds it (host, pid, command, since, fence) |
+//! | `P{NAME}:fence`        | the last fencing token handed out (no expiry) |
+//! | `P{NAME}:queue`        | waiting runs' tokens, scored by arrival       |
+//! | `P{NAME}:places`       | the same tokens, scored by when their place runs out |
+//! | `P{NAME}:waiters`      | each waiting run's record (JSON)              |
+//! | `P{NAME}:supersedable` | waiting runs that gave `--supersede`          |
+//! | `P{NAME}:wake:TOKEN`   | pub/sub channel (not a key) of one waiting run |
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -23,16 +32,22 @@ use redis::Script;
 use crate::clock::BootInstant;
 use crate::redis_conn::{RedisError, Session, Target};
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/acquire.lua")));
+/// A script that works on the queue: `lock/queue.lua`, then its own body.
+macro_rules! queue_script {
+    ($file:literal) => {
+        LazyLock::new(|| Script::new(concat!(include_str!("lock/queue.lua"), include_str!($file))))
+    };
+}
+
+static ACQUIRE: LazyLock<Script> = queue_script!("lock/acquire.lua");
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/renew.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/release.lua")));
-static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lock/force_release.lua")));
-static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/status.lua")));
+static RELEASE: LazyLock<Script> = queue_script!("lock/release.lua");
+static FORCE_RELEASE: LazyLock<Script> = queue_script!("lock/force_release.lua");
+static STATUS: LazyLock<Script> = queue_script!("lock/status.lua");
 
 /// The longest command line recorded as the holder.
 const MAX_COMMAND_CHARS: usize = 200;
-/// How long setting up the release subscription may take. Nothing is held
+/// How long setting up the wake-up subscription may take. Nothing is held
 /// while waiting, so this need not fit any lease; past it, the waiter polls.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -45,7 +60,10 @@ pub(crate) struct Keys {
     pub(crate) lock: String,
     pub(crate) holder: String,
     pub(crate) fence: String,
-    pub(crate) channel: String,
+    pub(crate) queue: String,
+    pub(crate) places: String,
+    pub(crate) waiters: String,
+    pub(crate) supersedable: String,
 }
 
 impl Keys {
@@ -54,9 +72,34 @@ impl Keys {
         Keys {
             holder: format!("{lock}:holder"),
             fence: format!("{lock}:fence"),
-            channel: format!("{lock}:released"),
+            queue: format!("{lock}:queue"),
+            places: format!("{lock}:places"),
+            waiters: format!("{lock}:waiters"),
+            supersedable: format!("{lock}:supersedable"),
             lock,
             name: name.to_owned(),
+        }
+    }
+
+    /// The channel on which the run with `token` is told, while it waits,
+    /// that the lock is its own, that it is first in line, or that it was
+    /// superseded.
+    fn wake_channel(&self, token: &Token) -> String {
+        format!("{}:wake:{}", self.lock, token.0)
+    }
+
+    /// Every key of the lock, in the order `lock/queue.lua` expects them.
+    fn add_to(&self, call: &mut redis::ScriptInvocation<'_>) {
+        for key in [
+            &self.lock,
+            &self.holder,
+            &self.fence,
+            &self.queue,
+            &self.places,
+            &self.waiters,
+            &self.supersedable,
+        ] {
+            call.key(key);
         }
     }
 }
@@ -153,18 +196,57 @@ impl Holder {
 pub(crate) struct Grant {
     /// The fencing token handed to the command.
     pub(crate) fence: u64,
-    /// When the winning request was sent: the lease is counted from here.
+    /// A moment no later than the grant, on this host's clock: the lease is
+    /// counted from here. For a lease this run's own request took, that
+    /// request's send.
     pub(crate) sent: BootInstant,
+}
+
+/// How an acquisition attempt treats the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Take the lock if it is free and nobody waits for it; never queue.
+    Once,
+    /// Take the lock, or a place in line (or refresh the one this run has).
+    Wait {
+        /// Whether this run listens on its wake-up channel: a release skips
+        /// a waiter that said so but whose connection is gone (it died).
+        listening: bool,
+        /// `--supersede`: take the place of older waiters that gave it too.
+        supersede: bool,
+    },
+}
+
+/// Who has the lock, and who waits for it, when an attempt did not get it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Taken {
+    /// Whether a lease exists: a free lock is busy too while others wait.
+    pub(crate) held: bool,
+    /// Lease time the holder has left, if the key has an expiry.
+    pub(crate) left: Option<Duration>,
+    pub(crate) holder: Option<Holder>,
+    /// Runs waiting in line (this one included once it has a place).
+    pub(crate) waiting: u64,
 }
 
 /// What one acquisition attempt found.
 #[derive(Debug)]
 pub(crate) enum Attempt {
     Acquired(Grant),
-    Busy {
-        /// Lease time the holder has left, if the key has an expiry.
-        left: Option<Duration>,
-        holder: Option<Holder>,
+    /// Not acquired, and not in line (`Mode::Once`).
+    Busy(Taken),
+    /// In line.
+    Queued {
+        taken: Taken,
+        /// How long until a change could come without a message: the
+        /// lease's expiry when this run is first, or else the first
+        /// waiter's place running out.
+        retry: Option<Duration>,
+    },
+    /// A newer run with `--supersede` took this run's place.
+    Superseded {
+        /// "HOST pid N" of that run.
+        by: String,
     },
 }
 
@@ -182,16 +264,37 @@ pub(crate) enum Released {
 pub(crate) struct Lock {
     session: Session,
     keys: Keys,
+    /// Also this run's id in the queue: a lease handed over to it is then
+    /// already its own.
     token: Token,
-    /// Whether an acquire request went out: only then can the key hold our
-    /// token without lockrun having seen the reply.
-    sent_acquire: bool,
+    /// When the first acquire request went out. A release can hand the
+    /// lease over only once this run is in line, that is after this.
+    first_sent: Option<BootInstant>,
+    /// Whether Redis may keep something of this run's that `abandon` must
+    /// give back: a lease taken by a call whose reply never came, a place in
+    /// line, or the note that it was superseded.
+    in_redis: bool,
+    /// This run's place in line, so that it gets the same place back if it
+    /// was dropped while cut off from Redis.
+    arrival: Option<String>,
 }
 
 fn millis(d: Duration) -> u64 {
     // Redis expiries are whole milliseconds; round up so a sub-millisecond
     // remainder is not turned into "no expiry".
     u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+/// A pttl or a wait as the scripts return it: negative means none.
+fn some_millis(ms: i64) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+/// Element `at` of a script's reply, if it has that type.
+fn element<T: redis::FromRedisValue>(reply: &[redis::Value], at: usize) -> Option<T> {
+    reply
+        .get(at)
+        .and_then(|value| T::from_redis_value_ref(value).ok())
 }
 
 impl Lock {
@@ -202,7 +305,9 @@ impl Lock {
             session: Session::new(target, timeout),
             keys,
             token,
-            sent_acquire: false,
+            first_sent: None,
+            in_redis: false,
+            arrival: None,
         }
     }
 
@@ -216,18 +321,18 @@ impl Lock {
         self.session.open_within(within).await
     }
 
-    /// Subscribes to this lock's release announcements on a connection of
-    /// their own.
-    pub(crate) async fn subscribe_releases(&self) -> Result<Releases, RedisError> {
+    /// Subscribes to this run's wake-up channel on a connection of its own.
+    pub(crate) async fn subscribe_wakes(&self) -> Result<Wakes, RedisError> {
         let target = self.session.target();
         let client = target.client()?;
+        let channel = self.keys.wake_channel(&self.token);
         let subscribed = async {
             let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&self.keys.channel).await?;
+            pubsub.subscribe(&channel).await?;
             Ok::<_, redis::RedisError>(pubsub)
         };
         match tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribed).await {
-            Ok(Ok(pubsub)) => Ok(Releases(pubsub.into_on_message())),
+            Ok(Ok(pubsub)) => Ok(Wakes(pubsub.into_on_message())),
             Ok(Err(err)) => Err(target.error(&err)),
             Err(_) => Err(target.timed_out(SUBSCRIBE_TIMEOUT)),
         }
@@ -237,36 +342,83 @@ impl Lock {
         &mut self,
         ttl: Duration,
         me: &Me,
+        mode: Mode,
     ) -> Result<Attempt, RedisError> {
+        let (how, listening, supersede) = match mode {
+            Mode::Once => ("once", false, false),
+            Mode::Wait {
+                listening,
+                supersede,
+            } => ("wait", listening, supersede),
+        };
         let mut call = ACQUIRE.prepare_invoke();
-        call.key(&self.keys.lock)
-            .key(&self.keys.fence)
-            .key(&self.keys.holder)
-            .arg(&self.token.0)
+        self.keys.add_to(&mut call);
+        call.arg(&self.token.0)
             .arg(millis(ttl))
             .arg(&me.host)
             .arg(me.pid)
-            .arg(&me.command);
+            .arg(&me.command)
+            .arg(how)
+            .arg(self.arrival.as_deref().unwrap_or(""))
+            .arg(u8::from(listening))
+            .arg(u8::from(supersede));
         let sent = BootInstant::now();
-        self.sent_acquire = true;
-        let (won, number, fields): (i64, i64, Vec<String>) = self.session.invoke(&call).await?;
-        if won == 1 {
-            let fence = u64::try_from(number)
-                .map_err(|_| self.protocol("acquire", &format!("fencing token {number}")))?;
-            return Ok(Attempt::Acquired(Grant { fence, sent }));
-        }
-        Ok(Attempt::Busy {
-            left: u64::try_from(number).ok().map(Duration::from_millis),
-            holder: Holder::from_fields(&fields),
-        })
+        self.first_sent.get_or_insert(sent);
+        self.in_redis = true;
+        let reply: Vec<redis::Value> = self.session.invoke(&call).await?;
+        let attempt = self.attempt_from(&reply, sent)?;
+        self.in_redis = !matches!(attempt, Attempt::Busy(_) | Attempt::Superseded { .. });
+        Ok(attempt)
     }
 
-    /// Gives back a lock that an interrupted or failed acquisition may have
-    /// taken after all (a call that timed out, a signal in mid-call). When no
-    /// acquire request ever went out, Redis is not asked: with Redis
-    /// unreachable, that would only add one more timeout to the failure.
+    fn attempt_from(
+        &mut self,
+        reply: &[redis::Value],
+        sent: BootInstant,
+    ) -> Result<Attempt, RedisError> {
+        let kind: String = element(reply, 0).unwrap_or_default();
+        let taken = || {
+            let pttl: i64 = element(reply, 1)?;
+            let fields: Vec<String> = element(reply, 3)?;
+            Some(Taken {
+                held: pttl != -2,
+                left: some_millis(pttl),
+                holder: Holder::from_fields(&fields),
+                waiting: element(reply, 2)?,
+            })
+        };
+        let attempt = match kind.as_str() {
+            "acquired" => element(reply, 1).map(|fence| Attempt::Acquired(Grant { fence, sent })),
+            "busy" => taken().map(Attempt::Busy),
+            "queued" => taken()
+                .zip(element::<String>(reply, 4))
+                .map(|(taken, arrival)| {
+                    self.arrival = Some(arrival);
+                    Attempt::Queued {
+                        taken,
+                        retry: element(reply, 5).and_then(some_millis),
+                    }
+                }),
+            "superseded" => element(reply, 1).map(|by| Attempt::Superseded { by }),
+            _ => None,
+        };
+        attempt.ok_or_else(|| self.protocol("acquire", &format!("{reply:?}")))
+    }
+
+    /// The grant a wake-up message announced: the release that sent it
+    /// handed this run the lease with fencing token `fence`. The lease is
+    /// counted from this run's first request, which the hand-over followed.
+    pub(crate) fn handed_over(&self, fence: u64) -> Option<Grant> {
+        self.first_sent.map(|sent| Grant { fence, sent })
+    }
+
+    /// Gives back what an interrupted, failed or given-up acquisition may
+    /// have left in Redis: a lease taken after all (a call that timed out, a
+    /// signal in mid-call, a hand-over nobody heard), a place in line. When
+    /// nothing can be there, Redis is not asked: with Redis unreachable, that
+    /// would only add one more timeout to the failure.
     pub(crate) async fn abandon(&mut self) {
-        if self.sent_acquire {
+        if self.in_redis {
             let _ = self.release(None).await;
         }
     }
@@ -283,19 +435,18 @@ impl Lock {
         Ok(renewed == 1)
     }
 
-    /// Gives the lock up, or with `keep_for` leaves it to expire after that
-    /// long. Never touches a lock that no longer holds our token.
+    /// Gives the lock up, handing it to the first waiter, or with `keep_for`
+    /// leaves it to expire after that long. Never touches a lock that no
+    /// longer holds our token. Leaves the queue too.
     pub(crate) async fn release(
         &mut self,
         keep_for: Option<Duration>,
     ) -> Result<Released, RedisError> {
         let mut call = RELEASE.prepare_invoke();
-        call.key(&self.keys.lock)
-            .key(&self.keys.holder)
-            .arg(&self.token.0)
-            .arg(keep_for.map_or(0, millis))
-            .arg(&self.keys.channel);
+        self.keys.add_to(&mut call);
+        call.arg(&self.token.0).arg(keep_for.map_or(0, millis));
         let result: i64 = self.session.invoke(&call).await?;
+        self.in_redis = false;
         Ok(match result {
             1 => Released::Deleted,
             2 => Released::Kept,
@@ -312,14 +463,47 @@ impl Lock {
     }
 }
 
-/// Release announcements of one lock.
-pub(crate) struct Releases(redis::aio::PubSubStream);
+/// What a waiting run is told on its wake-up channel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A release handed this run the lease, with this fencing token.
+    Granted(u64),
+    /// This run is first in line now, and the lease it waits for has this
+    /// long left (`None`: no expiry; zero: free now).
+    First(Option<Duration>),
+    /// A newer run with `--supersede` took this run's place ("HOST pid N").
+    Superseded(String),
+}
 
-impl Releases {
-    /// Waits for the next release. `false` means the subscription broke and
-    /// no more announcements will come.
-    pub(crate) async fn next(&mut self) -> bool {
-        self.0.next().await.is_some()
+impl Wake {
+    fn parse(payload: &str) -> Wake {
+        // Anything unexpected only means "look now": the next attempt
+        // finds out what happened.
+        let now = Wake::First(Some(Duration::ZERO));
+        match payload.split_once(' ') {
+            Some(("granted", fence)) => fence.parse().map_or(now, Wake::Granted),
+            Some(("first", pttl)) => match pttl.parse::<i64>() {
+                Ok(-1) => Wake::First(None),
+                Ok(ms) => Wake::First(Some(some_millis(ms).unwrap_or_default())),
+                Err(_) => now,
+            },
+            Some(("superseded", by)) => Wake::Superseded(by.to_owned()),
+            _ => now,
+        }
+    }
+}
+
+/// The wake-up messages of one waiting run.
+pub(crate) struct Wakes(redis::aio::PubSubStream);
+
+impl Wakes {
+    /// Waits for the next message. `None` means the subscription broke and
+    /// no more messages will come.
+    pub(crate) async fn next(&mut self) -> Option<Wake> {
+        let message = self.0.next().await?;
+        Some(Wake::parse(
+            &message.get_payload::<String>().unwrap_or_default(),
+        ))
     }
 }
 
@@ -332,6 +516,52 @@ pub(crate) struct Status {
     pub(crate) now_us: u64,
     /// The last fencing token handed out for this name, if any.
     pub(crate) last_fence: Option<u64>,
+    /// The runs waiting in line, first come first.
+    pub(crate) waiters: Vec<Waiter>,
+}
+
+/// A run waiting in line, as recorded when it took its place.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Waiter {
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) command: String,
+    /// Server time it took its place, microseconds since the epoch.
+    pub(crate) arrived_us: u64,
+    /// Whether it gave `--supersede`.
+    pub(crate) supersede: bool,
+}
+
+/// A waiter's record as `lock/acquire.lua` writes it.
+#[derive(serde::Deserialize)]
+struct WaiterRecord {
+    #[serde(default)]
+    host: String,
+    #[serde(default)]
+    pid: String,
+    #[serde(default)]
+    command: String,
+    #[serde(default)]
+    supersede: bool,
+}
+
+impl Waiter {
+    fn from_record(arrival: &str, record: &str) -> Waiter {
+        // A record this version cannot read still counts as a waiter.
+        let record = serde_json::from_str(record).unwrap_or(WaiterRecord {
+            host: String::new(),
+            pid: String::new(),
+            command: String::new(),
+            supersede: false,
+        });
+        Waiter {
+            host: record.host,
+            pid: record.pid.parse().unwrap_or(0),
+            command: record.command,
+            arrived_us: arrival.parse().unwrap_or(0),
+            supersede: record.supersede,
+        }
+    }
 }
 
 /// Whether a lock is held, and for how much longer.
@@ -363,32 +593,35 @@ impl Inspector {
     }
 
     pub(crate) async fn status(&mut self) -> Result<Status, RedisError> {
-        let keys = &self.keys;
         let mut call = STATUS.prepare_invoke();
-        call.key(&keys.lock).key(&keys.holder).key(&keys.fence);
-        let (pttl, fields, secs, micros, fence): (i64, Vec<String>, u64, u64, String) =
+        self.keys.add_to(&mut call);
+        let (pttl, fields, now_us, fence, line): (i64, Vec<String>, u64, String, Vec<String>) =
             self.session.invoke(&call).await?;
         let occupancy = match pttl {
             -2 => Occupancy::Free,
             -1 => Occupancy::NoExpiry,
-            ms => Occupancy::Leased(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            ms => Occupancy::Leased(some_millis(ms).unwrap_or_default()),
         };
         Ok(Status {
             holder: (occupancy != Occupancy::Free)
                 .then(|| Holder::from_fields(&fields))
                 .flatten(),
             occupancy,
-            now_us: secs.saturating_mul(1_000_000).saturating_add(micros),
+            now_us,
             last_fence: fence.parse().ok(),
+            waiters: line
+                .chunks_exact(2)
+                .map(|pair| Waiter::from_record(&pair[0], &pair[1]))
+                .collect(),
         })
     }
 
-    /// Removes the lock whoever holds it. Returns the removed holder record,
-    /// or `Ok(None)` when there was no lock.
+    /// Removes the lock whoever holds it, handing it to the first waiter.
+    /// Returns the removed holder record, or `Ok(None)` when there was no
+    /// lock.
     pub(crate) async fn force_release(&mut self) -> Result<Option<Holder>, RedisError> {
-        let keys = &self.keys;
         let mut call = FORCE_RELEASE.prepare_invoke();
-        call.key(&keys.lock).key(&keys.holder).arg(&keys.channel);
+        self.keys.add_to(&mut call);
         let (removed, fields): (i64, Vec<String>) = self.session.invoke(&call).await?;
         Ok((removed == 1).then(|| Holder::from_fields(&fields).unwrap_or_default()))
     }
@@ -404,7 +637,8 @@ mod tests {
         assert_eq!(keys.lock, "lockrun:{billing}");
         assert_eq!(keys.holder, "lockrun:{billing}:holder");
         assert_eq!(keys.fence, "lockrun:{billing}:fence");
-        assert_eq!(keys.channel, "lockrun:{billing}:released");
+        assert_eq!(keys.queue, "lockrun:{billing}:queue");
+        assert_eq!(keys.supersedable, "lockrun:{billing}:supersedable");
     }
 
     #[test]
@@ -450,6 +684,50 @@ mod tests {
             })
         );
         assert_eq!(Holder::from_fields(&[]), None);
+    }
+
+    #[test]
+    fn wake_messages_parse_and_anything_else_means_look_now() {
+        assert_eq!(
+            Wake::parse("granted 1732924800123456"),
+            Wake::Granted(1_732_924_800_123_456)
+        );
+        assert_eq!(
+            Wake::parse("first 1500"),
+            Wake::First(Some(Duration::from_millis(1500)))
+        );
+        assert_eq!(Wake::parse("first -1"), Wake::First(None));
+        assert_eq!(Wake::parse("first -2"), Wake::First(Some(Duration::ZERO)));
+        assert_eq!(
+            Wake::parse("superseded ci-7 pid 42"),
+            Wake::Superseded("ci-7 pid 42".into())
+        );
+        for odd in ["", "granted x", "released", "first soon"] {
+            assert_eq!(
+                Wake::parse(odd),
+                Wake::First(Some(Duration::ZERO)),
+                "{odd:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn waiter_records_parse_and_odd_ones_still_count() {
+        let waiter = Waiter::from_record(
+            "1732924800123456",
+            r#"{"host":"ci-3","pid":"77","command":"deploy.sh","ttl":"30000","listening":true,"supersede":true}"#,
+        );
+        assert_eq!(
+            waiter,
+            Waiter {
+                host: "ci-3".into(),
+                pid: 77,
+                command: "deploy.sh".into(),
+                arrived_us: 1_732_924_800_123_456,
+                supersede: true,
+            }
+        );
+        assert_eq!(Waiter::from_record("1", "not json").arrived_us, 1);
     }
 
     #[test]

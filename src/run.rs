@@ -12,7 +12,7 @@ use crate::config::RunConfig;
 use crate::error::{Busy, Error};
 use crate::exit_code;
 use crate::lease::Lease;
-use crate::lock::{Attempt, Grant, Keys, Lock, Me, Released, Token};
+use crate::lock::{Attempt, Grant, Keys, Lock, Me, Released, Taken, Token};
 use crate::report::Report;
 use crate::signals::{self, Signals};
 use crate::supervise::{Ended, Stop, Supervisor};
@@ -52,7 +52,7 @@ pub(crate) async fn run(
     ));
     let mut held = Held {
         lease: Lease::new(config.timing.deadline_after(grant.sent)),
-        acquired: grant.sent,
+        started: BootInstant::now(),
         lock,
         child,
     };
@@ -63,8 +63,8 @@ pub(crate) async fn run(
         signals: &mut signals,
         child_changes: &mut child_changes,
         timing: config.timing,
-        acquired: held.acquired,
-        timeout_at: config.timeout.map(|limit| held.acquired + limit),
+        acquired: grant.sent,
+        timeout_at: config.timeout.map(|limit| held.started + limit),
         report,
     }
     .supervise()
@@ -88,29 +88,42 @@ async fn acquire(
         // nothing is held yet, and a slow handshake is no reason to give up.
         lock.connect(timing.redis_timeout.max(FIRST_CONNECT_TIMEOUT))
             .await?;
-        wait::acquire(lock, timing.ttl, &me, config.wait, report).await
+        wait::acquire(lock, timing, &me, config.wait, config.supersede, report).await
     };
     let outcome = tokio::select! {
         signal = signals.recv_interrupt() => Err(Error::Interrupted(signal)),
         result = attempt => result.map_err(Error::from),
     };
-    match outcome {
-        Ok(Attempt::Acquired(grant)) => Ok(grant),
-        Ok(Attempt::Busy { left, holder }) => Err(Error::Busy(Box::new(Busy {
+    let busy = |taken: Option<Taken>, superseded_by: Option<String>| {
+        let taken = taken.unwrap_or(Taken {
+            held: true,
+            left: None,
+            holder: None,
+            waiting: 0,
+        });
+        Error::Busy(Box::new(Busy {
             lock: lock.keys().name.clone(),
-            left,
-            holder,
+            held: taken.held,
+            left: taken.left,
+            holder: taken.holder,
+            waiting: taken.waiting,
+            superseded_by,
             command: config.program(),
             waited: config.wait.and_then(wait::Wait::limit),
             exit: config.busy_exit_code,
-        }))),
-        Err(err) => {
-            // A call that timed out, or the signal, may have come after the
-            // lock was taken after all: give it back.
-            lock.abandon().await;
-            Err(err)
-        }
-    }
+        }))
+    };
+    let err = match outcome {
+        Ok(Attempt::Acquired(grant)) => return Ok(grant),
+        Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) => busy(Some(taken), None),
+        Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
+        Err(err) => err,
+    };
+    // A run that stops waiting leaves the line; a call that timed out, or
+    // the signal, may have come after the lock was taken after all, or a
+    // release may have handed it over: give it back.
+    lock.abandon().await;
+    Err(err)
 }
 
 /// Starts the command with its fencing token, and the SIGCHLD stream that
@@ -136,7 +149,9 @@ fn start(config: &RunConfig, fence: u64) -> Result<(Child, tokio::signal::unix::
 struct Held {
     lock: Lock,
     lease: Lease,
-    acquired: BootInstant,
+    /// When the command started: `--timeout` and `--min-hold` count from
+    /// here (a lease handed over counts from earlier).
+    started: BootInstant,
     child: Child,
 }
 
@@ -154,7 +169,7 @@ impl Held {
         }
         let keep = match (stop, config.min_hold) {
             (None | Some(Stop::TimedOut), Some(min_hold)) => {
-                Some(min_hold.saturating_sub(self.acquired.elapsed())).filter(|d| !d.is_zero())
+                Some(min_hold.saturating_sub(self.started.elapsed())).filter(|d| !d.is_zero())
             }
             _ => None,
         };

@@ -1,27 +1,30 @@
-//! Getting the lock, waiting for it if asked to.
+//! Getting the lock, waiting for it in line if asked to.
 //!
-//! A waiter subscribes to the lock's release channel, so it retries the
-//! moment the holder lets go instead of polling. Polling stays as the fallback,
-//! with jitter so waiters spread out, and never sleeps past the holder's
-//! remaining lease: a holder that died publishes nothing, and its lease
-//! running out must be noticed at once. Once Redis has answered, losing it
-//! while waiting is not the end of the wait: nothing is held yet, so lockrun
-//! keeps trying until the wait runs out.
+//! A waiter takes its place in the lock's queue with its first failed
+//! attempt, and the lock goes to waiters in arrival order: a release hands
+//! it straight to the first one and says so on that waiter's own channel, so
+//! each release wakes one process. A place lasts one ttl, like a lease, and
+//! the waiter refreshes it every renewal period, so that one that died drops
+//! out of line by itself. Without a message, the first waiter looks again
+//! when the lease could have run out unreleased (its holder died), the
+//! others when the first one's place could have. Once Redis has answered,
+//! losing it while waiting is not the end of the wait: nothing is held yet,
+//! so lockrun keeps trying until the wait runs out.
 
 use std::ops::ControlFlow;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lock::{Attempt, Lock, Me, Releases};
+use crate::lease::Timing;
+use crate::lock::{Attempt, Lock, Me, Mode, Wake, Wakes};
 use crate::redis_conn::{ErrorKind, RedisError};
 use crate::report::Report;
 
-/// Polling period while subscribed (only a safety net for lost messages).
-const POLL_SUBSCRIBED: Duration = Duration::from_secs(1);
-/// Polling period when the subscription failed.
+/// Polling period when the wake-up subscription failed or Redis does not
+/// answer.
 const POLL_UNSUBSCRIBED: Duration = Duration::from_millis(200);
-/// A little past the holder's expiry, so the retry finds the key gone.
+/// A little past an expiry, so the retry finds the key or place gone.
 const EXPIRY_MARGIN: Duration = Duration::from_millis(2);
 
 /// How long a run waits for a lock that someone else holds.
@@ -41,41 +44,59 @@ impl Wait {
     }
 }
 
-/// Tries once, then, if `wait` allows, waits for the lock. Returns
-/// `Attempt::Busy` when the wait ran out with the lock still held.
+/// Tries once, then, if `wait` allows, waits in line for the lock. Returns
+/// `Attempt::Busy` when the wait ran out with the lock still taken, and
+/// `Attempt::Superseded` when a newer `--supersede` run took this one's
+/// place.
 pub(crate) async fn acquire(
     lock: &mut Lock,
-    ttl: Duration,
+    timing: Timing,
     me: &Me,
     wait: Option<Wait>,
+    supersede: bool,
     report: Report,
 ) -> Result<Attempt, RedisError> {
+    let started = Instant::now();
     let give_up = match wait {
-        None => Some(Instant::now()),
-        Some(wait) => wait.limit().map(|limit| Instant::now() + limit),
+        None => Some(started),
+        Some(wait) => wait.limit().map(|limit| started + limit),
     };
-    let first = lock.try_acquire(ttl, me).await?;
-    if matches!(first, Attempt::Acquired(_)) || give_up.is_some_and(|t| t <= Instant::now()) {
+    let mode = if give_up.is_none_or(|t| t > started) {
+        Mode::Wait {
+            listening: false,
+            supersede,
+        }
+    } else {
+        Mode::Once
+    };
+    let first = lock.try_acquire(timing.ttl, me, mode).await?;
+    let Attempt::Queued { taken, .. } = first else {
         return Ok(first);
+    };
+    if give_up.is_some_and(|t| t <= Instant::now()) {
+        return Ok(Attempt::Busy(taken));
     }
-    report.verbose(format_args!("{} is busy; waiting", lock.keys().lock));
-    // Subscribe before the next attempt, so a release between that attempt
-    // and the wait cannot be missed.
-    let releases = match lock.subscribe_releases().await {
-        Ok(releases) => Some(releases),
+    report.verbose(format_args!(
+        "{} is busy; waiting, {} in line",
+        lock.keys().lock,
+        taken.waiting
+    ));
+    // The attempt after subscribing catches a hand-over that came before
+    // the subscription, and tells Redis this run now listens.
+    let wakes = match lock.subscribe_wakes().await {
+        Ok(wakes) => Some(wakes),
         Err(err) => {
-            report.verbose(format_args!(
-                "no release notifications, polling instead: {err}"
-            ));
+            report.verbose(format_args!("no wake-up messages, polling instead: {err}"));
             None
         }
     };
     let mut waiter = Waiter {
         lock,
-        ttl,
+        timing,
         me,
+        supersede,
         give_up,
-        releases,
+        wakes,
         failing: false,
         report,
     };
@@ -85,12 +106,13 @@ pub(crate) async fn acquire(
 /// A run waiting for the lock.
 struct Waiter<'a> {
     lock: &'a mut Lock,
-    ttl: Duration,
+    timing: Timing,
     me: &'a Me,
+    supersede: bool,
     /// When the wait runs out; `None` waits forever.
     give_up: Option<Instant>,
-    /// Release announcements; `None` when the subscription failed or broke.
-    releases: Option<Releases>,
+    /// Wake-up messages; `None` when the subscription failed or broke.
+    wakes: Option<Wakes>,
     /// Whether Redis stopped answering during the wait.
     failing: bool,
     report: Report,
@@ -99,32 +121,42 @@ struct Waiter<'a> {
 impl Waiter<'_> {
     async fn until_acquired_or_out(&mut self) -> Result<Attempt, RedisError> {
         loop {
-            let attempt = self.lock.try_acquire(self.ttl, self.me).await;
+            let mode = Mode::Wait {
+                listening: self.wakes.is_some(),
+                supersede: self.supersede,
+            };
+            let attempt = self.lock.try_acquire(self.timing.ttl, self.me, mode).await;
             let now = Instant::now();
             let waited_out = self.give_up.is_some_and(|t| t <= now);
             match self.judge(attempt, waited_out)? {
                 ControlFlow::Break(done) => return Ok(done),
-                ControlFlow::Continue(left) => self.pause(left, now).await,
+                ControlFlow::Continue(retry) => {
+                    if let Some(done) = self.pause(retry, now).await {
+                        return Ok(done);
+                    }
+                }
             }
         }
     }
 
-    /// Whether an attempt ends the wait; if not, the holder's lease time
-    /// left, when known.
+    /// Whether an attempt ends the wait; if not, how long until a change
+    /// could come without a message, when known.
     fn judge(
         &mut self,
         attempt: Result<Attempt, RedisError>,
         waited_out: bool,
     ) -> Result<ControlFlow<Attempt, Option<Duration>>, RedisError> {
         match attempt {
-            Ok(acquired @ Attempt::Acquired(_)) => Ok(ControlFlow::Break(acquired)),
-            Ok(busy @ Attempt::Busy { .. }) if waited_out => Ok(ControlFlow::Break(busy)),
-            Ok(Attempt::Busy { left, .. }) => {
+            Ok(Attempt::Queued { taken, .. }) if waited_out => {
+                Ok(ControlFlow::Break(Attempt::Busy(taken)))
+            }
+            Ok(Attempt::Queued { retry, .. }) => {
                 if std::mem::take(&mut self.failing) {
                     self.report.error("Redis answers again; still waiting");
                 }
-                Ok(ControlFlow::Continue(left))
+                Ok(ControlFlow::Continue(retry))
             }
+            Ok(done) => Ok(ControlFlow::Break(done)),
             // Redis has answered before, and nothing is held while waiting:
             // a restart or a network blip is worth waiting through, as long
             // as the wait lasts. A wrong password or URL failed long before.
@@ -138,33 +170,52 @@ impl Waiter<'_> {
         }
     }
 
-    /// Sleeps until the next attempt is due: a release announcement, the
-    /// holder's expiry, the end of the wait, or the polling period.
-    async fn pause(&mut self, holder_left: Option<Duration>, now: Instant) {
-        let period = if self.releases.is_some() && !self.failing {
-            POLL_SUBSCRIBED
+    /// Sleeps until the next attempt is due: the refresh of this run's
+    /// place, the moment `retry` after `now`, the end of the wait, or a
+    /// wake-up message. Returns the outcome when a message settles it.
+    async fn pause(&mut self, retry: Option<Duration>, now: Instant) -> Option<Attempt> {
+        let refresh = if self.wakes.is_some() && !self.failing {
+            now + self.timing.renew_every
         } else {
-            POLL_UNSUBSCRIBED
+            now + jitter(POLL_UNSUBSCRIBED)
         };
-        let mut pause = jitter(period);
-        if let Some(left) = holder_left {
-            pause = pause.min(left + EXPIRY_MARGIN);
-        }
-        if let Some(give_up) = self.give_up {
-            pause = pause.min(give_up - now);
-        }
-        let Some(releases) = self.releases.as_mut() else {
-            return tokio::time::sleep(pause).await;
-        };
-        tokio::select! {
-            alive = releases.next() => {
-                if !alive {
-                    // The subscription connection broke: fall back to polling.
-                    self.releases = None;
-                }
+        let mut look = retry.map(|retry| now + retry + EXPIRY_MARGIN);
+        loop {
+            let due = [look, self.give_up]
+                .into_iter()
+                .flatten()
+                .fold(refresh, Instant::min);
+            let Some(wakes) = self.wakes.as_mut() else {
+                tokio::time::sleep_until(due).await;
+                return None;
+            };
+            tokio::select! {
+                wake = wakes.next() => match wake {
+                    Some(Wake::Granted(fence)) => return self.handed_over(fence),
+                    Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),
+                    // First in line now: only the lease's expiry is left to
+                    // watch for.
+                    Some(Wake::First(left)) => {
+                        look = left.map(|left| Instant::now() + left + EXPIRY_MARGIN);
+                    }
+                    None => {
+                        // The subscription broke: look now, then poll.
+                        self.wakes = None;
+                        return None;
+                    }
+                },
+                () = tokio::time::sleep_until(due) => return None,
             }
-            () = tokio::time::sleep(pause) => {}
         }
+    }
+
+    /// A release handed this run the lease. It is counted from this run's
+    /// first request; once that is longer ago than a renewal period, the
+    /// first renewal would already be late, so the next attempt takes the
+    /// lease afresh instead (the script sees it is ours and renews it).
+    fn handed_over(&self, fence: u64) -> Option<Attempt> {
+        let grant = self.lock.handed_over(fence)?;
+        (grant.sent.elapsed() < self.timing.renew_every).then_some(Attempt::Acquired(grant))
     }
 }
 

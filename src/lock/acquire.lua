@@ -1,23 +1,108 @@
--- Take the lock if it is free, and hand out the next fencing token.
--- KEYS[1] lock  KEYS[2] fence counter  KEYS[3] holder record
--- ARGV[1] token  ARGV[2] ttl in ms  ARGV[3] host  ARGV[4] pid  ARGV[5] command
--- Returns {1, fence, {}} when acquired, {0, pttl, {holder fields...}} when busy.
-if redis.replicate_commands then
-  -- Redis < 7 must be told before TIME is followed by writes; 7+ ignores it.
-  redis.replicate_commands()
+-- Take the lock if it is free and nobody waits before us; otherwise, for a
+-- run that waits, take its place in line (atomically with the failed try),
+-- or refresh the place it has.
+-- KEYS as in queue.lua
+-- ARGV[1] token (the waiter id)  ARGV[2] ttl in ms  ARGV[3] host  ARGV[4] pid
+-- ARGV[5] command  ARGV[6] 'once' (try, never queue) or 'wait'
+-- ARGV[7] arrival from an earlier reply, so that a waiter that was dropped
+--         (cut off from Redis too long) gets its place back; '' at first
+-- ARGV[8] '1' when listening on its wake-up channel  ARGV[9] '1' for --supersede
+-- Returns {'acquired', fence}
+--      or {'busy', pttl, waiting, {holder fields...}}                  (once)
+--      or {'queued', pttl, waiting, {holder fields...}, arrival, retry}
+--      or {'superseded', 'HOST pid N'}
+-- retry: ms until the caller should look again even without a message: the
+-- lease's pttl when it is first in line, otherwise until the first waiter's
+-- place runs out (it may have died); -1 for no such moment.
+local me, ttl = ARGV[1], ARGV[2]
+local waits = ARGV[6] == 'wait'
+
+-- A run that gives --supersede takes the place of every older waiting run
+-- that gave it too: they are taken out of line and told by whom.
+local function supersede(arrival)
+  local by = ARGV[3] .. ' pid ' .. ARGV[4]
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', SUPERSEDABLE, '-inf', '(' .. arrival)) do
+    redis.call('ZREM', QUEUE, id)
+    redis.call('ZREM', SUPERSEDABLE, id)
+    -- Kept until its place runs out, for a run that misses the message.
+    redis.call('HSET', WAITERS, id, cjson.encode({superseded_by = by}))
+    redis.call('PUBLISH', channel(id), 'superseded ' .. by)
+  end
 end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {0, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[3])}
+
+-- Takes a place at the end of the line, or the place the caller had, and
+-- refreshes it: a place lasts one ttl, like a lease, unless refreshed.
+local function join()
+  local arrival = redis.call('ZSCORE', QUEUE, me)
+  if not arrival then
+    arrival = ARGV[7]
+    local new = arrival == ''
+    if new then
+      local last = redis.call('ZRANGE', QUEUE, -1, -1, 'WITHSCORES')[2]
+      arrival = int(math.max((tonumber(last) or 0) + 1, now_us))
+    end
+    redis.call('ZADD', QUEUE, arrival, me)
+    if ARGV[9] == '1' then
+      if new then
+        supersede(arrival)
+      end
+      redis.call('ZADD', SUPERSEDABLE, arrival, me)
+    end
+  end
+  redis.call('HSET', WAITERS, me, cjson.encode({host = ARGV[3], pid = ARGV[4],
+    command = ARGV[5], ttl = ttl, listening = ARGV[8] == '1', supersede = ARGV[9] == '1'}))
+  redis.call('ZADD', PLACES, int(now_ms + tonumber(ttl)), me)
+  -- The queue's keys go when the last place runs out: runs that all died
+  -- leave nothing behind.
+  local latest = redis.call('ZRANGE', PLACES, -1, -1, 'WITHSCORES')[2]
+  for _, key in ipairs({QUEUE, PLACES, WAITERS, SUPERSEDABLE}) do
+    redis.call('PEXPIREAT', key, latest)
+  end
+  return arrival
 end
-local now = redis.call('TIME')
-local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
--- A token is at least the server clock in microseconds and always above the
--- last one stored, so it keeps growing even after Redis lost every key.
-local fence = math.max((tonumber(redis.call('GET', KEYS[2])) or 0) + 1, now_us)
-local fence_text = string.format('%d', fence)
-redis.call('SET', KEYS[2], fence_text)
-redis.call('DEL', KEYS[3])
-redis.call('HSET', KEYS[3], 'host', ARGV[3], 'pid', ARGV[4], 'command', ARGV[5],
-  'acquired_us', string.format('%d', now_us), 'fence', fence_text)
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
-return {1, fence_text, {}}
+
+local before = front()
+drop_expired()
+local lease = redis.call('GET', LEASE)
+if lease == me then
+  -- Handed over while this run was not listening. From now on the lease
+  -- counts from this call, whose send the caller knows.
+  redis.call('PEXPIRE', LEASE, ttl)
+  redis.call('PEXPIRE', HOLDER, ttl)
+  forget(me)
+  return {'acquired', redis.call('HGET', HOLDER, 'fence') or '0'}
+end
+local record = redis.call('HGET', WAITERS, me)
+if record then
+  local by = cjson.decode(record).superseded_by
+  if by then
+    forget(me)
+    return {'superseded', by}
+  end
+end
+local arrival
+if waits then
+  arrival = join()
+end
+local first, first_deadline = first_waiter()
+if not lease and (not first or first == me) then
+  local fence = grant(me, ttl, ARGV[3], ARGV[4], ARGV[5])
+  announce(before, me)
+  return {'acquired', fence}
+end
+announce(before, me)
+local pttl = redis.call('PTTL', LEASE)
+local waiting = redis.call('ZCARD', QUEUE)
+local holder = redis.call('HGETALL', HOLDER)
+if not waits then
+  return {'busy', pttl, waiting, holder}
+end
+local retry = -1
+if first == me then
+  if pttl >= 0 then
+    retry = pttl
+  end
+elseif first_deadline then
+  retry = first_deadline - now_ms
+end
+return {'queued', pttl, waiting, holder, arrival, retry}

@@ -1,10 +1,14 @@
--- Remove the lock whoever holds it (lockrun release --force).
--- KEYS[1] lock  KEYS[2] holder record   ARGV[1] release channel
--- Returns {1 if a lock was removed else 0, holder fields...}.
-local holder = redis.call('HGETALL', KEYS[2])
-local removed = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[2])
+-- Remove the lock whoever holds it (lockrun release --force); it goes to the
+-- first waiter, as after a release.
+-- KEYS as in queue.lua
+-- Returns {1 if a lock was removed else 0, {holder fields...}}.
+local before = front()
+drop_expired()
+local holder = redis.call('HGETALL', HOLDER)
+local removed = redis.call('DEL', LEASE)
+redis.call('DEL', HOLDER)
 if removed == 1 then
-  redis.call('PUBLISH', ARGV[1], 'released')
+  hand_off()
 end
+announce(before, nil)
 return {removed, holder}

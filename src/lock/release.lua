@@ -1,26 +1,30 @@
--- Give the lock up, but only while it still holds our token.
--- KEYS[1] lock  KEYS[2] holder record
--- ARGV[1] token  ARGV[2] ms to keep it (0: delete now)  ARGV[3] release channel
--- Returns 1 when deleted, 2 when kept for ARGV[2] ms, 0 when not ours.
-if redis.replicate_commands then
-  -- Redis < 7 must be told before TIME is followed by writes; 7+ ignores it.
-  redis.replicate_commands()
-end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+-- Give the lock up, or keep it for --min-hold, but only while it still holds
+-- our token; a lock given up goes straight to the first waiter. Takes the
+-- caller out of line too: a run that stops waiting (a signal, --wait ran
+-- out) gives back whatever it may have got meanwhile.
+-- KEYS as in queue.lua
+-- ARGV[1] token  ARGV[2] ms to keep it (0: release now)
+-- Returns 1 when released, 2 when kept for ARGV[2] ms, 0 when not ours.
+local me = ARGV[1]
+local before = front()
+forget(me)
+drop_expired()
+if redis.call('GET', LEASE) ~= me then
+  announce(before, me)
   return 0
 end
 local keep = tonumber(ARGV[2])
 if keep > 0 then
   -- The command is done: status and busy runs say so instead of pointing
   -- at a process that no longer exists.
-  local now = redis.call('TIME')
-  redis.call('HSET', KEYS[2], 'finished_us',
-    string.format('%d', tonumber(now[1]) * 1000000 + tonumber(now[2])))
-  redis.call('PEXPIRE', KEYS[1], keep)
-  redis.call('PEXPIRE', KEYS[2], keep)
+  redis.call('HSET', HOLDER, 'finished_us', int(now_us))
+  redis.call('PEXPIRE', LEASE, keep)
+  redis.call('PEXPIRE', HOLDER, keep)
+  -- The first waiter's idea of when the lease runs out is wrong now.
+  announce(nil, me)
   return 2
 end
-redis.call('DEL', KEYS[1], KEYS[2])
--- Waiters subscribe to this channel so they retry at once instead of polling.
-redis.call('PUBLISH', ARGV[3], 'released')
+redis.call('DEL', LEASE, HOLDER)
+hand_off()
+announce(before, me)
 return 1

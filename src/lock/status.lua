@@ -1,6 +1,18 @@
--- Read the lock's state in one consistent view.
--- KEYS[1] lock  KEYS[2] holder record  KEYS[3] fence counter
--- Returns {pttl, holder fields, server seconds, server microseconds, last fence}.
-local now = redis.call('TIME')
-return {redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[2]), now[1], now[2],
-  redis.call('GET', KEYS[3]) or ''}
+-- Read the lock's state and its queue in one consistent view, changing
+-- nothing. Unlike the other scripts it lists the whole queue, O(N): an
+-- operator asked for all of it.
+-- KEYS as in queue.lua
+-- Returns {pttl, {holder fields...}, server time in us, last fence or '',
+--          {arrival, record, arrival, record, ...} of live waiters in order}.
+local waiters = {}
+local line = redis.call('ZRANGE', QUEUE, 0, -1, 'WITHSCORES')
+for i = 1, #line, 2 do
+  local deadline = tonumber(redis.call('ZSCORE', PLACES, line[i]))
+  local record = redis.call('HGET', WAITERS, line[i])
+  if deadline and deadline >= now_ms and record then
+    waiters[#waiters + 1] = line[i + 1]
+    waiters[#waiters + 1] = record
+  end
+end
+return {redis.call('PTTL', LEASE), redis.call('HGETALL', HOLDER), int(now_us),
+  redis.call('GET', FENCE) or '', waiters}
