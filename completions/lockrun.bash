@@ -43,7 +43,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-k -w -q -v -h -V --key --redis --prefix --ttl --renew-every --redis-timeout --kill-grace --wait --busy-exit-code --min-hold --timeout --quiet --verbose --help --version status release help"
+            opts="-k -w -q -v -h -V --key --redis --prefix --ttl --renew-every --redis-timeout --kill-grace --wait --supersede --busy-exit-code --min-hold --timeout --quiet --verbose --help --version status release help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

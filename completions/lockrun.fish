@@ -2,7 +2,7 @@
 # Regenerate with: LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n k/key= redis= prefix= ttl= renew-every= redis-timeout= kill-grace= w/wait= busy-exit-code= min-hold= timeout= q/quiet v/verbose h/help V/version
+    string join \n k/key= redis= prefix= ttl= renew-every= redis-timeout= kill-grace= w/wait= supersede busy-exit-code= min-hold= timeout= q/quiet v/verbose h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -37,11 +37,12 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l wait -d 'Wait this
 complete -c lockrun -n "__fish_lockrun_needs_command" -l busy-exit-code -d 'Exit status when the lock is busy; 0 skips quietly' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring it' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l timeout -d 'Stop the command after this long and exit 124' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l supersede -d 'Give up the place in line to a newer run with --supersede'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print nothing when the lock is busy'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'Log each acquire, renewal and release to stderr'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print version'
-complete -c lockrun -n "__fish_lockrun_needs_command" -a "status" -d 'Show who holds a lock, for how long, and its fencing token'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "status" -d 'Show who holds a lock, for how long, its fencing token, and who waits'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "release" -d 'Remove a lock whoever holds it (needs --force)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s k -l key -d 'Lock name' -r
@@ -54,6 +55,6 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis -d 'Re
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l prefix -d 'Prefix of every Redis key' -r
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Really remove a lock that another run may hold'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "status" -d 'Show who holds a lock, for how long, and its fencing token'
+complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "status" -d 'Show who holds a lock, for how long, its fencing token, and who waits'
 complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "release" -d 'Remove a lock whoever holds it (needs --force)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -20,11 +20,13 @@ env=${1:?usage: deploy.sh ENVIRONMENT [ARG]...}
 shift
 
 status=0
-lockrun --key "deploy-$env" --wait 15m --timeout 45m -- ./scripts/deploy.sh "$env" "$@" || status=$?
+# --supersede: a newer push that starts waiting ends this one's wait (exit 75),
+# so three quick pushes deploy the first and the last; a running deploy goes on.
+lockrun --key "deploy-$env" --wait 15m --supersede --timeout 45m -- ./scripts/deploy.sh "$env" "$@" || status=$?
 
 case $status in
 0) ;;
-75) echo "deploy.sh: another deploy to $env still holds the lock after 15 minutes; not deploying" >&2 ;;
+75) echo "deploy.sh: not deploying to $env: a newer push took over, or another deploy still held the lock after 15 minutes" >&2 ;;
 76) echo "deploy.sh: lost the deploy lock for $env (Redis unreachable?); the deploy was stopped part way" >&2 ;;
 124) echo "deploy.sh: the deploy to $env ran longer than 45 minutes and was stopped" >&2 ;;
 esac

@@ -349,13 +349,21 @@ fn readme_and_man_page_name_every_flag_variable_and_exit_status() {
     );
 }
 
-/// Every field name in a JSON value, nested ones included.
+/// Every field name in a JSON value, nested ones (in arrays too) included.
 fn field_names(value: &serde_json::Value, names: &mut BTreeSet<String>) {
-    if let serde_json::Value::Object(map) = value {
-        for (name, inner) in map {
-            names.insert(name.clone());
-            field_names(inner, names);
+    match value {
+        serde_json::Value::Object(map) => {
+            for (name, inner) in map {
+                names.insert(name.clone());
+                field_names(inner, names);
+            }
         }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                field_names(item, names);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -370,20 +378,36 @@ fn readme_and_man_page_name_every_status_json_field() {
         eventually(PATIENCE, || redis.is_locked("job")),
         "holder never took the lock"
     );
-    let output = lockrun()
-        .args(["status", "--json", "--key", "job", "--redis", &redis.url()])
-        .output()
-        .expect("run lockrun status");
-    assert_eq!(output.status.code(), Some(0), "held: {output:?}");
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    // A waiter, so that the fields of the waiters' entries show too.
+    let mut waiter = Running::spawn(&mut lockrun_at(
+        &redis,
+        &["--key", "job", "--wait", "1m", "--", "true"],
+    ));
+    let status = || {
+        let output = lockrun()
+            .args(["status", "--json", "--key", "job", "--redis", &redis.url()])
+            .output()
+            .expect("run lockrun status");
+        assert_eq!(output.status.code(), Some(0), "held: {output:?}");
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("one JSON object")
+    };
+    let mut json = status();
+    assert!(
+        eventually(PATIENCE, || {
+            json = status();
+            json["waiters"].as_array().is_some_and(|w| !w.is_empty())
+        }),
+        "the waiter never showed: {json}"
+    );
     holder.signal(nix::sys::signal::Signal::SIGTERM);
     holder.wait();
+    waiter.wait();
 
     let mut names = BTreeSet::new();
     field_names(&json, &mut names);
     assert!(
-        names.contains("fencing_token"),
-        "holder fields present: {names:?}"
+        names.contains("fencing_token") && names.contains("waited_ms"),
+        "holder and waiter fields present: {names:?}"
     );
     let readme = read("README.md");
     let man = read("man/sections.roff");

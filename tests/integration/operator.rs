@@ -75,9 +75,11 @@ fn status_reports_holder_and_free_lock() {
             "key",
             "last_fencing_token",
             "redis_key",
-            "ttl_left_ms"
+            "ttl_left_ms",
+            "waiters"
         ]
     );
+    assert_eq!(json["waiters"], serde_json::json!([]), "nobody waits");
     let holder_json = &json["holder"];
     let mut holder_fields: Vec<&str> = holder_json
         .as_object()

@@ -10,15 +10,18 @@ use nix::sys::signal::Signal;
 
 use crate::harness::*;
 
-/// How many runs listen on the release channel of lock `name`: a waiter
-/// subscribes before its second attempt, so this says it is waiting.
+/// How many runs wait in line for lock `name` and listen for their wake-up
+/// message, as their records in the queue say: a waiter records that once it
+/// has subscribed, right after it took its place.
 fn subscribers(redis: &RedisServer, name: &str) -> i64 {
-    let (_, count): (String, i64) = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(format!("{}:released", lock_key(name)))
+    let records: Vec<String> = redis::cmd("HVALS")
+        .arg(format!("{}:waiters", lock_key(name)))
         .query(&mut redis.client())
-        .expect("PUBSUB NUMSUB");
-    count
+        .expect("HVALS");
+    records
+        .iter()
+        .filter(|record| record.contains(r#""listening":true"#))
+        .count() as i64
 }
 
 fn wait_for_subscribers(redis: &RedisServer, name: &str, count: i64) {
@@ -29,7 +32,7 @@ fn wait_for_subscribers(redis: &RedisServer, name: &str, count: i64) {
     });
     assert!(
         subscribed,
-        "expected {count} waiters on the release channel, saw {seen}"
+        "expected {count} waiters listening in line, saw {seen}"
     );
 }
 

@@ -1,0 +1,358 @@
+//! The wait queue: first come first served, dead waiters drop out, runs
+//! without --wait do not overtake it, --supersede, and `status` shows it.
+//!
+//! Every wait is a poll with a deadline; the bounds asserted are far from
+//! what a slow, busy machine needs, and from what a broken queue would take.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::harness::*;
+
+/// Appends the run's name ($1) and fencing token to `order` in the
+/// directory given as $0, so a test sees in which order the lock was granted.
+const NOTE_ORDER: &str = r#"echo "$1 $LOCKRUN_FENCING_TOKEN" >> "$0/order""#;
+
+/// Starts `lockrun -k job ARGS -- sh -c NOTE_ORDER DIR NAME`, its stderr in
+/// `NAME.stderr` in `dir`.
+fn spawn_run(redis: &RedisServer, args: &[&str], dir: &Path, name: &str) -> Running {
+    let stderr = std::fs::File::create(dir.join(format!("{name}.stderr"))).expect("stderr file");
+    let mut command = lockrun_at(redis, &[&["-k", "job"], args].concat());
+    command
+        .args(["--", "sh", "-c", NOTE_ORDER])
+        .arg(dir)
+        .arg(name)
+        .stdin(Stdio::null())
+        .stderr(stderr);
+    Running::spawn(&mut command)
+}
+
+fn stderr_of(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(format!("{name}.stderr"))).unwrap_or_default()
+}
+
+/// The records of the runs waiting in line for `job` (JSON, in no order).
+fn records(redis: &RedisServer) -> Vec<String> {
+    redis::cmd("HVALS")
+        .arg("lockrun:{job}:waiters")
+        .query(&mut redis.client())
+        .expect("HVALS")
+}
+
+/// How many runs wait in line for `job`.
+fn in_line(redis: &RedisServer) -> usize {
+    redis::cmd("ZCARD")
+        .arg("lockrun:{job}:queue")
+        .query(&mut redis.client())
+        .expect("ZCARD")
+}
+
+/// Starts a waiting run and returns once it has its place in line and
+/// listens for its wake-up message, so that runs started one after the
+/// other arrive in that order.
+fn wait_in_line(redis: &RedisServer, args: &[&str], dir: &Path, name: &str) -> Running {
+    let before = in_line(redis);
+    let mut run = spawn_run(redis, args, dir, name);
+    let listening = |redis: &RedisServer| {
+        records(redis)
+            .iter()
+            .filter(|r| r.contains(r#""listening":true"#))
+            .count()
+    };
+    let queued = eventually(PATIENCE, || {
+        !run.running() || (in_line(redis) > before && listening(redis) > before)
+    });
+    assert!(
+        queued && run.running(),
+        "{name} never took its place in line: {}",
+        stderr_of(dir, name)
+    );
+    run
+}
+
+/// The names in `order`, in the order the lock was granted, after checking
+/// that the fencing tokens grew in that order.
+fn grant_order(dir: &Path) -> Vec<String> {
+    let log = std::fs::read_to_string(dir.join("order")).unwrap_or_default();
+    let entries: Vec<(String, u64)> = log
+        .lines()
+        .map(|line| {
+            let (name, fence) = line.split_once(' ').expect("name and token");
+            (name.to_string(), fence.parse().expect("fencing token"))
+        })
+        .collect();
+    assert!(
+        entries.windows(2).all(|w| w[0].1 < w[1].1),
+        "fencing tokens out of grant order: {log}"
+    );
+    entries.into_iter().map(|(name, _)| name).collect()
+}
+
+fn finish_all(runs: &mut [Running], dir: &Path, names: &[&str]) {
+    for (run, name) in runs.iter_mut().zip(names) {
+        assert_eq!(
+            run.wait().code(),
+            Some(0),
+            "{name}: {}",
+            stderr_of(dir, name)
+        );
+    }
+}
+
+#[test]
+fn the_lock_goes_to_waiters_in_arrival_order() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Holder::start(&redis, "job", &[]);
+    let names = ["w1", "w2", "w3", "w4", "w5", "w6"];
+    let mut runs: Vec<Running> = names
+        .iter()
+        .map(|name| wait_in_line(&redis, &["--wait", "1m"], dir.path(), name))
+        .collect();
+    assert!(!dir.path().join("order").exists(), "nobody ran while held");
+
+    holder.go();
+    assert!(holder.run.wait().success());
+    finish_all(&mut runs, dir.path(), &names);
+    assert_eq!(grant_order(dir.path()), names);
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+#[test]
+fn status_lists_the_waiters_in_order() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Holder::start(&redis, "job", &[]);
+    let names = ["w1", "w2", "w3"];
+    let mut runs: Vec<Running> = names
+        .iter()
+        .map(|name| wait_in_line(&redis, &["--wait", "1m"], dir.path(), name))
+        .collect();
+    runs.push(wait_in_line(
+        &redis,
+        &["--wait", "1m", "--supersede"],
+        dir.path(),
+        "w4",
+    ));
+
+    let status = |args: &[&str]| {
+        lockrun()
+            .args([&["status", "-k", "job", "--redis", &redis.url()], args].concat())
+            .output()
+            .expect("lockrun status")
+    };
+    let output = status(&["--json"]);
+    assert_eq!(output.status.code(), Some(0), "held");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let waiters = json["waiters"].as_array().expect("a waiters array");
+    let pids: Vec<u64> = waiters
+        .iter()
+        .map(|w| w["pid"].as_u64().expect("pid"))
+        .collect();
+    let want: Vec<u64> = runs.iter().map(|r| r.pid().as_raw() as u64).collect();
+    assert_eq!(pids, want, "{json}");
+    let waited: Vec<u64> = waiters
+        .iter()
+        .map(|w| w["waited_ms"].as_u64().expect("waited_ms"))
+        .collect();
+    assert!(
+        waited.windows(2).all(|w| w[0] >= w[1]),
+        "the first waited longest: {waited:?}"
+    );
+    assert!(waiters.iter().all(|w| w["host"].as_str().is_some()
+        && w["queued_at_ms"].as_u64().is_some()
+        && w["command"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("sh -c "))));
+    assert_eq!(waiters[3]["supersede"], true);
+    assert_eq!(waiters[0]["supersede"], false);
+
+    let text = String::from_utf8_lossy(&status(&[]).stdout).into_owned();
+    assert!(text.contains("4 waiting, first come first:"), "{text}");
+    let first = text.find("1. ").expect("numbered");
+    let line_of = |pid: u64| {
+        text.find(&format!(" pid {pid}, waiting "))
+            .unwrap_or_else(|| panic!("pid {pid} listed: {text}"))
+    };
+    assert!(first < line_of(want[0]));
+    assert!(
+        want.windows(2).all(|w| line_of(w[0]) < line_of(w[1])),
+        "{text}"
+    );
+
+    holder.go();
+    assert!(holder.run.wait().success());
+    finish_all(&mut runs, dir.path(), &["w1", "w2", "w3", "w4"]);
+    let output = status(&["--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(json["waiters"], serde_json::json!([]), "{json}");
+}
+
+#[test]
+fn a_run_without_wait_does_not_overtake_the_line() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Holder::start(&redis, "job", &["--ttl", "1s"]);
+    let mut first = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "first");
+    // Held up between the lock coming free and taking it: the lock is free
+    // while a live waiter is first in line.
+    first.signal(Signal::SIGSTOP);
+    holder.run.signal(Signal::SIGKILL);
+    holder.run.wait();
+    assert!(
+        eventually(PATIENCE, || !redis.is_locked("job")),
+        "the dead holder's lease never ran out"
+    );
+
+    let output = lockrun_at(&redis, &["-k", "job", "--", "touch"])
+        .arg(dir.path().join("overtook"))
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(75), "{stderr}");
+    assert!(
+        stderr.contains("job is free, but 1 run waiting in line came first"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("overtook").exists());
+
+    first.signal(Signal::SIGCONT);
+    assert_eq!(
+        first.wait().code(),
+        Some(0),
+        "{}",
+        stderr_of(dir.path(), "first")
+    );
+    assert_eq!(grant_order(dir.path()), ["first"]);
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+#[test]
+fn supersede_ends_older_waiting_runs_but_never_the_holder() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let supersede = ["--wait", "1m", "--supersede"];
+    // Three pushes of a deploy, and a run of something else in between.
+    let mut first = Holder::start(&redis, "job", &supersede);
+    let mut second = wait_in_line(&redis, &supersede, dir.path(), "second");
+    let other = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "other");
+    // Its place replaces the second's, so the line does not grow.
+    let third = spawn_run(&redis, &supersede, dir.path(), "third");
+
+    let status = second.wait();
+    let said = stderr_of(dir.path(), "second");
+    assert_eq!(status.code(), Some(75), "{said}");
+    assert!(
+        said.contains("superseded by ") && said.contains(&format!(" pid {}", third.pid())),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(first.run.running(), "the holder was touched");
+    assert_eq!(
+        redis.lock_value("job").as_deref(),
+        Some(first.token.as_str())
+    );
+
+    first.go();
+    assert!(first.run.wait().success(), "{}", first.stderr());
+    finish_all(&mut [other, third], dir.path(), &["other", "third"]);
+    // `other` came before `third`, and did not give --supersede.
+    assert_eq!(grant_order(dir.path()), ["other", "third"]);
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+#[test]
+fn a_waiter_interrupted_by_sigint_leaves_the_line() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Holder::start(&redis, "job", &[]);
+    let mut quitter = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "quitter");
+    let stayer = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "stayer");
+    assert_eq!(in_line(&redis), 2);
+
+    quitter.signal(Signal::SIGINT);
+    assert_eq!(
+        quitter.wait().code(),
+        Some(130),
+        "{}",
+        stderr_of(dir.path(), "quitter")
+    );
+    // Gone from line by the time it exited, not when its place runs out.
+    assert_eq!(in_line(&redis), 1);
+    assert_eq!(records(&redis).len(), 1, "{:?}", records(&redis));
+
+    holder.go();
+    assert!(holder.run.wait().success());
+    finish_all(&mut [stayer], dir.path(), &["stayer"]);
+    assert_eq!(grant_order(dir.path()), ["stayer"]);
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+#[test]
+fn a_release_skips_a_first_waiter_that_was_killed() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Holder::start(&redis, "job", &[]);
+    // A place that lasts 30s: only skipping it lets the next run in sooner.
+    let mut dead = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "dead");
+    let next = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "next");
+    dead.signal(Signal::SIGKILL);
+    dead.wait();
+
+    let released = Instant::now();
+    holder.go();
+    assert!(holder.run.wait().success());
+    finish_all(&mut [next], dir.path(), &["next"]);
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "the next waiter started {took:?} after the release"
+    );
+    assert_eq!(grant_order(dir.path()), ["next"]);
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+#[test]
+fn a_dead_first_waiter_blocks_the_line_no_longer_than_its_ttl() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
+    let mut dead = wait_in_line(&redis, &["--wait", "1m", "--ttl", "2s"], dir.path(), "dead");
+    let next = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "next");
+    // No release, and no hand-over to notice it by: the holder's lease and
+    // the first waiter's place run out on their own, each within 2s.
+    let killed = Instant::now();
+    holder.run.signal(Signal::SIGKILL);
+    dead.signal(Signal::SIGKILL);
+    holder.run.wait();
+    dead.wait();
+
+    finish_all(&mut [next], dir.path(), &["next"]);
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(2) + Duration::from_secs(8),
+        "the next waiter started {took:?} after the deaths"
+    );
+    assert_eq!(grant_order(dir.path()), ["next"]);
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+#[test]
+fn a_lease_that_runs_out_unreleased_goes_to_the_first_waiter() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
+    let names = ["w1", "w2", "w3"];
+    let mut runs: Vec<Running> = names
+        .iter()
+        .map(|name| wait_in_line(&redis, &["--wait", "1m"], dir.path(), name))
+        .collect();
+    holder.run.signal(Signal::SIGKILL);
+    holder.run.wait();
+    finish_all(&mut runs, dir.path(), &names);
+    assert_eq!(grant_order(dir.path()), names);
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
