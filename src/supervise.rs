@@ -39,6 +39,8 @@ pub(crate) struct Supervisor<'a> {
     /// missed.
     pub(crate) child_changes: &'a mut tokio::signal::unix::Signal,
     pub(crate) timing: Timing,
+    /// No later than the grant: the lease, and so its renewals, count from
+    /// here.
     pub(crate) acquired: BootInstant,
     pub(crate) timeout_at: Option<BootInstant>,
     pub(crate) report: Report,

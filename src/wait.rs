@@ -97,6 +97,7 @@ pub(crate) async fn acquire(
         supersede,
         give_up,
         wakes,
+        resubscribe: false,
         failing: false,
         report,
     };
@@ -113,6 +114,9 @@ struct Waiter<'a> {
     give_up: Option<Instant>,
     /// Wake-up messages; `None` when the subscription failed or broke.
     wakes: Option<Wakes>,
+    /// Whether to subscribe again once Redis answers: the subscription broke
+    /// (a Redis restart, a network blip), and polling costs a call each time.
+    resubscribe: bool,
     /// Whether Redis stopped answering during the wait.
     failing: bool,
     report: Report,
@@ -131,6 +135,17 @@ impl Waiter<'_> {
             match self.judge(attempt, waited_out)? {
                 ControlFlow::Break(done) => return Ok(done),
                 ControlFlow::Continue(retry) => {
+                    if self.wakes.is_none()
+                        && !self.failing
+                        && std::mem::take(&mut self.resubscribe)
+                    {
+                        if let Ok(wakes) = self.lock.subscribe_wakes().await {
+                            // Look again at once: to say it listens, and for
+                            // a hand-over that came before the subscription.
+                            self.wakes = Some(wakes);
+                            continue;
+                        }
+                    }
                     if let Some(done) = self.pause(retry, now).await {
                         return Ok(done);
                     }
@@ -199,8 +214,10 @@ impl Waiter<'_> {
                         look = left.map(|left| Instant::now() + left + EXPIRY_MARGIN);
                     }
                     None => {
-                        // The subscription broke: look now, then poll.
+                        // The subscription broke: look now, then poll until
+                        // it can be made again.
                         self.wakes = None;
+                        self.resubscribe = true;
                         return None;
                     }
                 },
