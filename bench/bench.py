@@ -13,7 +13,11 @@ This file only measures and reports:
 3. throughput: 8 contenders x 25 acquisitions running `true`;
 4. memory:     peak RSS (VmHWM) of the lockrun (and etcdctl) process while
                its child runs, and while it waits;
-5. growth:     overhead with 1, 100 and 1,000 other lock keys held in Redis.
+5. growth:     overhead with 1, 100 and 1,000 other lock keys held in Redis;
+6. queue:      N runs of `X -- sleep 0.02` on one key started together (N = 5,
+               60, 200): wall time, and Redis script calls per acquisition;
+7. fairness:   20 waiters started 50 ms apart behind a holder: grants out of
+               arrival order.
 
 Measurements of different tools are interleaved (round-robin) so that a
 noisy neighbour on the machine slows all of them alike, and the verdicts
@@ -43,6 +47,8 @@ HANDOFF_P99_RATIO = 2.0
 THROUGHPUT_RATIO = 0.8
 PEAK_RSS_KIB = 4 * 1024
 GROWTH_TOLERANCE = 0.10
+QUEUE_WALL_RATIO = 1.1
+QUEUE_SCRIPT_CALLS = 4
 
 JOB_MS = 50
 
@@ -463,6 +469,89 @@ class Bench:
 
     # --- 5. cost growth -----------------------------------------------------
 
+    # --- 6. queue -----------------------------------------------------------
+
+    def script_calls(self):
+        """Lua script calls Redis has run so far (EVALSHA and EVAL)."""
+        stats = self.redis.call("INFO", "commandstats")
+        calls = 0
+        for line in stats.splitlines():
+            name, _, fields = line.partition(":")
+            if name in ("cmdstat_evalsha", "cmdstat_eval"):
+                calls += int(dict(f.split("=") for f in fields.split(","))["calls"])
+        return calls
+
+    def crowd(self, argv, count):
+        """Starts `count` copies of argv together; the wall time until the
+        last one is reaped, in ns."""
+        started = time.perf_counter_ns()
+        pids = [self.spawn(argv) for _ in range(count)]
+        for pid in pids:
+            self.wait_ok(pid, argv)
+        return time.perf_counter_ns() - started
+
+    def queue(self, counts=(5, 60, 200), reps=3):
+        """{count: (lockrun wall ms, flock wall ms, lockrun script calls per
+        acquisition)}, the medians of `reps` alternating runs."""
+        sleep = shutil.which("sleep")
+        job = [sleep, "0.02"]
+        lockrun = self.lockrun(self.tcp, "bench-queue", job, wait=True)
+        flock = self.flock_cmd(job)
+        result = {}
+        for count in counts:
+            walls = {"lockrun": [], "flock": []}
+            calls = []
+            for r in range(reps):
+                for name in ("lockrun", "flock") if r % 2 == 0 else ("flock", "lockrun"):
+                    before = self.script_calls()
+                    walls[name].append(self.crowd(lockrun if name == "lockrun" else flock, count))
+                    if name == "lockrun":
+                        calls.append((self.script_calls() - before) / count)
+            result[count] = (
+                ms(statistics.median(walls["lockrun"])),
+                ms(statistics.median(walls["flock"])),
+                statistics.median(calls),
+            )
+        return result
+
+    # --- 7. fairness --------------------------------------------------------
+
+    def order_of_grants(self, holder, waiter_of, count=20, apart=0.05):
+        """Starts `holder`, then `count` waiters `apart` seconds apart, each
+        logging its number when it gets the lock; returns how many pairs of
+        waiters got it in the opposite order of their arrival."""
+        log = os.path.join(self.work, "fairness.log")
+        if os.path.exists(log):
+            os.unlink(log)
+        pids = [self.spawn(holder)]
+        # Let the holder take the lock before anyone queues behind it.
+        time.sleep(0.1)
+        for i in range(count):
+            pids.append(self.spawn(waiter_of(["/bin/sh", "-c", 'echo "$1" >> "$0"', log, str(i)])))
+            time.sleep(apart)
+        for pid in pids:
+            self.wait_ok(pid, holder)
+        with open(log) as f:
+            order = [int(line) for line in f]
+        if sorted(order) != list(range(count)):
+            sys.exit("bench: fairness: %d of %d waiters ran" % (len(order), count))
+        return sum(1 for i in range(count) for j in range(i + 1, count) if order[i] > order[j])
+
+    def fairness(self, reps=3):
+        """{tool: the most out-of-order pairs in `reps` runs}"""
+        sleep = shutil.which("sleep")
+        hold = [sleep, "1.3"]
+        tools = {
+            "lockrun": (self.lockrun(self.tcp, "bench-fair", hold),
+                        lambda job: self.lockrun(self.tcp, "bench-fair", job, wait=True)),
+            "flock": (self.flock_cmd(hold), self.flock_cmd),
+        }
+        worst = {name: 0 for name in tools}
+        for _ in range(reps):
+            for name, (holder, waiter_of) in tools.items():
+                worst[name] = max(worst[name], self.order_of_grants(holder, waiter_of))
+        return worst
+
     def set_other_keys(self, count):
         keys = ["lockrun:{bench-other-%d}" % i for i in range(1000)]
         if keys[count:]:
@@ -565,6 +654,10 @@ def measure(bench, opts, info, began):
     rss = bench.memory()
     say("bench: cost growth...")
     grow = bench.growth()
+    say("bench: queue of 5, 60 and 200 waiters...")
+    line = bench.queue()
+    say("bench: fairness...")
+    fair = bench.fairness()
     elapsed = time.monotonic() - began
     info["load_end"] = " ".join("%.2f" % x for x in os.getloadavg())
 
@@ -622,6 +715,23 @@ def measure(bench, opts, info, began):
             f2(grow[n][0]), "", "", "", "%.2f× of 1 key" % (grow[n][0] / base), "",
             "±%d %%" % (GROWTH_TOLERANCE * 100) if last else "",
             verdict(worst <= GROWTH_TOLERANCE) if last else "")
+
+    for n in sorted(line):
+        lr, fl, calls = line[n]
+        last = n == max(line)
+        row("queue, %d waiters × `sleep 0.02`, wall" % n, "%.0f ms" % lr, "", "%.0f ms" % fl,
+            "", x2(lr / fl), "", "≤ %.1f×" % QUEUE_WALL_RATIO if last else "",
+            verdict(lr / fl <= QUEUE_WALL_RATIO) if last else "")
+    worst = max(calls for _, _, calls in line.values())
+    for n in sorted(line):
+        calls = line[n][2]
+        last = n == max(line)
+        row("queue, %d waiters: Redis script calls per acquisition" % n, "%.2f" % calls, "", "",
+            "", "", "", "≤ %d, any N" % QUEUE_SCRIPT_CALLS if last else "",
+            verdict(worst <= QUEUE_SCRIPT_CALLS) if last else "")
+    row("fairness: 20 waiters 50 ms apart, pairs granted out of arrival order (worst of 3)",
+        str(fair["lockrun"]), "", str(fair["flock"]), "", "", "", "0",
+        verdict(fair["lockrun"] == 0))
 
     columns = ["measure", "lockrun, TCP loopback", "lockrun, unix socket", "flock(1)"]
     columns += ["etcdctl lock"] if etcd else []
@@ -699,6 +809,13 @@ How each figure is taken:
 {rss_how}
 - **cost growth**: the overhead while 1, 100 and 1,000 other keys `lockrun:{{name}}` with a
   ttl are held in the same Redis, measured in alternating rounds.
+- **queue**: 5, 60 and 200 copies of `lockrun --wait forever --key K -- sleep 0.02` (and of
+  `flock FILE sleep 0.02`) started together; the wall time until the last one is reaped, and
+  the Redis script calls (`EVALSHA` + `EVAL` in `INFO commandstats`, before and after) divided
+  by the number of acquisitions. Medians of 3 alternating runs. etcdctl is not measured here.
+- **fairness**: a holder sleeps 1.3 s while 20 waiters start 50 ms apart, each logging its
+  number when it gets the lock; the figure is the number of pairs of waiters that got the lock in
+  the opposite order of their arrival (0: first come, first served), the worst of 3 runs.
 """
     with open(opts.out, "w") as f:
         f.write(text)

@@ -23,27 +23,29 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::Script;
 
 use crate::clock::BootInstant;
 use crate::redis_conn::{RedisError, Session, Target};
 
+mod script;
+
+use script::{Call, Lua};
+
 /// A script that works on the queue: `lock/queue.lua`, then its own body.
 macro_rules! queue_script {
     ($file:literal) => {
-        LazyLock::new(|| Script::new(concat!(include_str!("lock/queue.lua"), include_str!($file))))
+        Lua::new(concat!(include_str!("lock/queue.lua"), include_str!($file)))
     };
 }
 
-static ACQUIRE: LazyLock<Script> = queue_script!("lock/acquire.lua");
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/renew.lua")));
-static RELEASE: LazyLock<Script> = queue_script!("lock/release.lua");
-static FORCE_RELEASE: LazyLock<Script> = queue_script!("lock/force_release.lua");
-static STATUS: LazyLock<Script> = queue_script!("lock/status.lua");
+static ACQUIRE: Lua = queue_script!("lock/acquire.lua");
+static RENEW: Lua = Lua::new(include_str!("lock/renew.lua"));
+static RELEASE: Lua = queue_script!("lock/release.lua");
+static FORCE_RELEASE: Lua = queue_script!("lock/force_release.lua");
+static STATUS: Lua = queue_script!("lock/status.lua");
 
 /// The longest command line recorded as the holder.
 const MAX_COMMAND_CHARS: usize = 200;
@@ -89,7 +91,7 @@ impl Keys {
     }
 
     /// Every key of the lock, in the order `lock/queue.lua` expects them.
-    fn add_to(&self, call: &mut redis::ScriptInvocation<'_>) {
+    fn add_to(&self, call: &mut Call) {
         for key in [
             &self.lock,
             &self.holder,
@@ -351,7 +353,7 @@ impl Lock {
                 supersede,
             } => ("wait", listening, supersede),
         };
-        let mut call = ACQUIRE.prepare_invoke();
+        let mut call = ACQUIRE.call();
         self.keys.add_to(&mut call);
         call.arg(&self.token.0)
             .arg(millis(ttl))
@@ -426,7 +428,7 @@ impl Lock {
     /// Extends the lease to `ttl` from now. `Ok(false)` means the token is
     /// gone: the lease expired or someone removed or took the lock.
     pub(crate) async fn renew(&mut self, ttl: Duration) -> Result<bool, RedisError> {
-        let mut call = RENEW.prepare_invoke();
+        let mut call = RENEW.call();
         call.key(&self.keys.lock)
             .key(&self.keys.holder)
             .arg(&self.token.0)
@@ -442,7 +444,7 @@ impl Lock {
         &mut self,
         keep_for: Option<Duration>,
     ) -> Result<Released, RedisError> {
-        let mut call = RELEASE.prepare_invoke();
+        let mut call = RELEASE.call();
         self.keys.add_to(&mut call);
         call.arg(&self.token.0).arg(keep_for.map_or(0, millis));
         let result: i64 = self.session.invoke(&call).await?;
@@ -593,7 +595,7 @@ impl Inspector {
     }
 
     pub(crate) async fn status(&mut self) -> Result<Status, RedisError> {
-        let mut call = STATUS.prepare_invoke();
+        let mut call = STATUS.call();
         self.keys.add_to(&mut call);
         let (pttl, fields, now_us, fence, line): (i64, Vec<String>, u64, String, Vec<String>) =
             self.session.invoke(&call).await?;
@@ -620,7 +622,7 @@ impl Inspector {
     /// Returns the removed holder record, or `Ok(None)` when there was no
     /// lock.
     pub(crate) async fn force_release(&mut self) -> Result<Option<Holder>, RedisError> {
-        let mut call = FORCE_RELEASE.prepare_invoke();
+        let mut call = FORCE_RELEASE.call();
         self.keys.add_to(&mut call);
         let (removed, fields): (i64, Vec<String>) = self.session.invoke(&call).await?;
         Ok((removed == 1).then(|| Holder::from_fields(&fields).unwrap_or_default()))

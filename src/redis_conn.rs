@@ -195,6 +195,14 @@ impl fmt::Display for RedisError {
 
 impl std::error::Error for RedisError {}
 
+/// One request to Redis, sent on a session's connection: a script call.
+pub(crate) trait Request {
+    async fn send<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut MultiplexedConnection,
+    ) -> redis::RedisResult<T>;
+}
+
 /// One lazily (re)opened connection. After any failure the connection is
 /// dropped, so the next call starts afresh: after a Redis restart the old
 /// socket is dead, and a timed-out call may have left it in an unknown state.
@@ -229,7 +237,7 @@ impl Session {
     /// Runs one script call within the session's timeout.
     pub(crate) async fn invoke<T: redis::FromRedisValue>(
         &mut self,
-        call: &redis::ScriptInvocation<'_>,
+        call: &impl Request,
     ) -> Result<T, RedisError> {
         let started = tokio::time::Instant::now();
         self.open_within(self.timeout).await?;
@@ -237,7 +245,7 @@ impl Session {
             return Err(self.target.timed_out(self.timeout));
         };
         let left = self.timeout.saturating_sub(started.elapsed());
-        let result = tokio::time::timeout(left, call.invoke_async(conn)).await;
+        let result = tokio::time::timeout(left, call.send(conn)).await;
         match result {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(err)) => {
