@@ -216,6 +216,8 @@ pub(crate) enum Mode {
         listening: bool,
         /// `--supersede`: take the place of older waiters that gave it too.
         supersede: bool,
+        /// How often this run refreshes its place (and so looks again).
+        refresh: Duration,
     },
 }
 
@@ -346,12 +348,13 @@ impl Lock {
         me: &Me,
         mode: Mode,
     ) -> Result<Attempt, RedisError> {
-        let (how, listening, supersede) = match mode {
-            Mode::Once => ("once", false, false),
+        let (how, listening, supersede, refresh) = match mode {
+            Mode::Once => ("once", false, false, Duration::ZERO),
             Mode::Wait {
                 listening,
                 supersede,
-            } => ("wait", listening, supersede),
+                refresh,
+            } => ("wait", listening, supersede, refresh),
         };
         let mut call = ACQUIRE.call();
         self.keys.add_to(&mut call);
@@ -363,7 +366,8 @@ impl Lock {
             .arg(how)
             .arg(self.arrival.as_deref().unwrap_or(""))
             .arg(u8::from(listening))
-            .arg(u8::from(supersede));
+            .arg(u8::from(supersede))
+            .arg(millis(refresh));
         let sent = BootInstant::now();
         self.first_sent.get_or_insert(sent);
         self.in_redis = true;

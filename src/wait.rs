@@ -65,6 +65,7 @@ pub(crate) async fn acquire(
         Mode::Wait {
             listening: false,
             supersede,
+            refresh: timing.renew_every,
         }
     } else {
         Mode::Once
@@ -128,6 +129,7 @@ impl Waiter<'_> {
             let mode = Mode::Wait {
                 listening: self.wakes.is_some(),
                 supersede: self.supersede,
+                refresh: self.timing.renew_every,
             };
             let attempt = self.lock.try_acquire(self.timing.ttl, self.me, mode).await;
             let now = Instant::now();

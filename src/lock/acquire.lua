@@ -7,6 +7,7 @@
 -- ARGV[7] arrival from an earlier reply, so that a waiter that was dropped
 --         (cut off from Redis too long) gets its place back; '' at first
 -- ARGV[8] '1' when listening on its wake-up channel  ARGV[9] '1' for --supersede
+-- ARGV[10] ms between the refreshes of its place
 -- Returns {'acquired', fence}
 --      or {'busy', pttl, waiting, {holder fields...}}                  (once)
 --      or {'queued', pttl, waiting, {holder fields...}, arrival, retry}
@@ -50,7 +51,8 @@ local function join()
     end
   end
   redis.call('HSET', WAITERS, me, cjson.encode({host = ARGV[3], pid = ARGV[4],
-    command = ARGV[5], ttl = ttl, listening = ARGV[8] == '1', supersede = ARGV[9] == '1'}))
+    command = ARGV[5], ttl = ttl, refresh = ARGV[10], listening = ARGV[8] == '1',
+    supersede = ARGV[9] == '1'}))
   redis.call('ZADD', PLACES, int(now_ms + tonumber(ttl)), me)
   -- The queue's keys go when the last place runs out: runs that all died
   -- leave nothing behind.

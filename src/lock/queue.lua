@@ -87,14 +87,22 @@ local function grant(id, ttl, host, pid, command)
 end
 
 -- Tells the first waiter that it is first, and how long the lease it waits
--- for has left (-2: free now, -1: no expiry), so that it notices a holder
--- that dies without releasing: only the first waiter needs to know. Skipped
--- when that waiter was already first before this call (`before`: it knows)
--- or is the caller (`except`: the reply tells it).
+-- for has left (-2: free now), so that it notices a holder that dies
+-- without releasing: only the first waiter needs to know, and only when it
+-- would not look in time anyway: when the lease is free, or runs out before
+-- the waiter's next refresh of its place. Skipped when that waiter was
+-- first already before this call (`before`: it knows) or is the caller
+-- (`except`: the reply tells it).
 local function announce(before, except)
   local id = first_waiter()
-  if id and id ~= before and id ~= except then
-    redis.call('PUBLISH', channel(id), 'first ' .. redis.call('PTTL', LEASE))
+  if not id or id == before or id == except then
+    return
+  end
+  local pttl = redis.call('PTTL', LEASE)
+  local record = redis.call('HGET', WAITERS, id)
+  local refresh = record and tonumber(cjson.decode(record).refresh)
+  if pttl == -2 or (pttl >= 0 and not (refresh and refresh <= pttl)) then
+    redis.call('PUBLISH', channel(id), 'first ' .. pttl)
   end
 end
 

@@ -356,3 +356,33 @@ fn a_lease_that_runs_out_unreleased_goes_to_the_first_waiter() {
     assert_eq!(grant_order(dir.path()), names);
     assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }
+
+#[test]
+fn a_waiter_that_becomes_first_notices_a_lease_shorter_than_its_own_refresh() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let mut holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
+    let mut ahead = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "ahead");
+    // It refreshes its place every 20s: only being told that it is first,
+    // and how long the lease has left, lets it notice the lease run out.
+    let slow = wait_in_line(
+        &redis,
+        &["--wait", "1m", "--ttl", "60s"],
+        dir.path(),
+        "slow",
+    );
+    ahead.signal(Signal::SIGINT);
+    assert_eq!(ahead.wait().code(), Some(130));
+    let killed = Instant::now();
+    holder.run.signal(Signal::SIGKILL);
+    holder.run.wait();
+
+    finish_all(&mut [slow], dir.path(), &["slow"]);
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(12),
+        "started {took:?} after the holder died with 2s of lease left"
+    );
+    assert_eq!(grant_order(dir.path()), ["slow"]);
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
