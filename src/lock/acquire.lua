@@ -83,10 +83,13 @@ if record then
   end
 end
 local arrival
-if waits then
-  arrival = join()
-end
 local first, first_deadline = first_waiter()
+if waits and (lease or (first and first ~= me)) then
+  arrival = join()
+  -- Back at an earlier place, it may be first now; a newer --supersede run
+  -- may have taken the first one's place.
+  first, first_deadline = first_waiter()
+end
 if not lease and (not first or first == me) then
   local fence = grant(me, ttl, ARGV[3], ARGV[4], ARGV[5])
   announce(before, me)
