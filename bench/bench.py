@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 
-# Targets from issue 5, as ratios to flock(1) measured in the same run.
+# Targets from issues 5 and 10, as ratios to flock(1) measured in the same run.
 OVERHEAD_MEDIAN_RATIO = 1.25
 HANDOFF_MEDIAN_RATIO = 1.3
 HANDOFF_P99_RATIO = 2.0
@@ -784,7 +784,7 @@ def measure(bench, opts, info, began):
 
 {tools}, measured side by side in one run by `bench/run.sh`
 ({elapsed:.0f} s of measuring, plus the release build{skip}). The targets are the ratios to flock from
-issue 5; the headline column is lockrun talking to Redis over TCP loopback, the realistic
+issues 5 and 10; the headline column is lockrun talking to Redis over TCP loopback, the realistic
 case. Runs of the tools are interleaved, so a busy neighbour slows them alike; absolute
 figures move with the machine's load, the ratios much less.
 

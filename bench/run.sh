@@ -2,7 +2,7 @@
 # Benchmarks lockrun against flock(1), and against `etcdctl lock` when etcd is
 # installed, on this machine and writes BENCHMARKS.md.
 #
-#   bench/run.sh                 # full run: about 3 minutes on 2 CPUs (2 without
+#   bench/run.sh                 # full run: about 4 minutes on 2 CPUs (3 without
 #                                # etcd), plus the release build if it is stale
 #   bench/run.sh --no-etcd       # leave etcdctl lock out (or BENCH_NO_ETCD=1)
 #   bench/run.sh --runs 100      # fewer overhead runs (other options go to bench.py)

@@ -301,6 +301,20 @@ fn a_release_skips_a_first_waiter_that_was_killed() {
     let next = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "next");
     dead.signal(Signal::SIGKILL);
     dead.wait();
+    // Redis has seen its connections close: only one waiter listens now.
+    let listening = || {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("lockrun:{job}:wake:*")
+            .query(&mut redis.client())
+            .expect("PUBSUB CHANNELS");
+        channels.len()
+    };
+    assert!(
+        eventually(PATIENCE, || listening() == 1),
+        "still {}",
+        listening()
+    );
 
     let released = Instant::now();
     holder.go();
