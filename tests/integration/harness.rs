@@ -458,3 +458,17 @@ pub fn spawn_no_overlap_jobs(
         .map(|_| Running::spawn(lockrun_sh(server, args, NO_OVERLAP_JOB, dir).arg(seconds)))
         .collect()
 }
+
+/// How many runs wait in line for lock `name` and listen for their wake-up
+/// message, as their records in the queue say (a waiter records it once it
+/// has subscribed, right after taking its place).
+pub fn listening_waiters(server: &RedisServer, name: &str) -> usize {
+    let records: Vec<String> = redis::cmd("HVALS")
+        .arg(format!("{}:waiters", lock_key(name)))
+        .query(&mut server.client())
+        .expect("HVALS");
+    records
+        .iter()
+        .filter(|record| record.contains(r#""listening":true"#))
+        .count()
+}

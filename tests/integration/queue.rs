@@ -56,14 +56,8 @@ fn in_line(redis: &RedisServer) -> usize {
 fn wait_in_line(redis: &RedisServer, args: &[&str], dir: &Path, name: &str) -> Running {
     let before = in_line(redis);
     let mut run = spawn_run(redis, args, dir, name);
-    let listening = |redis: &RedisServer| {
-        records(redis)
-            .iter()
-            .filter(|r| r.contains(r#""listening":true"#))
-            .count()
-    };
     let queued = eventually(PATIENCE, || {
-        !run.running() || (in_line(redis) > before && listening(redis) > before)
+        !run.running() || (in_line(redis) > before && listening_waiters(redis, "job") > before)
     });
     assert!(
         queued && run.running(),
@@ -100,6 +94,24 @@ fn finish_all(runs: &mut [Running], dir: &Path, names: &[&str]) {
             stderr_of(dir, name)
         );
     }
+}
+
+/// Waits for `run`, the one run left in line, and checks that it got the
+/// lock, within `bound` of `since` (what `what` names), and that nothing of
+/// the queue is left in Redis.
+fn only_run_within(
+    redis: &RedisServer,
+    dir: &Path,
+    run: Running,
+    name: &str,
+    (since, what): (Instant, &str),
+    bound: Duration,
+) {
+    finish_all(&mut [run], dir, &[name]);
+    let took = since.elapsed();
+    assert!(took < bound, "{name} started {took:?} after {what}");
+    assert_eq!(grant_order(dir), [name]);
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }
 
 #[test]
@@ -319,14 +331,14 @@ fn a_release_skips_a_first_waiter_that_was_killed() {
     let released = Instant::now();
     holder.go();
     assert!(holder.run.wait().success());
-    finish_all(&mut [next], dir.path(), &["next"]);
-    let took = released.elapsed();
-    assert!(
-        took < Duration::from_secs(10),
-        "the next waiter started {took:?} after the release"
+    only_run_within(
+        &redis,
+        dir.path(),
+        next,
+        "next",
+        (released, "the release"),
+        Duration::from_secs(10),
     );
-    assert_eq!(grant_order(dir.path()), ["next"]);
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }
 
 #[test]
@@ -344,14 +356,14 @@ fn a_dead_first_waiter_blocks_the_line_no_longer_than_its_ttl() {
     holder.run.wait();
     dead.wait();
 
-    finish_all(&mut [next], dir.path(), &["next"]);
-    let took = killed.elapsed();
-    assert!(
-        took < Duration::from_secs(2) + Duration::from_secs(8),
-        "the next waiter started {took:?} after the deaths"
+    only_run_within(
+        &redis,
+        dir.path(),
+        next,
+        "next",
+        (killed, "the deaths"),
+        Duration::from_secs(2) + Duration::from_secs(8),
     );
-    assert_eq!(grant_order(dir.path()), ["next"]);
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }
 
 #[test]
@@ -391,12 +403,12 @@ fn a_waiter_that_becomes_first_notices_a_lease_shorter_than_its_own_refresh() {
     holder.run.signal(Signal::SIGKILL);
     holder.run.wait();
 
-    finish_all(&mut [slow], dir.path(), &["slow"]);
-    let took = killed.elapsed();
-    assert!(
-        took < Duration::from_secs(12),
-        "started {took:?} after the holder died with 2s of lease left"
+    only_run_within(
+        &redis,
+        dir.path(),
+        slow,
+        "slow",
+        (killed, "the holder died with 2s of lease left"),
+        Duration::from_secs(12),
     );
-    assert_eq!(grant_order(dir.path()), ["slow"]);
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }

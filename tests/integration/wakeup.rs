@@ -10,24 +10,10 @@ use nix::sys::signal::Signal;
 
 use crate::harness::*;
 
-/// How many runs wait in line for lock `name` and listen for their wake-up
-/// message, as their records in the queue say: a waiter records that once it
-/// has subscribed, right after it took its place.
-fn subscribers(redis: &RedisServer, name: &str) -> i64 {
-    let records: Vec<String> = redis::cmd("HVALS")
-        .arg(format!("{}:waiters", lock_key(name)))
-        .query(&mut redis.client())
-        .expect("HVALS");
-    records
-        .iter()
-        .filter(|record| record.contains(r#""listening":true"#))
-        .count() as i64
-}
-
-fn wait_for_subscribers(redis: &RedisServer, name: &str, count: i64) {
+fn wait_for_subscribers(redis: &RedisServer, name: &str, count: usize) {
     let mut seen = 0;
     let subscribed = eventually(PATIENCE, || {
-        seen = subscribers(redis, name);
+        seen = listening_waiters(redis, name);
         seen == count
     });
     assert!(
@@ -120,7 +106,7 @@ fn each_release_lets_one_waiter_through_and_all_complete() {
         dir.path(),
         "0.2",
     );
-    wait_for_subscribers(&redis, "job", WAITERS as i64);
+    wait_for_subscribers(&redis, "job", WAITERS);
     assert!(!dir.path().join("fences").exists(), "nobody ran while held");
 
     holder.go();
