@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::error::Error;
 use crate::wait::Wait;
 
 const ABOUT: &str = "Run a command under a distributed lock held in Redis";
@@ -243,11 +244,28 @@ fn parse_wait(text: &str) -> Result<Wait, String> {
     }
 }
 
+/// Parses lockrun's own command line. `Ok(None)` means clap already printed
+/// what was asked for (`--help`, `--version`): nothing is left to do.
+pub(crate) fn parse() -> Result<Option<Cli>, Error> {
+    match Cli::try_parse() {
+        Ok(cli) => Ok(Some(cli)),
+        // --help and --version are not errors.
+        Err(err) if !err.use_stderr() => {
+            let _ = err.print();
+            Ok(None)
+        }
+        Err(err) => {
+            let args: Vec<_> = std::env::args_os().collect();
+            Err(Error::Usage(one_line(&err, &args)))
+        }
+    }
+}
+
 /// clap's usage error as one line, like every other lockrun error: what is
 /// wrong, a hint that fits lockrun, then where to look. clap's own rendering
 /// spreads it over a paragraph with a usage block, which a cron mail or a
 /// journal line cuts apart. `args` is the command line, program name first.
-pub(crate) fn one_line(err: &clap::Error, args: &[OsString]) -> String {
+fn one_line(err: &clap::Error, args: &[OsString]) -> String {
     let rendered = err.render().to_string();
     let mut line = String::new();
     for part in rendered

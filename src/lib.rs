@@ -1,13 +1,13 @@
 //! lockrun runs a command under a distributed lock held in Redis.
 //!
-//! Module map, from the binary's edge inwards (each module imports only
-//! modules listed after it):
+//! Module map. Each module imports only modules listed after it, so the
+//! graph has no cycle and points from the binary's edge inwards:
 //!
-//! - `cli`: the command line (clap), nothing else;
-//! - `config`: turns `cli` and the environment into validated settings;
-//!   nothing below it sees clap;
 //! - `admin`: `lockrun status` and `lockrun release`;
 //! - `run`: one run, step by step: acquire, start, supervise, finish;
+//! - `config`: turns `cli` and the environment into validated settings;
+//!   nothing after it sees clap;
+//! - `cli`: the command line (clap): flags, help text, one-line usage errors;
 //! - `supervise`: the running command under its lease: renewals, signals,
 //!   terminal stops, stopping the command when the lease cannot be proven;
 //! - `wait`: getting the lock, waiting for a release if asked;
@@ -15,8 +15,8 @@
 //! - `error`: every failure, its message and its exit status;
 //! - `child`: the command in its own process group, tied to lockrun's life;
 //! - `signals`: which signals lockrun catches and forwards;
-//! - `lock` (+ `lock/*.lua`): the Redis protocol as atomic scripts; the only
-//!   module besides `redis_conn` that names a redis type;
+//! - `lock` (+ `lock/*.lua`): the Redis protocol as atomic scripts; with
+//!   `redis_conn`, the only modules that name a redis type;
 //! - `redis_conn`: where Redis is, credentials kept out of messages, timeouts;
 //! - `lease`: the lease deadline and renewal timing;
 //! - `clock`: the boot clock, sleeps that survive suspend, durations shown;
@@ -40,11 +40,8 @@ mod wait;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 pub use crate::config::PASSWORD_ENV;
 
-use crate::cli::Cli;
 use crate::config::Invocation;
 use crate::error::Error;
 use crate::lock::Token;
@@ -56,20 +53,10 @@ use crate::signals::Signals;
 /// nowhere else.
 #[must_use]
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        // --help and --version are not errors.
-        Err(err) if !err.use_stderr() => {
-            let _ = err.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(err) => {
-            let args: Vec<_> = std::env::args_os().collect();
-            return exit(
-                Report::default(),
-                Err(Error::Usage(cli::one_line(&err, &args))),
-            );
-        }
+    let cli = match cli::parse() {
+        Ok(Some(cli)) => cli,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(err) => return exit(Report::default(), Err(err)),
     };
     let invocation = match Invocation::from_cli(cli, std::env::var(PASSWORD_ENV).ok()) {
         Ok(invocation) => invocation,
