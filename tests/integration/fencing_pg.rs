@@ -86,29 +86,14 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
     a.signal(Signal::SIGSTOP);
 
     // Run B takes the lock and charges.
-    let b = lockrun_at(
-        &redis,
-        &[
-            "-k",
-            &job,
-            "--wait",
-            "30s",
-            "--",
-            script.to_str().expect("utf8"),
-        ],
-    )
-    .env("DATABASE_URL", database_url())
-    .env("BILLING_JOB", &job)
-    .env("BILLING_WHO", "B")
-    .stdin(Stdio::null())
-    .output()
-    .expect("run B");
-    assert_eq!(
-        b.status.code(),
-        Some(0),
-        "B charged: {}",
-        String::from_utf8_lossy(&b.stderr)
+    let b = run_once(
+        lockrun_at(&redis, &["-k", &job, "--wait", "30s", "--"])
+            .arg(&script)
+            .env("DATABASE_URL", database_url())
+            .env("BILLING_JOB", &job)
+            .env("BILLING_WHO", "B"),
     );
+    assert_eq!(b.code, Some(0), "B charged: {}", b.stderr);
 
     // A's job wakes up, still believing it holds the lock, and writes late.
     std::fs::write(&go, "").expect("let A go");
