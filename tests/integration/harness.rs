@@ -1,7 +1,11 @@
-//! The test harness: redis-server processes that each test starts and owns
-//! (so it can kill, pause or restart them), the lockrun binary run once
-//! (`run_once`) or kept running (`Running`, `Holder`), and polling with
-//! deadlines instead of fixed sleeps.
+//! The test harness: servers that each test starts and owns (redis-server,
+//! which a test can kill, pause or restart; PostgreSQL for the fencing
+//! example), the lockrun binary run once (`run_once`) or kept running
+//! (`Running`, `Holder`), and polling with deadlines instead of fixed sleeps.
+
+mod postgres;
+
+pub use postgres::PostgresServer;
 
 use std::borrow::BorrowMut;
 use std::io::Read;
