@@ -680,3 +680,21 @@ pub fn spawn_no_overlap_jobs(
         .map(|_| Running::spawn(lockrun_sh(server, args, NO_OVERLAP_JOB, dir).arg(seconds)))
         .collect()
 }
+
+/// The fencing tokens that the `NO_OVERLAP_JOB` runs in `dir` logged, in the
+/// order they got inside, once it is clear that none found another inside.
+pub fn no_overlap_fences(dir: &Path) -> Vec<u64> {
+    assert!(
+        !dir.join("overlaps").exists(),
+        "jobs overlapped: {}",
+        std::fs::read_to_string(dir.join("overlaps")).unwrap_or_default()
+    );
+    std::fs::read_to_string(dir.join("fences"))
+        .expect("fences")
+        .lines()
+        .map(|line| {
+            line.parse()
+                .unwrap_or_else(|_| panic!("{line:?} in the log of fencing tokens"))
+        })
+        .collect()
+}

@@ -122,16 +122,7 @@ fn each_release_lets_one_waiter_through_and_all_complete() {
         assert!(waiter.wait().success());
     }
 
-    assert!(
-        !dir.path().join("overlaps").exists(),
-        "jobs overlapped: {}",
-        std::fs::read_to_string(dir.path().join("overlaps")).unwrap_or_default()
-    );
-    let fences: Vec<u64> = std::fs::read_to_string(dir.path().join("fences"))
-        .expect("fences")
-        .lines()
-        .map(|line| line.parse().expect("fencing token"))
-        .collect();
+    let fences = no_overlap_fences(dir.path());
     assert_eq!(fences.len(), WAITERS, "{fences:?}");
     // Appended while holding the lock, so in the order of acquisition.
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");

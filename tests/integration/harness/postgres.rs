@@ -64,30 +64,22 @@ impl PostgresServer {
         }
         let data = dir.path().join("data");
         let log = dir.path().join("initdb.log");
-        let initdb = server_command("initdb", user)
+        let initdb = server_command("initdb", user, dir.path(), &log)
             .arg("-D")
             .arg(&data)
             .args(["-U", "postgres", "-A", "trust", "-E", "UTF8"])
             .args(["--no-locale", "--no-sync"])
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file(&log))
             .status()
             .expect("initdb must be installed: Debian's postgresql package (.ci/run installs it)");
         assert!(initdb.success(), "initdb failed: {}", read(&log));
 
         let log = dir.path().join("postgres.log");
-        let process = server_command("postgres", user)
+        let process = server_command("postgres", user, dir.path(), &log)
             .arg("-D")
             .arg(&data)
             .arg("-k")
             .arg(dir.path())
             .args(["-p", PORT, "-c", "listen_addresses=", "-F"])
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file(&log))
             .spawn()
             .expect("postgres must be installed (.ci/run installs it)");
         let url = format!(
@@ -167,9 +159,15 @@ fn accepting(socket_dir: &Path) -> bool {
         .is_ok_and(|status| status.success())
 }
 
-/// `program` from the server binaries, run as `user` when there is one.
-fn server_command(program: &str, user: Option<User>) -> Command {
+/// `program` from the server binaries, run as `user` when there is one, in
+/// `dir`, with its stderr in `log`.
+fn server_command(program: &str, user: Option<User>, dir: &Path, log: &Path) -> Command {
     let mut command = Command::new(server_binary(program));
+    command
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file(log));
     if let Some(user) = user {
         // std drops the supplementary groups too when root sets a uid.
         command.uid(user.uid).gid(user.gid);
