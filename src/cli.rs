@@ -7,7 +7,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueHint};
 
 const ABOUT: &str = "Run a command under a distributed lock held in Redis";
 
@@ -28,8 +28,8 @@ Durations take a unit: 500ms, 30s, 2m, 1h30m.";
 const EXAMPLES: &str = "\
 Examples:
   lockrun --key billing -- ./invoice.sh
-  # cron: skip quietly when another host runs it
-  lockrun --key billing --quiet --busy-exit-code 0 -- ./invoice.sh
+  # cron: skip silently when another host runs it
+  lockrun --key billing --busy-exit-code 0 -- ./invoice.sh
   # CI: queue behind the running deploy for at most 15 minutes
   lockrun --key deploy --wait 15m -- ./deploy.sh
   # who holds it
@@ -60,6 +60,13 @@ Exit status:
     subcommand_help_heading = "Subcommands",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
+    // -h and --help cover every form; a `help` subcommand would be a third
+    // spelling to document and to complete next to status and release.
+    disable_help_subcommand = true,
+    // The last of a repeated flag wins (`--wait forever --wait 1s` waits 1s),
+    // so that a wrapper can append its own flags to the caller's. A global
+    // setting: it holds in the subcommands too.
+    args_override_self = true,
     max_term_width = 100
 )]
 pub struct Cli {
@@ -95,7 +102,7 @@ pub struct RunArgs {
     /// Lock name; runs that share it never overlap
     ///
     /// The command gets it in LOCKRUN_KEY.
-    #[arg(short, long, value_name = "NAME", required = true)]
+    #[arg(short, long, value_name = "NAME", required = true, value_hint = ValueHint::Other)]
     pub key: Option<String>,
 
     #[command(flatten)]
@@ -105,36 +112,43 @@ pub struct RunArgs {
     ///
     /// A run that dies holds the lock at most this long. One renewal period,
     /// one Redis timeout, the kill grace and ttl/100 + 2ms must fit inside it.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "30s",
+        value_parser = parse_duration,
+        value_hint = ValueHint::Other
+    )]
     pub ttl: Duration,
 
     /// Heartbeat period [default: ttl/3]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub renew_every: Option<Duration>,
 
     /// Time limit of each Redis call [default: ttl/10, at most 2s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub redis_timeout: Option<Duration>,
 
     /// Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]
     ///
     /// Used when lockrun itself must stop the command: the lease is lost or
     /// --timeout elapsed. 0 means no grace: SIGKILL right after SIGTERM.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub kill_grace: Option<Duration>,
 
     /// Wait this long for a held lock, or "forever" [default: no wait]
     ///
     /// A waiting run retries the moment the holder releases the lock, and
     /// when its lease runs out.
-    #[arg(short, long, value_name = "DURATION|forever", value_parser = parse_wait)]
+    #[arg(short, long, value_name = "DURATION|forever", value_parser = parse_wait, value_hint = ValueHint::Other)]
     pub wait: Option<Wait>,
 
-    /// Exit status when the lock is busy; 0 skips quietly
+    /// Exit status when the lock is busy; 0 skips silently
     ///
     /// 0 suits cron and other callers that should treat "already running
-    /// elsewhere" as success. Add --quiet to drop the line on stderr as well.
-    #[arg(long, value_name = "N", default_value_t = crate::exit_code::BUSY_DEFAULT)]
+    /// elsewhere" as success: lockrun then prints nothing either (the line
+    /// about the holder still shows with --verbose).
+    #[arg(long, value_name = "N", default_value_t = crate::exit_code::BUSY_DEFAULT, value_hint = ValueHint::Other)]
     pub busy_exit_code: u8,
 
     /// Keep the lock at least this long after acquiring it
@@ -142,14 +156,14 @@ pub struct RunArgs {
     /// When the command ends sooner, the lock is kept until then, so that a
     /// host whose cron fires a little later (clock skew) does not run the same
     /// job again.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub min_hold: Option<Duration>,
 
     /// Stop the command after this long and exit 124
     ///
     /// As timeout(1) does: SIGTERM to the command's process group, then
     /// SIGKILL after the kill grace.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub timeout: Option<Duration>,
 
     /// Print nothing when the lock is busy
@@ -164,7 +178,12 @@ pub struct RunArgs {
     ///
     /// Run directly, without a shell, in a process group of its own. It gets
     /// LOCKRUN_KEY and LOCKRUN_FENCING_TOKEN in its environment.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(
+        last = true,
+        required = true,
+        value_name = "COMMAND",
+        value_hint = ValueHint::CommandWithArguments
+    )]
     pub command: Vec<OsString>,
 }
 
@@ -181,7 +200,8 @@ pub struct RedisArgs {
         value_name = "URL",
         env = "LOCKRUN_REDIS_URL",
         default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
+        hide_env_values = true,
+        value_hint = ValueHint::Other
     )]
     pub url: String,
 
@@ -193,7 +213,8 @@ pub struct RedisArgs {
         value_name = "P",
         env = "LOCKRUN_PREFIX",
         default_value = "lockrun:",
-        hide_env_values = true
+        hide_env_values = true,
+        value_hint = ValueHint::Other
     )]
     pub prefix: String,
 }
@@ -202,7 +223,7 @@ pub struct RedisArgs {
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// Lock name
-    #[arg(short, long, value_name = "NAME")]
+    #[arg(short, long, value_name = "NAME", value_hint = ValueHint::Other)]
     pub key: String,
 
     #[command(flatten)]
@@ -217,7 +238,7 @@ pub struct StatusArgs {
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
     /// Lock name
-    #[arg(short, long, value_name = "NAME")]
+    #[arg(short, long, value_name = "NAME", value_hint = ValueHint::Other)]
     pub key: String,
 
     #[command(flatten)]

@@ -4,6 +4,7 @@
 mod harness;
 
 mod basics;
+mod completion;
 mod connection;
 mod contention;
 mod faults;
