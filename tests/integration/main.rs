@@ -11,6 +11,7 @@ mod faults;
 mod fencing_pg;
 mod generated;
 mod operator;
+mod repeated_flags;
 mod signals;
 mod supervision;
 mod wakeup;
