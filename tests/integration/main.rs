@@ -7,6 +7,7 @@ mod basics;
 mod completion;
 mod connection;
 mod contention;
+mod examples;
 mod faults;
 mod fencing_pg;
 mod generated;
