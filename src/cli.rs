@@ -22,7 +22,8 @@ process group before the lease can expire for anyone else, and exits 76. The com
 gets a fencing token in LOCKRUN_FENCING_TOKEN that grows with every acquisition, so \
 the resource it writes to can reject a stale holder.
 
-Durations take a unit: 500ms, 30s, 2m, 1h30m.";
+Durations take a unit: 500ms, 30s, 2m, 1h30m. A flag given twice takes its \
+last value.";
 
 // Each line fits an 80-column terminal.
 const EXAMPLES: &str = "\
