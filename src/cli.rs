@@ -147,8 +147,8 @@ pub struct RunArgs {
     /// Exit status when the lock is busy; 0 skips silently
     ///
     /// 0 suits cron and other callers that should treat "already running
-    /// elsewhere" as success: lockrun then prints nothing either (the line
-    /// about the holder still shows with --verbose).
+    /// elsewhere" as success, and makes lockrun silent about it as well
+    /// (--verbose still names the holder).
     #[arg(long, value_name = "N", default_value_t = crate::exit_code::BUSY_DEFAULT, value_hint = ValueHint::Other)]
     pub busy_exit_code: u8,
 
