@@ -4,7 +4,9 @@
 //! DESCRIPTION and OPTIONS, a SYNOPSIS and SUBCOMMANDS section built from the
 //! same definition, then the hand-written `man/sections.roff` (environment,
 //! exit status, Redis keys, guarantees, examples). `completions/` holds
-//! clap_complete's bash, zsh and fish scripts. The test renders all of them
+//! clap_complete's bash, zsh and fish scripts, each with a few lines added
+//! for what follows `--` (see "Completions" below; `completion.rs` drives
+//! them in each shell). The test renders all of them
 //! in memory and compares; with `LOCKRUN_UPDATE_GENERATED=1` it rewrites the
 //! files instead:
 //!
