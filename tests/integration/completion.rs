@@ -18,24 +18,17 @@ use std::process::{Command, Stdio};
 
 use wait_timeout::ChildExt;
 
+use crate::generated::on_path;
 use crate::harness::{scratch, PATIENCE};
 
-/// A file in the directory where completion runs, which no completion of a
-/// flag's value or of lockrun's first word may offer.
+/// A file in the directory where completion runs: completing a flag's value
+/// or lockrun's first word must not offer it; completing `ls`'s argument must.
 const MARKER: &str = "lockrun-marker-file";
 
 const BASH_COMPLETION: &str = "/usr/share/bash-completion/bash_completion";
 
 fn completions() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("completions")
-}
-
-/// `program` on PATH, if it is there.
-fn on_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|file| file.is_file())
 }
 
 /// `program`, or a failure that says which Debian package brings it.
@@ -120,51 +113,6 @@ fn bash(line: &str, bash_completion: bool) -> Vec<String> {
     lines
 }
 
-fn check_bash(bash_completion: bool) -> Vec<String> {
-    let complete = |line: &str| bash(line, bash_completion);
-    let mut wrong = Vec::new();
-    let mut expect = |line: &str, ok: bool, what: &str, got: &[String]| {
-        if !ok {
-            wrong.push(format!("{line:?}<Tab> should {what}; got {got:?}"));
-        }
-    };
-    let got = complete("lockrun st");
-    expect("lockrun st", got == ["status"], "give status", &got);
-    let got = complete("lockrun status --");
-    expect(
-        "lockrun status --",
-        has(&got, "--json") && !has(&got, "--ttl"),
-        "offer --json and not --ttl",
-        &got,
-    );
-    let got = complete("lockrun --key x -- sle");
-    expect(
-        "lockrun --key x -- sle",
-        has(&got, "sleep"),
-        "offer sleep",
-        &got,
-    );
-    let got = complete("lockrun --key x -- sleep --");
-    expect(
-        "lockrun --key x -- sleep --",
-        !has(&got, "--ttl") && !has(&got, "--key"),
-        "offer none of lockrun's flags",
-        &got,
-    );
-    // An empty COMPREPLY would let `complete -o default` fall back to file
-    // names; an entry that is not a file name keeps them out.
-    for line in ["lockrun --ttl ", "lockrun --key ", "lockrun --wait "] {
-        let got = complete(line);
-        expect(
-            line,
-            !got.is_empty() && !has(&got, MARKER),
-            "offer no file names",
-            &got,
-        );
-    }
-    wrong
-}
-
 #[test]
 fn bash_completes_subcommands_flags_and_the_command_after_double_dash() {
     assert!(
@@ -172,19 +120,19 @@ fn bash_completes_subcommands_flags_and_the_command_after_double_dash() {
         "{BASH_COMPLETION} is missing; the completion tests need it: \
          apt-get install bash-completion (.ci/run installs it)"
     );
-    let wrong = check_bash(true);
-    assert!(
-        wrong.is_empty(),
-        "bash with bash-completion:\n  {}",
-        wrong.join("\n  ")
-    );
+    check("bash with bash-completion", EMPTY_LISTS_FILES, |line| {
+        bash(line, true)
+    });
 }
 
 #[test]
 fn bash_completes_the_command_after_double_dash_without_bash_completion() {
-    let wrong = check_bash(false);
-    assert!(wrong.is_empty(), "bash alone:\n  {}", wrong.join("\n  "));
+    check("bash alone", EMPTY_LISTS_FILES, |line| bash(line, false));
 }
+
+/// bash's answer is COMPREPLY, and an empty one makes bash list file names
+/// (lockrun's completion is registered with `complete -o default`).
+const EMPTY_LISTS_FILES: bool = true;
 
 // --- zsh ---
 
@@ -210,7 +158,8 @@ compadd() {
     builtin compadd "$@"
 }
 lockrun_report() {
-    print -rl -- "${lockrun_matches[@]}" > $LOCKRUN_OUT.part && mv $LOCKRUN_OUT.part $LOCKRUN_OUT
+    { (( ${#lockrun_matches} )) && print -rl -- "${lockrun_matches[@]}" } > $LOCKRUN_OUT.part
+    mv $LOCKRUN_OUT.part $LOCKRUN_OUT
 }
 comppostfuncs=(lockrun_report)
 : > $LOCKRUN_OUT.ready
@@ -260,47 +209,7 @@ fn zsh(line: &str) -> Vec<String> {
 
 #[test]
 fn zsh_completes_subcommands_flags_and_the_command_after_double_dash() {
-    let mut wrong = Vec::new();
-    let mut expect = |line: &str, ok: bool, what: &str, got: &[String]| {
-        if !ok {
-            wrong.push(format!("{line:?}<Tab> should {what}; got {got:?}"));
-        }
-    };
-    let got = zsh("lockrun st");
-    expect("lockrun st", got == ["status"], "give status", &got);
-    let got = zsh("lockrun ");
-    expect(
-        "lockrun ",
-        has(&got, "status") && has(&got, "release") && !has(&got, MARKER),
-        "offer the subcommands and no file names",
-        &got,
-    );
-    let got = zsh("lockrun status --");
-    expect(
-        "lockrun status --",
-        has(&got, "--json") && !has(&got, "--ttl"),
-        "offer --json and not --ttl",
-        &got,
-    );
-    let got = zsh("lockrun --key x -- sle");
-    expect(
-        "lockrun --key x -- sle",
-        has(&got, "sleep"),
-        "offer sleep",
-        &got,
-    );
-    let got = zsh("lockrun --key x -- sleep --");
-    expect(
-        "lockrun --key x -- sleep --",
-        !has(&got, "--ttl") && !has(&got, "--key"),
-        "offer none of lockrun's flags",
-        &got,
-    );
-    for line in ["lockrun --ttl ", "lockrun --key ", "lockrun --wait "] {
-        let got = zsh(line);
-        expect(line, !has(&got, MARKER), "offer no file names", &got);
-    }
-    assert!(wrong.is_empty(), "zsh:\n  {}", wrong.join("\n  "));
+    check("zsh", false, zsh);
 }
 
 // --- fish ---
@@ -335,55 +244,54 @@ fn fish_completes_subcommands_flags_and_the_command_after_double_dash() {
         );
         return;
     };
-    let complete = |line: &str| fish(&fish_path, line);
+    check("fish", false, |line| fish(&fish_path, line));
+}
+
+// --- What every shell must offer ---
+
+/// Completes each line in `shell` and fails with every wrong answer at once.
+/// `empty_lists_files`: the shell lists file names when the completion
+/// offers nothing (bash), so an empty answer counts as file names.
+fn check(shell: &str, empty_lists_files: bool, complete: impl Fn(&str) -> Vec<String>) {
+    let lists_files = |got: &[String]| has(got, MARKER) || (empty_lists_files && got.is_empty());
     let mut wrong = Vec::new();
-    let mut expect = |line: &str, ok: bool, what: &str, got: &[String]| {
-        if !ok {
+    let mut expect = |line: &str, what: &str, ok: &dyn Fn(&[String]) -> bool| {
+        let got = complete(line);
+        if !ok(&got) {
             wrong.push(format!("{line:?}<Tab> should {what}; got {got:?}"));
         }
     };
-    let got = complete("lockrun st");
-    expect("lockrun st", got == ["status"], "give status", &got);
-    let got = complete("lockrun ");
+    expect("lockrun st", "give status", &|got| got == ["status"]);
     expect(
         "lockrun ",
-        has(&got, "status") && !has(&got, MARKER),
         "offer the subcommands and no file names",
-        &got,
+        &|got| has(got, "status") && has(got, "release") && !lists_files(got),
     );
-    let got = complete("lockrun status --");
-    expect(
-        "lockrun status --",
-        has(&got, "--json") && !has(&got, "--ttl"),
-        "offer --json and not --ttl",
-        &got,
-    );
-    let got = complete("lockrun --key x -- sle");
-    expect(
-        "lockrun --key x -- sle",
-        has(&got, "sleep"),
-        "offer sleep",
-        &got,
-    );
-    let got = complete("lockrun --key x -- rel");
+    expect("lockrun status --", "offer --json and not --ttl", &|got| {
+        has(got, "--json") && !has(got, "--ttl")
+    });
+    expect("lockrun --key x -- sle", "offer sleep", &|got| {
+        has(got, "sleep")
+    });
     expect(
         "lockrun --key x -- rel",
-        !has(&got, "release"),
         "offer commands, not lockrun's subcommands",
-        &got,
+        &|got| !has(got, "release"),
     );
-    let got = complete(&format!("lockrun -- ls {}", &MARKER[..9]));
     expect(
-        "lockrun -- ls lockrun-m",
-        has(&got, MARKER),
+        "lockrun --key x -- sleep --",
+        "offer none of lockrun's flags",
+        &|got| !has(got, "--ttl") && !has(got, "--key"),
+    );
+    expect(
+        &format!("lockrun -- ls {}", &MARKER[..9]),
         "offer ls's file names",
-        &got,
+        &lists_files,
     );
     for line in ["lockrun --ttl ", "lockrun --key ", "lockrun --wait "] {
-        let got = complete(line);
-        expect(line, !has(&got, MARKER), "offer no file names", &got);
+        expect(line, "offer no file names", &|got| !lists_files(got));
     }
-    assert!(wrong.is_empty(), "fish:\n  {}", wrong.join("\n  "));
+    assert!(wrong.is_empty(), "{shell}:\n  {}", wrong.join("\n  "));
 }
 
 fn has(words: &[String], word: &str) -> bool {

@@ -1,7 +1,8 @@
 //! The examples do what their comments say, run for real with the lockrun
-//! just built: `examples/ci/deploy.sh` passes the exit status through, and a
-//! SIGTERM to the script alone (a CI runner cancelling the job) stops the
-//! deploy and frees the lock before the script exits.
+//! just built: `examples/ci/deploy.sh` passes the exit status through (69
+//! when Redis is unreachable), and a SIGTERM to the script alone (a CI runner
+//! cancelling the job) stops the deploy and frees the lock before the script
+//! exits.
 
 use std::fs::Permissions;
 use std::os::unix::fs::PermissionsExt;
@@ -27,14 +28,14 @@ exit "$2"
 const LOCK: &str = "lockrun:{deploy-staging}";
 
 /// `sh examples/ci/deploy.sh staging ARG` in a directory of its own, with the
-/// lockrun just built first on PATH, pointed at `redis`.
+/// lockrun just built first on PATH, pointed at the Redis at `url`.
 struct Deploy {
     script: Child,
     dir: tempfile::TempDir,
 }
 
 impl Deploy {
-    fn start(redis: &RedisServer, arg: &str) -> Self {
+    fn start(url: &str, arg: &str) -> Self {
         let dir = scratch();
         let scripts = dir.path().join("scripts");
         std::fs::create_dir(&scripts).expect("scripts dir");
@@ -53,7 +54,7 @@ impl Deploy {
             .args(["staging", arg])
             .current_dir(dir.path())
             .env("PATH", path)
-            .env("LOCKRUN_REDIS_URL", redis.url())
+            .env("LOCKRUN_REDIS_URL", url)
             .env_remove("LOCKRUN_REDIS_PASSWORD")
             .env_remove("LOCKRUN_PREFIX")
             .stdin(Stdio::null())
@@ -131,15 +132,26 @@ fn locked(redis: &RedisServer) -> bool {
 #[test]
 fn deploy_sh_exits_with_the_deploys_status() {
     let redis = RedisServer::start();
-    let mut deploy = Deploy::start(&redis, "3");
+    let mut deploy = Deploy::start(&redis.url(), "3");
     assert_eq!(deploy.wait().code(), Some(3));
     assert!(!locked(&redis), "the lock outlived the deploy");
+
+    let mut deploy = Deploy::start("redis://127.0.0.1:1", "0");
+    assert_eq!(
+        deploy.wait().code(),
+        Some(i32::from(lockrun::exit_code::REDIS_UNAVAILABLE)),
+        "Redis unreachable"
+    );
+    assert!(
+        !deploy.dir.path().join("deploy.pid").exists(),
+        "the deploy ran without the lock"
+    );
 }
 
 #[test]
 fn sigterm_to_deploy_sh_alone_stops_the_deploy_and_frees_the_lock() {
     let redis = RedisServer::start();
-    let mut deploy = Deploy::start(&redis, "hang");
+    let mut deploy = Deploy::start(&redis.url(), "hang");
     let deploy_pid = deploy.deploy_pid();
     assert!(locked(&redis), "the deploy runs without the lock");
     let lockrun_pid = parent_of(deploy_pid).expect("the deploy's parent, lockrun");
