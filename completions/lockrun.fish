@@ -9,6 +9,8 @@ function __fish_lockrun_needs_command
     # Figure out if the current invocation already has a command.
     set -l cmd (commandline -opc)
     set -e cmd[1]
+    # Added by tests/integration/generated.rs: after `--`, nothing is lockrun's.
+    contains -- -- $cmd; and return 1
     argparse -s (__fish_lockrun_global_optspecs) -- $cmd 2>/dev/null
     or return
     if set -q argv[1]
@@ -26,34 +28,51 @@ function __fish_lockrun_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c lockrun -n "__fish_lockrun_needs_command" -s k -l key -d 'Lock name; runs that share it never overlap' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l redis -d 'Redis URL' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l prefix -d 'Prefix of every Redis key' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'Lease length written to Redis' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l renew-every -d 'Heartbeat period [default: ttl/3]' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-timeout -d 'Time limit of each Redis call [default: ttl/10, at most 2s]' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l wait -d 'Wait this long for a held lock, or "forever" [default: no wait]' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l busy-exit-code -d 'Exit status when the lock is busy; 0 skips quietly' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring it' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l timeout -d 'Stop the command after this long and exit 124' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s k -l key -d 'Lock name; runs that share it never overlap' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l prefix -d 'Prefix of every Redis key' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'Lease length written to Redis' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l renew-every -d 'Heartbeat period [default: ttl/3]' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-timeout -d 'Time limit of each Redis call [default: ttl/10, at most 2s]' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l wait -d 'Wait this long for a held lock, or "forever" [default: no wait]' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l busy-exit-code -d 'Exit status when the lock is busy; 0 skips silently' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring it' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l timeout -d 'Stop the command after this long and exit 124' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print nothing when the lock is busy'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'Log each acquire, renewal and release to stderr'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print version'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "status" -d 'Show who holds a lock, for how long, and its fencing token'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "release" -d 'Remove a lock whoever holds it (needs --force)'
-complete -c lockrun -n "__fish_lockrun_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s k -l key -d 'Lock name' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis -d 'Redis URL' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l prefix -d 'Prefix of every Redis key' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s k -l key -d 'Lock name' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l json -d 'Print one JSON object on stdout instead of text'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s k -l key -d 'Lock name' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis -d 'Redis URL' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l prefix -d 'Prefix of every Redis key' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s k -l key -d 'Lock name' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Really remove a lock that another run may hold'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "status" -d 'Show who holds a lock, for how long, and its fencing token'
-complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "release" -d 'Remove a lock whoever holds it (needs --force)'
-complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+
+# Added by tests/integration/generated.rs: lockrun itself takes no file names;
+# after `--` comes the command that lockrun runs, completed as if it were
+# typed alone.
+complete -c lockrun -f
+
+function __fish_lockrun_after_double_dash
+    contains -- -- (commandline -opc)
+end
+
+function __fish_lockrun_complete_command
+    set -l words (commandline -opc)
+    set -e words[1..(contains -i -- -- $words)]
+    if set -q words[1]
+        __fish_complete_subcommand --commandline $words (commandline -ct)
+    else
+        __fish_complete_command
+    end
+end
+
+complete -c lockrun -n __fish_lockrun_after_double_dash -f -a '(__fish_lockrun_complete_command)'

@@ -7,7 +7,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueHint};
 
 use crate::error::Error;
 use crate::wait::Wait;
@@ -25,14 +25,15 @@ process group before the lease can expire for anyone else, and exits 76. The com
 gets a fencing token in LOCKRUN_FENCING_TOKEN that grows with every acquisition, so \
 the resource it writes to can reject a stale holder.
 
-Durations take a unit: 500ms, 30s, 2m, 1h30m.";
+Durations take a unit: 500ms, 30s, 2m, 1h30m. A flag given twice takes its \
+last value.";
 
 // Each line fits an 80-column terminal.
 const EXAMPLES: &str = "\
 Examples:
   lockrun --key billing -- ./invoice.sh
-  # cron: skip quietly when another host runs it
-  lockrun --key billing --quiet --busy-exit-code 0 -- ./invoice.sh
+  # cron: skip silently when another host runs it
+  lockrun --key billing --busy-exit-code 0 -- ./invoice.sh
   # CI: queue behind the running deploy for at most 15 minutes
   lockrun --key deploy --wait 15m -- ./deploy.sh
   # who holds it
@@ -63,6 +64,13 @@ Exit status:
     subcommand_help_heading = "Subcommands",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
+    // -h and --help cover every form; a `help` subcommand would be a third
+    // spelling to document and to complete next to status and release.
+    disable_help_subcommand = true,
+    // The last of a repeated flag wins (`--wait forever --wait 1s` waits 1s),
+    // so that a wrapper can append its own flags to the caller's. A global
+    // setting: it holds in the subcommands too.
+    args_override_self = true,
     max_term_width = 100
 )]
 pub(crate) struct Cli {
@@ -98,7 +106,7 @@ pub(crate) struct RunArgs {
     /// Lock name; runs that share it never overlap
     ///
     /// The command gets it in LOCKRUN_KEY.
-    #[arg(short, long, value_name = "NAME", required = true)]
+    #[arg(short, long, value_name = "NAME", required = true, value_hint = ValueHint::Other)]
     pub(crate) key: Option<String>,
 
     #[command(flatten)]
@@ -108,36 +116,43 @@ pub(crate) struct RunArgs {
     ///
     /// A run that dies holds the lock at most this long. One renewal period,
     /// one Redis timeout, the kill grace and ttl/100 + 2ms must fit inside it.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "30s",
+        value_parser = parse_duration,
+        value_hint = ValueHint::Other
+    )]
     pub(crate) ttl: Duration,
 
     /// Heartbeat period [default: ttl/3]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) renew_every: Option<Duration>,
 
     /// Time limit of each Redis call [default: ttl/10, at most 2s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) redis_timeout: Option<Duration>,
 
     /// Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]
     ///
     /// Used when lockrun itself must stop the command: the lease is lost or
     /// --timeout elapsed. 0 means no grace: SIGKILL right after SIGTERM.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) kill_grace: Option<Duration>,
 
     /// Wait this long for a held lock, or "forever" [default: no wait]
     ///
     /// A waiting run retries the moment the holder releases the lock, and
     /// when its lease runs out.
-    #[arg(short, long, value_name = "DURATION|forever", value_parser = parse_wait)]
+    #[arg(short, long, value_name = "DURATION|forever", value_parser = parse_wait, value_hint = ValueHint::Other)]
     pub(crate) wait: Option<Wait>,
 
-    /// Exit status when the lock is busy; 0 skips quietly
+    /// Exit status when the lock is busy; 0 skips silently
     ///
     /// 0 suits cron and other callers that should treat "already running
-    /// elsewhere" as success. Add --quiet to drop the line on stderr as well.
-    #[arg(long, value_name = "N", default_value_t = crate::exit_code::BUSY_DEFAULT)]
+    /// elsewhere" as success, and makes lockrun silent about it as well
+    /// (--verbose still names the holder).
+    #[arg(long, value_name = "N", default_value_t = crate::exit_code::BUSY_DEFAULT, value_hint = ValueHint::Other)]
     pub(crate) busy_exit_code: u8,
 
     /// Keep the lock at least this long after acquiring it
@@ -145,14 +160,14 @@ pub(crate) struct RunArgs {
     /// When the command ends sooner, the lock is kept until then, so that a
     /// host whose cron fires a little later (clock skew) does not run the same
     /// job again.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) min_hold: Option<Duration>,
 
     /// Stop the command after this long and exit 124
     ///
     /// As timeout(1) does: SIGTERM to the command's process group, then
     /// SIGKILL after the kill grace.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) timeout: Option<Duration>,
 
     /// Print nothing when the lock is busy
@@ -167,7 +182,12 @@ pub(crate) struct RunArgs {
     ///
     /// Run directly, without a shell, in a process group of its own. It gets
     /// LOCKRUN_KEY and LOCKRUN_FENCING_TOKEN in its environment.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(
+        last = true,
+        required = true,
+        value_name = "COMMAND",
+        value_hint = ValueHint::CommandWithArguments
+    )]
     pub(crate) command: Vec<OsString>,
 }
 
@@ -184,7 +204,8 @@ pub(crate) struct RedisArgs {
         value_name = "URL",
         env = "LOCKRUN_REDIS_URL",
         default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
+        hide_env_values = true,
+        value_hint = ValueHint::Other
     )]
     pub(crate) url: String,
 
@@ -196,7 +217,8 @@ pub(crate) struct RedisArgs {
         value_name = "P",
         env = "LOCKRUN_PREFIX",
         default_value = "lockrun:",
-        hide_env_values = true
+        hide_env_values = true,
+        value_hint = ValueHint::Other
     )]
     pub(crate) prefix: String,
 }
@@ -205,7 +227,7 @@ pub(crate) struct RedisArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// Lock name
-    #[arg(short, long, value_name = "NAME")]
+    #[arg(short, long, value_name = "NAME", value_hint = ValueHint::Other)]
     pub(crate) key: String,
 
     #[command(flatten)]
@@ -220,7 +242,7 @@ pub(crate) struct StatusArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ReleaseArgs {
     /// Lock name
-    #[arg(short, long, value_name = "NAME")]
+    #[arg(short, long, value_name = "NAME", value_hint = ValueHint::Other)]
     pub(crate) key: String,
 
     #[command(flatten)]
@@ -313,7 +335,9 @@ fn unknown_argument_hint(err: &clap::Error, subcommand: Option<&str>) -> Option<
         let names = cmd.get_arguments().filter_map(clap::Arg::get_long);
         return closest(flag, names).map(|name| format!("did you mean '--{name}'?"));
     }
-    if arg.starts_with('-') || subcommand.is_some() {
+    // `lockrun help` gets the "see 'lockrun --help'" every usage error ends
+    // with, not advice to run `help` as the command.
+    if arg.starts_with('-') || subcommand.is_some() || arg == "help" {
         return None;
     }
     if let Some(name) = closest(arg, cmd.get_subcommands().map(clap::Command::get_name)) {
@@ -383,6 +407,11 @@ mod tests {
         let line = usage_line(&["lockrun", "--ky", "demo", "--", "true"]);
         assert!(line.contains("did you mean '--key'?"), "{line}");
         assert!(!line.contains("-- --ky"), "{line}");
+        let line = usage_line(&["lockrun", "help"]);
+        assert_eq!(
+            line,
+            "unexpected argument 'help' found; see 'lockrun --help'"
+        );
         let line = usage_line(&["lockrun", "statu", "--key", "x"]);
         assert!(line.contains("did you mean 'lockrun status'?"), "{line}");
         let line = usage_line(&["lockrun", "status", "--key", "x", "--jsn"]);

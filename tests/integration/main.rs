@@ -8,12 +8,15 @@
 mod harness;
 
 mod basics;
+mod completion;
 mod connection;
 mod contention;
+mod examples;
 mod faults;
 mod fencing_pg;
 mod generated;
 mod operator;
+mod repeated_flags;
 mod signals;
 mod supervision;
 mod wakeup;
