@@ -188,10 +188,10 @@ pub(crate) struct Lock {
     sent_acquire: bool,
 }
 
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     // Redis expiries are whole milliseconds; round up so a sub-millisecond
     // remainder is not turned into "no expiry".
-    u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 impl Lock {
@@ -455,6 +455,7 @@ mod tests {
     #[test]
     fn expiries_round_up_to_whole_milliseconds() {
         assert_eq!(millis(Duration::from_micros(1500)), 2);
+        assert_eq!(millis(Duration::from_nanos(1)), 1);
         assert_eq!(millis(Duration::from_secs(30)), 30_000);
     }
 }

@@ -52,7 +52,11 @@ pub(crate) async fn acquire(
 ) -> Result<Attempt, RedisError> {
     let give_up = match wait {
         None => Some(Instant::now()),
-        Some(wait) => wait.limit().map(|limit| Instant::now() + limit),
+        // `config` bounds the wait; a moment past the clock's range would
+        // never come, so it is the same as forever.
+        Some(wait) => wait
+            .limit()
+            .and_then(|limit| Instant::now().checked_add(limit)),
     };
     let first = lock.try_acquire(ttl, me).await?;
     if matches!(first, Attempt::Acquired(_)) || give_up.is_some_and(|t| t <= Instant::now()) {

@@ -13,6 +13,7 @@ mod contention;
 mod faults;
 mod fencing_pg;
 mod generated;
+mod hardening;
 mod operator;
 mod signals;
 mod supervision;
