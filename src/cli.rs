@@ -43,7 +43,8 @@ Exit status:
   128+N    the command died of signal N, or lockrun got signal N while waiting
   75       the lock is busy (see --busy-exit-code); the command did not run
   76       the lease was lost while the command ran; lockrun stopped it
-  69       Redis unreachable or failing before the command started
+  69       Redis unreachable, failing or loading before the command started,
+           or a lock key holds another type
   64       usage error
   70       internal error
   124      --timeout elapsed; lockrun stopped the command

@@ -534,6 +534,24 @@ mod tests {
     }
 
     #[test]
+    fn a_guarded_reply_names_the_key_of_the_wrong_type() {
+        let keys = Keys::new("lockrun:", "job");
+        let bulk = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let stopped = Value::Array(vec![bulk("wrongtype"), bulk(&keys.holder), bulk("list")]);
+        let reply = Guarded::<i64>::from_redis_value(stopped).expect("a guard reply");
+        assert_eq!(
+            keys.foreign(reply),
+            Err(Foreign {
+                key: "lockrun:{job}:holder".into(),
+                holds: "list".into(),
+                part: Part::Holder,
+            })
+        );
+        let done = Guarded::<i64>::from_redis_value(Value::Int(1)).expect("a plain reply");
+        assert_eq!(keys.foreign(done), Ok(1));
+    }
+
+    #[test]
     fn expiries_round_up_to_whole_milliseconds() {
         assert_eq!(millis(Duration::from_micros(1500)), 2);
         assert_eq!(millis(Duration::from_nanos(1)), 1);

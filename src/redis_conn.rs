@@ -92,6 +92,8 @@ impl Target {
         .await
         {
             Ok(Ok(conn)) => Ok(conn),
+            // The crate's own timer races this one; either way, it is ours.
+            Ok(Err(e)) if e.is_timeout() => Err(self.timed_out(timeout)),
             Ok(Err(e)) => Err(self.error(&e)),
             Err(_) => Err(self.timed_out(timeout)),
         }
@@ -365,11 +367,12 @@ impl Session {
         match result {
             Ok(Ok(value)) => T::from_redis_value(value)
                 .map_err(|err| self.target.unexpected_reply(&err.to_string())),
-            Ok(Err(err)) => {
+            // The crate's response timer races ours; either way, it is ours.
+            Ok(Err(err)) if !err.is_timeout() => {
                 self.conn = None;
                 Err(self.target.error(&err))
             }
-            Err(_) => {
+            Ok(Err(_)) | Err(_) => {
                 self.conn = None;
                 Err(self.target.timed_out(self.timeout))
             }
@@ -403,6 +406,62 @@ mod tests {
             "at 1\nUnexpected `84`\n".to_string(),
         )));
         assert_eq!(err.to_string().lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn replies_are_classified_by_their_code() {
+        use redis::ServerErrorKind as Code;
+        let target = Target::parse("redis://h:1", None).expect("valid");
+        let kind = |err: redis::RedisError| target.error(&err).kind;
+        let server = |code| redis::RedisError::from((redis::ErrorKind::Server(code), "x"));
+        assert_eq!(
+            kind(server(Code::BusyLoading)),
+            ErrorKind::Transient(Unready::Loading)
+        );
+        assert_eq!(
+            kind(server(Code::TryAgain)),
+            ErrorKind::Transient(Unready::TryAgain)
+        );
+        assert_eq!(
+            kind(server(Code::MasterDown)),
+            ErrorKind::Transient(Unready::MasterDown)
+        );
+        assert_eq!(kind(server(Code::ReadOnly)), ErrorKind::ReadOnly);
+        assert_eq!(kind(server(Code::ResponseError)), ErrorKind::Server);
+        let busy = redis::make_extension_error("BUSY".into(), Some("running a script".into()));
+        assert_eq!(kind(busy), ErrorKind::Transient(Unready::Busy));
+        let garbage = redis::RedisError::from((redis::ErrorKind::Parse, "Parse error"));
+        assert_eq!(kind(garbage), ErrorKind::NotRedis);
+        let noauth = || redis::make_extension_error("NOAUTH".into(), None);
+        assert_eq!(kind(noauth()), ErrorKind::NoPassword);
+        let with_password = Target::parse("redis://:pw@h:1", None).expect("valid");
+        assert_eq!(with_password.error(&noauth()).kind, ErrorKind::Auth);
+    }
+
+    #[test]
+    fn an_unanswered_give_back_adds_its_wait() {
+        let target = Target::parse("redis://h:1", None).expect("valid");
+        let second = Duration::from_secs(1);
+        let line = target
+            .timed_out(2 * second)
+            .then_giving_back(&target.timed_out(second))
+            .to_string();
+        assert!(
+            line.contains(
+                "no answer within 2s, nor within 1s more to giving back a lock that call may \
+                 have taken;"
+            ),
+            "{line}"
+        );
+        let refused = target.error(&redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "Connection refused",
+        )));
+        let line = target
+            .timed_out(second)
+            .then_giving_back(&refused)
+            .to_string();
+        assert!(line.contains("no answer within 1s;"), "{line}");
     }
 
     #[test]
