@@ -263,17 +263,20 @@ mod tests {
         assert!(timing(30 * S, None, None, Some(Duration::ZERO)).is_ok());
     }
 
+    /// Every flag that takes a duration.
+    const DURATION_FLAGS: [&str; 7] = [
+        "--ttl",
+        "--renew-every",
+        "--redis-timeout",
+        "--kill-grace",
+        "--wait",
+        "--min-hold",
+        "--timeout",
+    ];
+
     #[test]
     fn every_duration_flag_has_an_upper_bound() {
-        for flag in [
-            "--ttl",
-            "--renew-every",
-            "--redis-timeout",
-            "--kill-grace",
-            "--wait",
-            "--min-hold",
-            "--timeout",
-        ] {
+        for flag in DURATION_FLAGS {
             let err = run_config(&[&format!("{flag}=1y1s")]).expect_err("past the bound");
             assert_eq!(err.exit_code(), 64, "{flag}: {err}");
             assert_eq!(
@@ -306,16 +309,6 @@ mod tests {
 
         use super::*;
         use crate::lock::millis;
-
-        const FLAGS: [&str; 7] = [
-            "--ttl",
-            "--renew-every",
-            "--redis-timeout",
-            "--kill-grace",
-            "--wait",
-            "--min-hold",
-            "--timeout",
-        ];
 
         /// What an operator might type for a duration: mostly numbers of any
         /// size with a unit humantime knows, in one or more parts, so that
@@ -356,7 +349,7 @@ mod tests {
             #[test]
             fn a_duration_flag_is_refused_or_fits_redis_and_the_clock(
                 given in prop::collection::vec(
-                    (prop::sample::select(FLAGS.to_vec()), duration_text()),
+                    (prop::sample::select(DURATION_FLAGS.to_vec()), duration_text()),
                     1..4,
                 ),
             ) {

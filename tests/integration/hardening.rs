@@ -3,6 +3,7 @@
 //! are not Redis or want a password, and the order in which lockrun explains a
 //! failure.
 
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use crate::harness::*;
@@ -26,6 +27,19 @@ fn one_line(output: &Output) -> String {
     }
 }
 
+/// lockrun on key `job` with `args`, its command touching `ran`.
+fn touch(redis: &RedisServer, args: &[&str], ran: &Path) -> Command {
+    let mut command = lockrun_at(redis, &[&["-k", "job"], args].concat());
+    command.arg("--").arg("touch").arg(ran);
+    command
+}
+
+/// Whether the server answers a PING with the error `code`.
+fn answers(redis: &RedisServer, code: &str) -> bool {
+    let reply: redis::RedisResult<String> = redis::cmd("PING").query(&mut redis.client());
+    matches!(reply, Err(err) if err.code() == Some(code))
+}
+
 #[test]
 fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
     let redis = RedisServer::start();
@@ -44,12 +58,7 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
         &["--min-hold", "584000000000y"],
     ];
     for args in cases {
-        let run = output(
-            lockrun_at(&redis, &[&["-k", "job"], args].concat())
-                .arg("--")
-                .arg("touch")
-                .arg(&ran),
-        );
+        let run = output(&mut touch(&redis, args, &ran));
         assert_eq!(run.status.code(), Some(64), "{args:?}: {}", stderr(&run));
         let line = one_line(&run);
         assert!(
@@ -62,26 +71,18 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
     }
 
     // The bound itself is accepted.
-    let run = output(&mut lockrun_at(
+    let run = output(&mut touch(
         &redis,
-        &[
-            "-k",
-            "job",
-            "--ttl",
-            "1y",
-            "--timeout",
-            "1y",
-            "--wait",
-            "1y",
-            "--",
-            "true",
-        ],
+        &["--ttl", "1y", "--timeout", "1y", "--wait", "1y"],
+        &ran,
     ));
     assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert!(ran.exists(), "the command did not run");
     assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }
 
-/// Stores a value of another type than lockrun keeps at `key`.
+/// Runs `command` (a write), which stores a value of another type than
+/// lockrun keeps under one of the lock's names.
 fn plant(redis: &RedisServer, command: &[&str]) {
     let mut cmd = redis::cmd(command[0]);
     for arg in &command[1..] {
@@ -118,12 +119,7 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
 
         // Neither a busy lock (75) nor one worth waiting for.
         for wait in [&[][..], &["--wait", "forever"]] {
-            let run = output(
-                lockrun_at(&redis, &[&["-k", "job"], wait].concat())
-                    .arg("--")
-                    .arg("touch")
-                    .arg(&ran),
-            );
+            let run = output(&mut touch(&redis, wait, &ran));
             assert_eq!(run.status.code(), Some(69), "{planted:?} {wait:?}");
             assert_eq!(one_line(&run), want, "{planted:?} {wait:?}");
             assert!(!ran.exists(), "{planted:?}: the command ran");
@@ -146,12 +142,6 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
         }
         assert_eq!(redis.keys(), before, "{planted:?}: Redis was changed");
     }
-}
-
-/// Whether the server answers LOADING.
-fn loading(redis: &RedisServer) -> bool {
-    let reply: redis::RedisResult<String> = redis::cmd("PING").query(&mut redis.client());
-    matches!(reply, Err(err) if err.code() == Some("LOADING"))
 }
 
 #[test]
@@ -177,17 +167,13 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
     let _: () = redis::cmd("SAVE").query(&mut client).expect("SAVE");
     redis.restart_from_snapshot();
     assert!(
-        eventually(PATIENCE, || loading(&redis)),
+        eventually(PATIENCE, || answers(&redis, "LOADING")),
         "Redis never answered LOADING"
     );
     let dir = scratch();
     let ran = dir.path().join("ran");
 
-    let run = output(
-        lockrun_at(&redis, &["-k", "job", "--"])
-            .arg("touch")
-            .arg(&ran),
-    );
+    let run = output(&mut touch(&redis, &[], &ran));
     assert_eq!(run.status.code(), Some(69), "{}", stderr(&run));
     let line = one_line(&run);
     assert!(
@@ -200,11 +186,7 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
     );
     assert!(!ran.exists(), "the command ran without the lock");
 
-    let waiter = output(
-        lockrun_at(&redis, &["-k", "job", "--wait", "30s", "--"])
-            .arg("touch")
-            .arg(&ran),
-    );
+    let waiter = output(&mut touch(&redis, &["--wait", "30s"], &ran));
     assert_eq!(waiter.status.code(), Some(0), "{}", stderr(&waiter));
     assert!(ran.exists(), "the waiter never ran its command");
     assert!(
@@ -212,7 +194,7 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
         "{}",
         stderr(&waiter)
     );
-    assert!(!loading(&redis) && !redis.is_locked("job"));
+    assert!(!answers(&redis, "LOADING") && !redis.is_locked("job"));
 }
 
 #[test]
@@ -228,19 +210,14 @@ fn a_waiter_waits_while_a_script_keeps_redis_busy() {
                 .query(&mut client);
         })
     };
-    let busy = || {
-        let reply: redis::RedisResult<String> = redis::cmd("PING").query(&mut redis.client());
-        matches!(reply, Err(err) if err.code() == Some("BUSY"))
-    };
-    assert!(eventually(PATIENCE, busy), "Redis never answered BUSY");
+    assert!(
+        eventually(PATIENCE, || answers(&redis, "BUSY")),
+        "Redis never answered BUSY"
+    );
     let dir = scratch();
     let ran = dir.path().join("ran");
 
-    let run = output(
-        lockrun_at(&redis, &["-k", "job", "--"])
-            .arg("touch")
-            .arg(&ran),
-    );
+    let run = output(&mut touch(&redis, &[], &ran));
     assert_eq!(run.status.code(), Some(69), "{}", stderr(&run));
     assert!(
         one_line(&run).ends_with(
@@ -253,12 +230,7 @@ fn a_waiter_waits_while_a_script_keeps_redis_busy() {
     assert!(!ran.exists(), "the command ran without the lock");
 
     let log = dir.path().join("stderr");
-    let mut waiter = Running::spawn(
-        lockrun_at(&redis, &["-k", "job", "--wait", "30s", "--"])
-            .arg("touch")
-            .arg(&ran)
-            .stderr(log_file(&log)),
-    );
+    let mut waiter = Running::spawn(touch(&redis, &["--wait", "30s"], &ran).stderr(log_file(&log)));
     assert!(
         wait_for_text(&log, "(BUSY)"),
         "the waiter never said Redis is busy"
@@ -274,7 +246,7 @@ fn a_waiter_waits_while_a_script_keeps_redis_busy() {
     assert!(!redis.is_locked("job"));
 }
 
-fn read_log(path: &std::path::Path) -> String {
+fn read_log(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
