@@ -94,15 +94,9 @@ impl RunConfig {
         let lock = LockConfig::new(args.key.unwrap_or_default(), &args.redis, password)?;
         let timing = timing(
             bounded("--ttl", args.ttl)?,
-            args.renew_every
-                .map(|d| bounded("--renew-every", d))
-                .transpose()?,
-            args.redis_timeout
-                .map(|d| bounded("--redis-timeout", d))
-                .transpose()?,
-            args.kill_grace
-                .map(|d| bounded("--kill-grace", d))
-                .transpose()?,
+            bounded_if_given("--renew-every", args.renew_every)?,
+            bounded_if_given("--redis-timeout", args.redis_timeout)?,
+            bounded_if_given("--kill-grace", args.kill_grace)?,
         )?;
         let verbosity = match (args.quiet, args.verbose) {
             (true, _) => Verbosity::Quiet,
@@ -117,12 +111,8 @@ impl RunConfig {
                 other => other,
             },
             busy_exit_code: args.busy_exit_code,
-            min_hold: positive("--min-hold", args.min_hold)?
-                .map(|d| bounded("--min-hold", d))
-                .transpose()?,
-            timeout: positive("--timeout", args.timeout)?
-                .map(|d| bounded("--timeout", d))
-                .transpose()?,
+            min_hold: bounded_if_given("--min-hold", positive("--min-hold", args.min_hold)?)?,
+            timeout: bounded_if_given("--timeout", positive("--timeout", args.timeout)?)?,
             verbosity,
             command: args.command,
         })
@@ -161,6 +151,10 @@ fn bounded(flag: &str, value: Duration) -> Result<Duration, Error> {
         "{flag} {} is too long; use {MAX_DURATION_TEXT} (365.25 days) or less",
         show(value)
     )))
+}
+
+fn bounded_if_given(flag: &str, value: Option<Duration>) -> Result<Option<Duration>, Error> {
+    value.map(|d| bounded(flag, d)).transpose()
 }
 
 fn positive(flag: &str, value: Option<Duration>) -> Result<Option<Duration>, Error> {

@@ -292,9 +292,7 @@ impl fmt::Display for RedisError {
             ),
             ErrorKind::Transient(why) => {
                 let state = match why {
-                    Unready::Loading => {
-                        "is loading its data set into memory (LOADING, after a restart)"
-                    }
+                    Unready::Loading => "is loading its data set into memory (LOADING)",
                     Unready::Busy => {
                         "is busy running a script or function (BUSY) and serves nothing else \
                          until it ends or is killed"

@@ -179,7 +179,7 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
     assert!(
         line.starts_with("Redis at unix://")
             && line.ends_with(
-                "is loading its data set into memory (LOADING, after a restart); it cannot \
+                "is loading its data set into memory (LOADING); it cannot \
                  serve the lock yet"
             ),
         "{line}"
