@@ -47,7 +47,7 @@ pub(crate) struct HolderJson {
 /// `lockrun status`: prints the lock's state; 0 when held, 1 when free.
 pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
     let mut inspector = Inspector::new(lock.target, CALL_TIMEOUT, lock.keys);
-    let status = inspector.status().await?;
+    let status = inspector.status().await??;
     let holder = status.holder.as_ref().map(|h| HolderJson {
         host: h.host.clone(),
         pid: h.pid,
@@ -91,7 +91,7 @@ pub(crate) async fn release(lock: LockConfig, force: bool) -> Result<u8, Error> 
         )));
     }
     let mut inspector = Inspector::new(lock.target, CALL_TIMEOUT, lock.keys);
-    match inspector.force_release().await? {
+    match inspector.force_release().await?? {
         Some(holder) => print_line(&format!(
             "released {} held by {}",
             lock.name,

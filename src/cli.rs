@@ -25,8 +25,8 @@ process group before the lease can expire for anyone else, and exits 76. The com
 gets a fencing token in LOCKRUN_FENCING_TOKEN that grows with every acquisition, so \
 the resource it writes to can reject a stale holder.
 
-Durations take a unit: 500ms, 30s, 2m, 1h30m. A flag given twice takes its \
-last value.";
+Durations take a unit: 500ms, 30s, 2m, 1h30m; none may be longer than 1y (365.25 days). \
+A flag given twice takes its last value.";
 
 // Each line fits an 80-column terminal.
 const EXAMPLES: &str = "\
@@ -45,7 +45,8 @@ Exit status:
   128+N    the command died of signal N, or lockrun got signal N while waiting
   75       the lock is busy (see --busy-exit-code); the command did not run
   76       the lease was lost while the command ran; lockrun stopped it
-  69       Redis unreachable or failing before the command started
+  69       Redis unreachable, failing or loading before the command started,
+           or a lock key holds another type
   64       usage error
   70       internal error
   124      --timeout elapsed; lockrun stopped the command
@@ -116,20 +117,19 @@ pub(crate) struct RunArgs {
     ///
     /// A run that dies holds the lock at most this long. One renewal period,
     /// one Redis timeout, the kill grace and ttl/100 + 2ms must fit inside it.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = "30s",
-        value_parser = parse_duration,
-        value_hint = ValueHint::Other
-    )]
+    /// At most 1y, like every duration.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) ttl: Duration,
 
     /// Heartbeat period [default: ttl/3]
+    ///
+    /// Must fit inside the ttl (see --ttl).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) renew_every: Option<Duration>,
 
     /// Time limit of each Redis call [default: ttl/10, at most 2s]
+    ///
+    /// Must fit inside the ttl (see --ttl).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) redis_timeout: Option<Duration>,
 
@@ -137,13 +137,14 @@ pub(crate) struct RunArgs {
     ///
     /// Used when lockrun itself must stop the command: the lease is lost or
     /// --timeout elapsed. 0 means no grace: SIGKILL right after SIGTERM.
+    /// Must fit inside the ttl (see --ttl).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) kill_grace: Option<Duration>,
 
     /// Wait this long for a held lock, or "forever" [default: no wait]
     ///
     /// A waiting run retries the moment the holder releases the lock, and
-    /// when its lease runs out.
+    /// when its lease runs out. At most 1y, or forever.
     #[arg(short, long, value_name = "DURATION|forever", value_parser = parse_wait, value_hint = ValueHint::Other)]
     pub(crate) wait: Option<Wait>,
 
@@ -159,14 +160,14 @@ pub(crate) struct RunArgs {
     ///
     /// When the command ends sooner, the lock is kept until then, so that a
     /// host whose cron fires a little later (clock skew) does not run the same
-    /// job again.
+    /// job again. At most 1y.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) min_hold: Option<Duration>,
 
     /// Stop the command after this long and exit 124
     ///
     /// As timeout(1) does: SIGTERM to the command's process group, then
-    /// SIGKILL after the kill grace.
+    /// SIGKILL after the kill grace. At most 1y.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) timeout: Option<Duration>,
 

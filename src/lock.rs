@@ -18,17 +18,24 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::Script;
+use redis::{FromRedisValue, ParsingError, Script, Value};
 
 use crate::clock::BootInstant;
 use crate::redis_conn::{RedisError, Session, Target};
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/acquire.lua")));
+/// A script that reads or removes a lock, behind `lock/guard.lua`, which
+/// stops it before it touches a key of the wrong type.
+macro_rules! guarded {
+    ($file:literal) => {
+        LazyLock::new(|| Script::new(concat!(include_str!("lock/guard.lua"), include_str!($file))))
+    };
+}
+
+static ACQUIRE: LazyLock<Script> = guarded!("lock/acquire.lua");
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/renew.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/release.lua")));
-static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lock/force_release.lua")));
-static STATUS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lock/status.lua")));
+static FORCE_RELEASE: LazyLock<Script> = guarded!("lock/force_release.lua");
+static STATUS: LazyLock<Script> = guarded!("lock/status.lua");
 
 /// The longest command line recorded as the holder.
 const MAX_COMMAND_CHARS: usize = 200;
@@ -148,6 +155,62 @@ impl Holder {
     }
 }
 
+/// One of a lock's keys holds another type than lockrun keeps there (a list
+/// where the lease should be, say): someone else's data, which lockrun
+/// neither takes for a lock nor touches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Foreign {
+    /// The Redis key.
+    pub(crate) key: String,
+    /// The Redis type it holds: "list", "set", "zset", "hash", "stream"...
+    pub(crate) holds: String,
+    /// What lockrun keeps under that key.
+    pub(crate) part: Part,
+}
+
+/// The keys of a lock, by what lockrun keeps in them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    Lease,
+    Holder,
+    Fence,
+}
+
+/// The reply of a script behind `lock/guard.lua`: its own reply `T`, or the
+/// key that stopped it.
+struct Guarded<T>(Result<T, (String, String)>);
+
+impl<T: FromRedisValue> FromRedisValue for Guarded<T> {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        if let Value::Array(items) = &value {
+            if let [Value::BulkString(tag), key, holds] = items.as_slice() {
+                if tag.as_slice() == b"wrongtype" {
+                    let key = String::from_redis_value_ref(key)?;
+                    let holds = String::from_redis_value_ref(holds)?;
+                    return Ok(Guarded(Err((key, holds))));
+                }
+            }
+        }
+        T::from_redis_value(value).map(|reply| Guarded(Ok(reply)))
+    }
+}
+
+impl Keys {
+    /// The guard's reply as the key it names, with what lockrun keeps there.
+    fn foreign<T>(&self, reply: Guarded<T>) -> Result<T, Foreign> {
+        reply.0.map_err(|(key, holds)| {
+            let part = if key == self.holder {
+                Part::Holder
+            } else if key == self.fence {
+                Part::Fence
+            } else {
+                Part::Lease
+            };
+            Foreign { key, holds, part }
+        })
+    }
+}
+
 /// A granted lease.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Grant {
@@ -166,6 +229,8 @@ pub(crate) enum Attempt {
         left: Option<Duration>,
         holder: Option<Holder>,
     },
+    /// Nothing was taken or changed: a key is not lockrun's.
+    Foreign(Foreign),
 }
 
 /// What a release did.
@@ -188,10 +253,10 @@ pub(crate) struct Lock {
     sent_acquire: bool,
 }
 
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     // Redis expiries are whole milliseconds; round up so a sub-millisecond
     // remainder is not turned into "no expiry".
-    u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 impl Lock {
@@ -249,7 +314,11 @@ impl Lock {
             .arg(&me.command);
         let sent = BootInstant::now();
         self.sent_acquire = true;
-        let (won, number, fields): (i64, i64, Vec<String>) = self.session.invoke(&call).await?;
+        let reply = self.session.invoke(&call).await?;
+        let (won, number, fields): (i64, i64, Vec<String>) = match self.keys.foreign(reply) {
+            Ok(reply) => reply,
+            Err(foreign) => return Ok(Attempt::Foreign(foreign)),
+        };
         if won == 1 {
             let fence = u64::try_from(number)
                 .map_err(|_| self.protocol("acquire", &format!("fencing token {number}")))?;
@@ -265,10 +334,11 @@ impl Lock {
     /// taken after all (a call that timed out, a signal in mid-call). When no
     /// acquire request ever went out, Redis is not asked: with Redis
     /// unreachable, that would only add one more timeout to the failure.
-    pub(crate) async fn abandon(&mut self) {
+    pub(crate) async fn abandon(&mut self) -> Result<(), RedisError> {
         if self.sent_acquire {
-            let _ = self.release(None).await;
+            self.release(None).await?;
         }
+        Ok(())
     }
 
     /// Extends the lease to `ttl` from now. `Ok(false)` means the token is
@@ -304,11 +374,9 @@ impl Lock {
     }
 
     fn protocol(&self, what: &str, detail: &str) -> RedisError {
-        self.session.target().error(&redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "unexpected reply",
-            format!("to the {what} script: {detail}"),
-        )))
+        self.session
+            .target()
+            .unexpected_reply(&format!("to the {what} script: {detail}"))
     }
 }
 
@@ -362,35 +430,48 @@ impl Inspector {
         &self.keys
     }
 
-    pub(crate) async fn status(&mut self) -> Result<Status, RedisError> {
+    /// The lock's state; `Ok(Err(_))` when one of its keys is not lockrun's.
+    pub(crate) async fn status(&mut self) -> Result<Result<Status, Foreign>, RedisError> {
         let keys = &self.keys;
         let mut call = STATUS.prepare_invoke();
         call.key(&keys.lock).key(&keys.holder).key(&keys.fence);
+        let reply = self.session.invoke(&call).await?;
         let (pttl, fields, secs, micros, fence): (i64, Vec<String>, u64, u64, String) =
-            self.session.invoke(&call).await?;
+            match self.keys.foreign(reply) {
+                Ok(reply) => reply,
+                Err(foreign) => return Ok(Err(foreign)),
+            };
         let occupancy = match pttl {
             -2 => Occupancy::Free,
             -1 => Occupancy::NoExpiry,
             ms => Occupancy::Leased(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
         };
-        Ok(Status {
+        Ok(Ok(Status {
             holder: (occupancy != Occupancy::Free)
                 .then(|| Holder::from_fields(&fields))
                 .flatten(),
             occupancy,
             now_us: secs.saturating_mul(1_000_000).saturating_add(micros),
             last_fence: fence.parse().ok(),
-        })
+        }))
     }
 
     /// Removes the lock whoever holds it. Returns the removed holder record,
-    /// or `Ok(None)` when there was no lock.
-    pub(crate) async fn force_release(&mut self) -> Result<Option<Holder>, RedisError> {
+    /// `Ok(Ok(None))` when there was no lock, and `Ok(Err(_))`, having
+    /// removed nothing, when one of its keys is not lockrun's.
+    pub(crate) async fn force_release(
+        &mut self,
+    ) -> Result<Result<Option<Holder>, Foreign>, RedisError> {
         let keys = &self.keys;
         let mut call = FORCE_RELEASE.prepare_invoke();
         call.key(&keys.lock).key(&keys.holder).arg(&keys.channel);
-        let (removed, fields): (i64, Vec<String>) = self.session.invoke(&call).await?;
-        Ok((removed == 1).then(|| Holder::from_fields(&fields).unwrap_or_default()))
+        let reply = self.session.invoke(&call).await?;
+        Ok(self
+            .keys
+            .foreign(reply)
+            .map(|(removed, fields): (i64, Vec<String>)| {
+                (removed == 1).then(|| Holder::from_fields(&fields).unwrap_or_default())
+            }))
     }
 }
 
@@ -453,8 +534,27 @@ mod tests {
     }
 
     #[test]
+    fn a_guarded_reply_names_the_key_of_the_wrong_type() {
+        let keys = Keys::new("lockrun:", "job");
+        let bulk = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let stopped = Value::Array(vec![bulk("wrongtype"), bulk(&keys.holder), bulk("list")]);
+        let reply = Guarded::<i64>::from_redis_value(stopped).expect("a guard reply");
+        assert_eq!(
+            keys.foreign(reply),
+            Err(Foreign {
+                key: "lockrun:{job}:holder".into(),
+                holds: "list".into(),
+                part: Part::Holder,
+            })
+        );
+        let done = Guarded::<i64>::from_redis_value(Value::Int(1)).expect("a plain reply");
+        assert_eq!(keys.foreign(done), Ok(1));
+    }
+
+    #[test]
     fn expiries_round_up_to_whole_milliseconds() {
         assert_eq!(millis(Duration::from_micros(1500)), 2);
+        assert_eq!(millis(Duration::from_nanos(1)), 1);
         assert_eq!(millis(Duration::from_secs(30)), 30_000);
     }
 }

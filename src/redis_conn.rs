@@ -92,6 +92,8 @@ impl Target {
         .await
         {
             Ok(Ok(conn)) => Ok(conn),
+            // The crate's own timer races this one; either way, it is ours.
+            Ok(Err(e)) if e.is_timeout() => Err(self.timed_out(timeout)),
             Ok(Err(e)) => Err(self.error(&e)),
             Err(_) => Err(self.timed_out(timeout)),
         }
@@ -113,17 +115,47 @@ impl Target {
         if let Some(password) = self.password() {
             detail = detail.replace(password, "***");
         }
-        let kind = if is_auth_error(err) {
-            ErrorKind::Auth
+        RedisError {
+            kind: self.classify(err),
+            target: self.to_string(),
+            detail,
+            timed_out: None,
+        }
+    }
+
+    /// What an error means for lockrun, by the reply's error code where
+    /// there is one.
+    fn classify(&self, err: &redis::RedisError) -> ErrorKind {
+        use redis::ServerErrorKind as Code;
+        match err.kind() {
+            redis::ErrorKind::Server(Code::BusyLoading) => {
+                return ErrorKind::Transient(Unready::Loading)
+            }
+            redis::ErrorKind::Server(Code::TryAgain) => {
+                return ErrorKind::Transient(Unready::TryAgain)
+            }
+            redis::ErrorKind::Server(Code::MasterDown) => {
+                return ErrorKind::Transient(Unready::MasterDown)
+            }
+            redis::ErrorKind::Server(Code::ReadOnly) => return ErrorKind::ReadOnly,
+            // `Session::invoke` decodes replies itself, so a parse error
+            // here is the wire protocol's: whatever answered is not Redis.
+            redis::ErrorKind::Parse => return ErrorKind::NotRedis,
+            _ => {}
+        }
+        // The crate knows no BUSY code of its own.
+        if err.code() == Some("BUSY") {
+            ErrorKind::Transient(Unready::Busy)
+        } else if is_auth_error(err) {
+            if self.password().is_some() {
+                ErrorKind::Auth
+            } else {
+                ErrorKind::NoPassword
+            }
         } else if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
             ErrorKind::Unreachable
         } else {
             ErrorKind::Server
-        };
-        RedisError {
-            kind,
-            target: self.to_string(),
-            detail,
         }
     }
 
@@ -132,6 +164,17 @@ impl Target {
             kind: ErrorKind::Unreachable,
             target: self.to_string(),
             detail: format!("no answer within {}", show(after)),
+            timed_out: Some(after),
+        }
+    }
+
+    /// A reply that is not what the script returns.
+    pub(crate) fn unexpected_reply(&self, detail: &str) -> RedisError {
+        RedisError {
+            kind: ErrorKind::Server,
+            target: self.to_string(),
+            detail: format!("unexpected reply: {detail}"),
+            timed_out: None,
         }
     }
 }
@@ -159,10 +202,39 @@ fn is_auth_error(err: &redis::RedisError) -> bool {
 pub(crate) enum ErrorKind {
     /// Could not connect, the connection broke, or no answer in time.
     Unreachable,
-    /// The server wants a (different) password.
+    /// The server wants a password and was given none.
+    NoPassword,
+    /// The server refused the password it was given.
     Auth,
+    /// Whatever answered does not speak the Redis protocol.
+    NotRedis,
+    /// Redis answered, but cannot serve yet: asking again later may work.
+    Transient(Unready),
+    /// A replica, which takes no writes. After a failover the address may
+    /// soon lead to the new primary, but nothing retries on that yet.
+    ReadOnly,
     /// The server answered with an error.
     Server,
+}
+
+impl ErrorKind {
+    /// Whether Redis said "not now" rather than "no".
+    pub(crate) fn is_transient(self) -> bool {
+        matches!(self, ErrorKind::Transient(_))
+    }
+}
+
+/// Why a Redis that answers cannot serve yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unready {
+    /// LOADING: reading its data set after a restart.
+    Loading,
+    /// BUSY: a script or function has run past the busy threshold.
+    Busy,
+    /// TRYAGAIN: a cluster slot is being migrated.
+    TryAgain,
+    /// MASTERDOWN: a replica that lost its primary.
+    MasterDown,
 }
 
 /// A failed Redis call, with the address but never the password.
@@ -171,24 +243,74 @@ pub(crate) struct RedisError {
     pub(crate) kind: ErrorKind,
     target: String,
     detail: String,
+    /// For a call that got no answer: how long it waited.
+    timed_out: Option<Duration>,
+}
+
+impl RedisError {
+    /// This failure, followed by `later`, which giving back a lock the
+    /// failed call may have taken ran into. Only a second wait is worth
+    /// saying: it makes the line's "no answer within" add up to the time
+    /// the operator saw pass.
+    pub(crate) fn then_giving_back(mut self, later: &RedisError) -> RedisError {
+        if let Some(waited) = later.timed_out {
+            self.detail = format!(
+                "{}, nor within {} more to giving back a lock that call may have taken",
+                self.detail,
+                show(waited)
+            );
+        }
+        self
+    }
 }
 
 impl fmt::Display for RedisError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let target = &self.target;
         match self.kind {
             ErrorKind::Unreachable => write!(
                 f,
-                "cannot reach Redis at {}: {}; check --redis (or LOCKRUN_REDIS_URL) and that \
-                 the server is up",
-                self.target, self.detail
+                "cannot reach Redis at {target}: {}; check --redis (or LOCKRUN_REDIS_URL) and \
+                 that the server is up",
+                self.detail
+            ),
+            ErrorKind::NoPassword => write!(
+                f,
+                "Redis at {target} requires a password; set it in LOCKRUN_REDIS_PASSWORD or \
+                 the URL"
             ),
             ErrorKind::Auth => write!(
                 f,
-                "Redis at {} refused authentication: {}; set the password in \
+                "Redis at {target} refused authentication: {}; set the password in \
                  LOCKRUN_REDIS_PASSWORD or the URL",
-                self.target, self.detail
+                self.detail
             ),
-            ErrorKind::Server => write!(f, "Redis at {} failed: {}", self.target, self.detail),
+            ErrorKind::NotRedis => write!(
+                f,
+                "the server at {target} does not speak the Redis protocol; check --redis (or \
+                 LOCKRUN_REDIS_URL)"
+            ),
+            ErrorKind::Transient(why) => {
+                let state = match why {
+                    Unready::Loading => "is loading its data set into memory (LOADING)",
+                    Unready::Busy => {
+                        "is busy running a script or function (BUSY) and serves nothing else \
+                         until it ends or is killed"
+                    }
+                    Unready::TryAgain => "asks to try again (TRYAGAIN, a slot is migrating)",
+                    Unready::MasterDown => {
+                        "is a replica that lost its primary (MASTERDOWN) and serves nothing \
+                         until it is back"
+                    }
+                };
+                write!(f, "Redis at {target} {state}; it cannot serve the lock yet")
+            }
+            ErrorKind::ReadOnly => write!(
+                f,
+                "Redis at {target} is a read-only replica (READONLY); point --redis at the \
+                 primary"
+            ),
+            ErrorKind::Server => write!(f, "Redis at {target} failed: {}", self.detail),
         }
     }
 }
@@ -237,14 +359,18 @@ impl Session {
             return Err(self.target.timed_out(self.timeout));
         };
         let left = self.timeout.saturating_sub(started.elapsed());
-        let result = tokio::time::timeout(left, call.invoke_async(conn)).await;
+        // Decoded here rather than by the crate, so that a reply of the
+        // wrong shape is told apart from a server that is not Redis.
+        let result = tokio::time::timeout(left, call.invoke_async::<redis::Value>(conn)).await;
         match result {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) => {
+            Ok(Ok(value)) => T::from_redis_value(value)
+                .map_err(|err| self.target.unexpected_reply(&err.to_string())),
+            // The crate's response timer races ours; either way, it is ours.
+            Ok(Err(err)) if !err.is_timeout() => {
                 self.conn = None;
                 Err(self.target.error(&err))
             }
-            Err(_) => {
+            Ok(Err(_)) | Err(_) => {
                 self.conn = None;
                 Err(self.target.timed_out(self.timeout))
             }
@@ -278,6 +404,62 @@ mod tests {
             "at 1\nUnexpected `84`\n".to_string(),
         )));
         assert_eq!(err.to_string().lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn replies_are_classified_by_their_code() {
+        use redis::ServerErrorKind as Code;
+        let target = Target::parse("redis://h:1", None).expect("valid");
+        let kind = |err: redis::RedisError| target.error(&err).kind;
+        let server = |code| redis::RedisError::from((redis::ErrorKind::Server(code), "x"));
+        assert_eq!(
+            kind(server(Code::BusyLoading)),
+            ErrorKind::Transient(Unready::Loading)
+        );
+        assert_eq!(
+            kind(server(Code::TryAgain)),
+            ErrorKind::Transient(Unready::TryAgain)
+        );
+        assert_eq!(
+            kind(server(Code::MasterDown)),
+            ErrorKind::Transient(Unready::MasterDown)
+        );
+        assert_eq!(kind(server(Code::ReadOnly)), ErrorKind::ReadOnly);
+        assert_eq!(kind(server(Code::ResponseError)), ErrorKind::Server);
+        let busy = redis::make_extension_error("BUSY".into(), Some("running a script".into()));
+        assert_eq!(kind(busy), ErrorKind::Transient(Unready::Busy));
+        let garbage = redis::RedisError::from((redis::ErrorKind::Parse, "Parse error"));
+        assert_eq!(kind(garbage), ErrorKind::NotRedis);
+        let noauth = || redis::make_extension_error("NOAUTH".into(), None);
+        assert_eq!(kind(noauth()), ErrorKind::NoPassword);
+        let with_password = Target::parse("redis://:pw@h:1", None).expect("valid");
+        assert_eq!(with_password.error(&noauth()).kind, ErrorKind::Auth);
+    }
+
+    #[test]
+    fn an_unanswered_give_back_adds_its_wait() {
+        let target = Target::parse("redis://h:1", None).expect("valid");
+        let second = Duration::from_secs(1);
+        let line = target
+            .timed_out(2 * second)
+            .then_giving_back(&target.timed_out(second))
+            .to_string();
+        assert!(
+            line.contains(
+                "no answer within 2s, nor within 1s more to giving back a lock that call may \
+                 have taken;"
+            ),
+            "{line}"
+        );
+        let refused = target.error(&redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "Connection refused",
+        )));
+        let line = target
+            .timed_out(second)
+            .then_giving_back(&refused)
+            .to_string();
+        assert!(line.contains("no answer within 1s;"), "{line}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use nix::sys::signal::Signal;
 use crate::child::Child;
 use crate::clock::{show, BootInstant};
 use crate::config::RunConfig;
-use crate::error::{Busy, Error};
+use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code;
 use crate::lease::Lease;
 use crate::lock::{Attempt, Grant, Keys, Lock, Me, Released, Token};
@@ -69,8 +69,8 @@ pub(crate) async fn run(
     }
     .supervise()
     .await;
-    held.finish(&config, ended.stop, report).await;
-    exit_status(ended, &held.lock)
+    let unreleased = held.finish(&config, ended.stop, report).await;
+    exit_status(ended, &held.lock, unreleased, report)
 }
 
 /// Connects, then takes the lock, waiting for it if asked to. A signal ends
@@ -96,6 +96,7 @@ async fn acquire(
     };
     match outcome {
         Ok(Attempt::Acquired(grant)) => Ok(grant),
+        Ok(Attempt::Foreign(foreign)) => Err(Error::Foreign(foreign)),
         Ok(Attempt::Busy { left, holder }) => Err(Error::Busy(Box::new(Busy {
             lock: lock.keys().name.clone(),
             left,
@@ -107,8 +108,11 @@ async fn acquire(
         Err(err) => {
             // A call that timed out, or the signal, may have come after the
             // lock was taken after all: give it back.
-            lock.abandon().await;
-            Err(err)
+            let gave_back = lock.abandon().await;
+            Err(match (err, gave_back) {
+                (Error::Redis(err), Err(later)) => Error::Redis(err.then_giving_back(&later)),
+                (err, _) => err,
+            })
         }
     }
 }
@@ -142,8 +146,14 @@ struct Held {
 
 impl Held {
     /// Stops whatever the command left running, then gives the lock back,
-    /// or keeps it until `--min-hold` is over.
-    async fn finish(&mut self, config: &RunConfig, stop: Option<Stop>, report: Report) {
+    /// or keeps it until `--min-hold` is over. A lock that could not be
+    /// given back is returned, to be said after why the run ended.
+    async fn finish(
+        &mut self,
+        config: &RunConfig,
+        stop: Option<Stop>,
+        report: Report,
+    ) -> Option<Box<Unreleased>> {
         let timing = config.timing;
         // Whatever the command left running must not outlive the lock.
         if matches!(stop, Some(Stop::Lost(_))) {
@@ -170,28 +180,45 @@ impl Held {
                  was removed); another run may have overlapped the end of this one"
             )),
             Ok(Released::NotOurs) => {}
-            Err(err) => report.error(format_args!(
-                "could not release {name}, it will expire within {}: {err}",
-                show(timing.ttl)
-            )),
+            Err(cause) => {
+                return Some(Box::new(Unreleased {
+                    lock: name,
+                    within: timing.ttl,
+                    cause,
+                }))
+            }
         }
+        None
     }
 }
 
-/// lockrun's exit status: the command's, unless lockrun stopped it.
-fn exit_status(ended: Ended, lock: &Lock) -> Result<u8, Error> {
+/// lockrun's exit status: the command's, unless lockrun stopped it. A lock
+/// left unreleased is said after the reason lockrun stopped the command,
+/// within the same line, or alone when the command ended by itself.
+fn exit_status(
+    ended: Ended,
+    lock: &Lock,
+    unreleased: Option<Box<Unreleased>>,
+    report: Report,
+) -> Result<u8, Error> {
     match ended.stop {
-        None => ended
-            .status
-            .map(exit_code::from_child)
-            .map_err(|source| Error::Internal {
-                doing: "wait for the command",
-                source,
-            }),
-        Some(Stop::TimedOut) => Err(Error::TimedOut),
+        None => {
+            if let Some(unreleased) = unreleased {
+                report.error(unreleased);
+            }
+            ended
+                .status
+                .map(exit_code::from_child)
+                .map_err(|source| Error::Internal {
+                    doing: "wait for the command",
+                    source,
+                })
+        }
+        Some(Stop::TimedOut) => Err(Error::TimedOut { unreleased }),
         Some(Stop::Lost(loss)) => Err(Error::LeaseLost {
             lock: lock.keys().name.clone(),
             loss,
+            unreleased,
         }),
     }
 }

@@ -6,7 +6,9 @@
 //! remaining lease: a holder that died publishes nothing, and its lease
 //! running out must be noticed at once. Once Redis has answered, losing it
 //! while waiting is not the end of the wait: nothing is held yet, so lockrun
-//! keeps trying until the wait runs out.
+//! keeps trying until the wait runs out. The same goes for a Redis that
+//! answers "not yet" (loading its data set, busy with a script), from the
+//! first attempt on.
 
 use std::ops::ControlFlow;
 use std::time::Duration;
@@ -52,13 +54,26 @@ pub(crate) async fn acquire(
 ) -> Result<Attempt, RedisError> {
     let give_up = match wait {
         None => Some(Instant::now()),
-        Some(wait) => wait.limit().map(|limit| Instant::now() + limit),
+        // `config` bounds the wait; a moment past the clock's range would
+        // never come, so it is the same as forever.
+        Some(wait) => wait
+            .limit()
+            .and_then(|limit| Instant::now().checked_add(limit)),
     };
-    let first = lock.try_acquire(ttl, me).await?;
-    if matches!(first, Attempt::Acquired(_)) || give_up.is_some_and(|t| t <= Instant::now()) {
-        return Ok(first);
+    let waited_out = || give_up.is_some_and(|t| t <= Instant::now());
+    let mut failing = false;
+    match lock.try_acquire(ttl, me).await {
+        Ok(first @ (Attempt::Acquired(_) | Attempt::Foreign(_))) => return Ok(first),
+        Ok(busy) if waited_out() => return Ok(busy),
+        Ok(_) => report.verbose(format_args!("{} is busy; waiting", lock.keys().lock)),
+        // Loading, or busy with a script: Redis answered "not yet", which a
+        // waiter waits through like a held lock.
+        Err(err) if err.kind.is_transient() && !waited_out() => {
+            report.error(format_args!("{err}; still waiting"));
+            failing = true;
+        }
+        Err(err) => return Err(err),
     }
-    report.verbose(format_args!("{} is busy; waiting", lock.keys().lock));
     // Subscribe before the next attempt, so a release between that attempt
     // and the wait cannot be missed.
     let releases = match lock.subscribe_releases().await {
@@ -76,7 +91,7 @@ pub(crate) async fn acquire(
         me,
         give_up,
         releases,
-        failing: false,
+        failing,
         report,
     };
     waiter.until_acquired_or_out().await
@@ -117,7 +132,8 @@ impl Waiter<'_> {
         waited_out: bool,
     ) -> Result<ControlFlow<Attempt, Option<Duration>>, RedisError> {
         match attempt {
-            Ok(acquired @ Attempt::Acquired(_)) => Ok(ControlFlow::Break(acquired)),
+            // A key that is not lockrun's will not go away by waiting.
+            Ok(done @ (Attempt::Acquired(_) | Attempt::Foreign(_))) => Ok(ControlFlow::Break(done)),
             Ok(busy @ Attempt::Busy { .. }) if waited_out => Ok(ControlFlow::Break(busy)),
             Ok(Attempt::Busy { left, .. }) => {
                 if std::mem::take(&mut self.failing) {
@@ -126,9 +142,13 @@ impl Waiter<'_> {
                 Ok(ControlFlow::Continue(left))
             }
             // Redis has answered before, and nothing is held while waiting:
-            // a restart or a network blip is worth waiting through, as long
-            // as the wait lasts. A wrong password or URL failed long before.
-            Err(err) if err.kind == ErrorKind::Unreachable && !waited_out => {
+            // a restart, a network blip, a data set loading or a long script
+            // is worth waiting through, as long as the wait lasts. A wrong
+            // password or URL failed long before.
+            Err(err)
+                if (err.kind == ErrorKind::Unreachable || err.kind.is_transient())
+                    && !waited_out =>
+            {
                 if !std::mem::replace(&mut self.failing, true) {
                     self.report.error(format_args!("{err}; still waiting"));
                 }

@@ -1,10 +1,15 @@
 -- Take the lock if it is free, and hand out the next fencing token.
 -- KEYS[1] lock  KEYS[2] fence counter  KEYS[3] holder record
 -- ARGV[1] token  ARGV[2] ttl in ms  ARGV[3] host  ARGV[4] pid  ARGV[5] command
--- Returns {1, fence, {}} when acquired, {0, pttl, {holder fields...}} when busy.
+-- Returns {1, fence, {}} when acquired, {0, pttl, {holder fields...}} when busy,
+-- and wrong_type's reply (guard.lua) when a key is not lockrun's, unchanged.
 if redis.replicate_commands then
   -- Redis < 7 must be told before TIME is followed by writes; 7+ ignores it.
   redis.replicate_commands()
+end
+local wrong = wrong_type({{KEYS[1], 'string'}, {KEYS[2], 'string'}, {KEYS[3], 'hash'}})
+if wrong then
+  return wrong
 end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1]), redis.call('HGETALL', KEYS[3])}

@@ -698,3 +698,18 @@ pub fn no_overlap_fences(dir: &Path) -> Vec<u64> {
         })
         .collect()
 }
+
+impl RedisServer {
+    /// Kills the server and starts it again with the same arguments, from
+    /// the snapshot that `SAVE` left in its directory (unlike
+    /// `restart_empty`, which has none to read). Returns as soon as it
+    /// accepts connections, which it does while still loading the snapshot.
+    pub fn restart_from_snapshot(&mut self) {
+        assert!(
+            self.dir.path().join("dump.rdb").exists(),
+            "no snapshot to restart from: SAVE first"
+        );
+        self.kill();
+        self.launch();
+    }
+}

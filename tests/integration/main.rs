@@ -15,6 +15,7 @@ mod examples;
 mod faults;
 mod fencing_pg;
 mod generated;
+mod hardening;
 mod operator;
 mod repeated_flags;
 mod signals;
