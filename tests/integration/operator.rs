@@ -98,7 +98,11 @@ fn status_reports_holder_and_free_lock() {
             "pid"
         ]
     );
-    assert_eq!(holder_json["finished_at_ms"], serde_json::Value::Null, "still running");
+    assert_eq!(
+        holder_json["finished_at_ms"],
+        serde_json::Value::Null,
+        "still running"
+    );
     assert_eq!(json["held"], true);
     assert_eq!(json["key"], "job");
     assert_eq!(holder_json["pid"].to_string(), pid);
