@@ -14,6 +14,7 @@ mod faults;
 mod fencing_pg;
 mod generated;
 mod operator;
+mod process;
 mod signals;
 mod supervision;
 mod wakeup;
