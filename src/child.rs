@@ -162,7 +162,7 @@ impl Child {
     /// quit".
     pub(crate) fn signal_all(&self, signal: Signal) {
         self.signal_group(signal);
-        for process in descendants::live().into_iter().flatten() {
+        for process in descendants::live(self.group).into_iter().flatten() {
             if process.group != self.group {
                 let _ = signal::kill(process.pid, signal);
             }
@@ -174,7 +174,7 @@ impl Child {
     /// nor stays behind.
     fn anything_left(&self) -> bool {
         self.reap_orphans();
-        let left = match descendants::live() {
+        let left = match descendants::live(self.group) {
             Some(live) => !live.is_empty(),
             None => signal::killpg(self.group, None) != Err(Errno::ESRCH),
         };

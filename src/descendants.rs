@@ -28,7 +28,7 @@
 //! deeper descendant would have to exit, be reaped by its parent and have its
 //! pid handed out again, all within microseconds.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io;
 
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag};
@@ -63,9 +63,11 @@ pub(crate) struct Descendant {
     pub(crate) group: Pid,
 }
 
-/// Every live (not zombie) process below lockrun, or None when `/proc`
-/// cannot tell.
-pub(crate) fn live() -> Option<Vec<Descendant>> {
+/// Every live (not zombie) process below lockrun or in the command's
+/// `group`, or None when `/proc` cannot tell. The group is searched whatever
+/// the ancestry, so that its members are never missed, even were they
+/// reparented elsewhere.
+pub(crate) fn live(group: Pid) -> Option<Vec<Descendant>> {
     // lockrun's pid as this /proc sees it, which may be another pid
     // namespace's.
     let me: i32 = std::fs::read_link("/proc/self")
@@ -83,7 +85,7 @@ pub(crate) fn live() -> Option<Vec<Descendant>> {
             processes.extend(Stat::parse(pid, &stat));
         }
     }
-    Some(live_below(me, &processes))
+    Some(live_below(me, group.as_raw(), &processes))
 }
 
 /// What lockrun needs from `/proc/PID/stat`.
@@ -112,31 +114,30 @@ impl Stat {
     }
 }
 
-/// The live processes in the tree below `root`. An exited process's children
-/// were reparented when it exited, so the walk can go through it.
-fn live_below(root: i32, processes: &[Stat]) -> Vec<Descendant> {
+/// The live processes in the tree below `root`, and those in `group`.
+fn live_below(root: i32, group: i32, processes: &[Stat]) -> Vec<Descendant> {
     let mut children: HashMap<i32, Vec<&Stat>> = HashMap::new();
     for process in processes {
         children.entry(process.parent).or_default().push(process);
     }
-    let mut found = Vec::new();
+    let mut below = HashSet::new();
     let mut parents = vec![root];
     while let Some(parent) = parents.pop() {
         for child in children.get(&parent).into_iter().flatten() {
-            // A pid is its own ancestor only in a corrupt read; never loop.
-            if child.pid == root {
-                continue;
-            }
-            parents.push(child.pid);
-            if !child.exited {
-                found.push(Descendant {
-                    pid: Pid::from_raw(child.pid),
-                    group: Pid::from_raw(child.group),
-                });
+            // A read torn by pid reuse could make a cycle; never loop.
+            if child.pid != root && below.insert(child.pid) {
+                parents.push(child.pid);
             }
         }
     }
-    found
+    processes
+        .iter()
+        .filter(|p| !p.exited && p.pid != root && (below.contains(&p.pid) || p.group == group))
+        .map(|p| Descendant {
+            pid: Pid::from_raw(p.pid),
+            group: Pid::from_raw(p.group),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -184,13 +185,15 @@ mod tests {
             stat(200, 100, 200, false), // a daemon in a session of its own
             stat(201, 200, 200, false),
             stat(300, 1, 300, false), // someone else's
+            stat(301, 1, 101, false), // in the command's group, adopted by PID 1
+            stat(302, 1, 101, true),
         ];
-        let mut pids: Vec<i32> = live_below(100, &processes)
+        let mut pids: Vec<i32> = live_below(100, 101, &processes)
             .iter()
             .map(|d| d.pid.as_raw())
             .collect();
         pids.sort_unstable();
-        assert_eq!(pids, [101, 103, 200, 201]);
+        assert_eq!(pids, [101, 103, 200, 201, 301]);
     }
 
     #[test]
