@@ -203,26 +203,35 @@ impl Child {
             return true;
         }
         self.signal_all(Signal::SIGTERM);
-        while self.anything_left() && !kill_at.has_passed() {
-            tokio::time::sleep(GROUP_POLL).await;
-        }
+        self.wait_gone(kill_at, None).await;
         self.kill_all().await
     }
 
     /// SIGKILLs everything the command started, and waits a little for the
     /// kernel to take it down. Returns false if something is still there.
     pub(crate) async fn kill_all(&self) -> bool {
-        let give_up = BootInstant::now() + KILL_SETTLE;
+        // Sent again every round: a process may have forked since the last.
+        self.wait_gone(BootInstant::now() + KILL_SETTLE, Some(Signal::SIGKILL))
+            .await
+    }
+
+    /// Polls until nothing the command started is left (true) or `until`
+    /// passed (false), sending `resend` to what is left every round.
+    async fn wait_gone(&self, until: BootInstant, resend: Option<Signal>) -> bool {
         loop {
+            let looked = std::time::Instant::now();
             if !self.anything_left() {
                 return true;
             }
-            if give_up.has_passed() {
+            if until.has_passed() {
                 return false;
             }
-            // Again every round: a process may have forked since the last.
-            self.signal_all(Signal::SIGKILL);
-            tokio::time::sleep(GROUP_POLL).await;
+            if let Some(signal) = resend {
+                self.signal_all(signal);
+            }
+            // A look through /proc takes longer the more processes the
+            // machine runs: never spend more than half the time looking.
+            tokio::time::sleep(GROUP_POLL.max(looked.elapsed())).await;
         }
     }
 

@@ -22,6 +22,8 @@ use std::io::Write;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
+
 use crate::error::{Error, Loudness};
 
 /// Lines waiting for the writer thread: far more than lockrun says in a
@@ -132,7 +134,15 @@ impl Queue {
         }));
         std::thread::Builder::new()
             .name("stderr".into())
-            .spawn(move || queue.write_all(out))
+            .spawn(move || {
+                // While the command has the terminal, lockrun is in the
+                // background; with `stty tostop`, its write would stop all of
+                // lockrun (SIGTTOU), deadline included. With SIGTTOU blocked
+                // in the writing thread, the kernel lets the write through.
+                let ttou = SigSet::from(Signal::SIGTTOU);
+                let _ = signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), None);
+                queue.write_all(out);
+            })
             .ok()?;
         Some(queue)
     }

@@ -60,11 +60,13 @@ pub(crate) fn password(
 /// file holds.
 fn read_password_file(path: &Path) -> Result<String, String> {
     let file = File::open(path).map_err(|err| format!("cannot open it: {err}"))?;
-    let mode = file
+    let metadata = file
         .metadata()
-        .map_err(|err| format!("cannot read its permissions: {err}"))?
-        .permissions()
-        .mode();
+        .map_err(|err| format!("cannot read its permissions: {err}"))?;
+    if metadata.is_dir() {
+        return Err("it is a directory".into());
+    }
+    let mode = metadata.permissions().mode();
     if mode & 0o006 != 0 {
         return Err(format!(
             "every user on this machine can {} it (mode {:04o}); make it private, e.g. \
@@ -206,6 +208,9 @@ mod tests {
             assert!(read(bad, 0o600).is_err(), "{bad:?}");
         }
         assert!(read(&"x".repeat(5000), 0o600).is_err());
+        let dir = tempfile::tempdir().expect("temp dir");
+        let err = read_password_file(dir.path()).expect_err("a directory");
+        assert_eq!(err, "it is a directory");
     }
 
     #[test]

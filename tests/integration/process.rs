@@ -103,6 +103,61 @@ fn a_stderr_nobody_reads_does_not_hold_up_the_deadline() {
     );
 }
 
+/// `program` on PATH, if it is there.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+#[test]
+fn a_background_lockrun_is_not_stopped_by_its_own_messages() {
+    if !on_path("script") || !on_path("bash") {
+        println!("note: script(1) or bash is missing; the tostop terminal was not tried");
+        return;
+    }
+    let redis = RedisServer::start();
+    // In a terminal, the command's group takes the foreground and lockrun
+    // goes to the background; with `stty tostop`, a background write to the
+    // terminal would stop lockrun (SIGTTOU), and with it the renewals and the
+    // deadline. bash -i gives the job control an operator's shell has.
+    let line = format!(
+        "stty tostop; {} --redis {} -v -k job --ttl 1s -- sleep 1; echo rc=$?; exit",
+        env!("CARGO_BIN_EXE_lockrun"),
+        redis.url()
+    );
+    let mut script = Command::new("script");
+    script
+        .args([
+            "-qec",
+            &format!("bash --norc --noprofile -ic '{line}'"),
+            "/dev/null",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("LOCKRUN_") {
+            script.env_remove(name);
+        }
+    }
+    let mut run = Running::spawn(&mut script);
+    assert!(
+        run.wait_for(PATIENCE).is_some(),
+        "lockrun never finished in the terminal"
+    );
+    let mut terminal = String::new();
+    run.child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut terminal)
+        .expect("read the terminal");
+    assert!(!terminal.contains("Stopped"), "{terminal}");
+    assert!(terminal.contains("lockrun: renewed"), "{terminal}");
+    assert!(terminal.contains("rc=0"), "{terminal}");
+    assert!(!redis.is_locked("job"));
+}
+
 // --- the Redis password ---
 
 /// Runs `env` under lockrun as `command` sets it up; returns what `env`
