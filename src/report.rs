@@ -258,13 +258,14 @@ mod tests {
 
     struct Stuck {
         queue: &'static Queue,
-        waiting: mpsc::Receiver<()>,
         open: Arc<(Mutex<bool>, Condvar)>,
         written: Arc<Mutex<Vec<u8>>>,
     }
 
     impl Stuck {
-        fn new(capacity: usize) -> Self {
+        /// A queue of `capacity` whose writer took `first` off it and is
+        /// stuck writing it.
+        fn new(capacity: usize, first: &str) -> Self {
             let (waiting, waits) = mpsc::channel();
             let open = Arc::new((Mutex::new(false), Condvar::new()));
             let written = Arc::new(Mutex::new(Vec::new()));
@@ -274,9 +275,12 @@ mod tests {
                 written: Arc::clone(&written),
             };
             let queue = Queue::start(capacity, gate).expect("writer thread");
+            queue.push(first.into());
+            waits
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the writer tries to write");
             Stuck {
                 queue,
-                waiting: waits,
                 open,
                 written,
             }
@@ -294,13 +298,7 @@ mod tests {
 
     #[test]
     fn a_stuck_stderr_drops_and_counts_and_keeps_the_order() {
-        let stuck = Stuck::new(3);
-        stuck.queue.push("one\n".into());
-        // The writer took "one" and is stuck writing it: the queue is empty.
-        stuck
-            .waiting
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the writer tries to write");
+        let stuck = Stuck::new(3, "one\n");
         for line in ["two", "three", "four", "five", "six"] {
             stuck.queue.push(format!("{line}\n"));
         }
@@ -324,12 +322,7 @@ mod tests {
 
     #[test]
     fn flush_says_what_was_dropped_at_the_end() {
-        let stuck = Stuck::new(1);
-        stuck.queue.push("one\n".into());
-        stuck
-            .waiting
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the writer tries to write");
+        let stuck = Stuck::new(1, "one\n");
         stuck.queue.push("two\n".into());
         stuck.queue.push("three\n".into());
         stuck.open();
