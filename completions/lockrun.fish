@@ -2,7 +2,7 @@
 # Regenerate with: LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n k/key= redis= prefix= ttl= renew-every= redis-timeout= kill-grace= w/wait= busy-exit-code= min-hold= timeout= q/quiet v/verbose h/help V/version
+    string join \n k/key= redis= redis-password-file= prefix= ttl= renew-every= redis-timeout= kill-grace= w/wait= busy-exit-code= min-hold= timeout= q/quiet v/verbose h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -30,6 +30,7 @@ end
 
 complete -c lockrun -n "__fish_lockrun_needs_command" -s k -l key -d 'Lock name; runs that share it never overlap' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'Lease length written to Redis' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l renew-every -d 'Heartbeat period [default: ttl/3]' -r -f
@@ -47,11 +48,13 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -a "status" -d 'Show who h
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "release" -d 'Remove a lock whoever holds it (needs --force)'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s k -l key -d 'Lock name' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l json -d 'Print one JSON object on stdout instead of text'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s k -l key -d 'Lock name' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Really remove a lock that another run may hold'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'

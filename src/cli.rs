@@ -5,6 +5,7 @@
 //! into validated settings.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueHint};
@@ -199,7 +200,8 @@ pub(crate) struct RedisArgs {
     ///
     /// redis://[USER[:PASSWORD]@]HOST[:PORT][/DB], rediss://... (TLS,
     /// certificate verified), unix:///PATH or redis+unix:///PATH. Give the
-    /// password in LOCKRUN_REDIS_PASSWORD instead, so that it stays out of ps.
+    /// password in LOCKRUN_REDIS_PASSWORD or --redis-password-file instead, so
+    /// that it stays out of ps and out of the command's environment.
     #[arg(
         long = "redis",
         value_name = "URL",
@@ -209,6 +211,21 @@ pub(crate) struct RedisArgs {
         value_hint = ValueHint::Other
     )]
     pub(crate) url: String,
+
+    /// File holding the Redis password, on one line
+    ///
+    /// Instead of LOCKRUN_REDIS_PASSWORD (never both); either replaces a
+    /// password in the URL. Refused if every user may read it. Suits systemd
+    /// credentials: LoadCredential=NAME:PATH and
+    /// LOCKRUN_REDIS_PASSWORD_FILE=%d/NAME. The command inherits
+    /// LOCKRUN_REDIS_PASSWORD_FILE, so a nested lockrun finds the password.
+    #[arg(
+        long = "redis-password-file",
+        value_name = "PATH",
+        env = "LOCKRUN_REDIS_PASSWORD_FILE",
+        value_hint = clap::ValueHint::FilePath
+    )]
+    pub(crate) password_file: Option<PathBuf>,
 
     /// Prefix of every Redis key
     ///

@@ -14,10 +14,8 @@ use crate::lease::Timing;
 use crate::lock::Keys;
 use crate::redis_conn::Target;
 use crate::report::Verbosity;
+use crate::secrets;
 use crate::wait::Wait;
-
-/// Environment variable with the Redis password, so it never shows in `ps`.
-pub const PASSWORD_ENV: &str = "LOCKRUN_REDIS_PASSWORD";
 
 /// The longest default kill grace; shorter ttls scale it down.
 const MAX_DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
@@ -132,6 +130,7 @@ impl LockConfig {
         if name.is_empty() {
             return Err(Error::Usage("--key must not be empty".into()));
         }
+        let password = secrets::password(password, redis.password_file.as_deref())?;
         let target =
             Target::parse(&redis.url, password).map_err(|err| Error::Usage(err.to_string()))?;
         Ok(LockConfig {

@@ -11,9 +11,14 @@
 //! - `supervise`: the running command under its lease: renewals, signals,
 //!   terminal stops, stopping the command when the lease cannot be proven;
 //! - `wait`: getting the lock, waiting for a release if asked;
-//! - `report`: the one-line messages on stderr, as loud as asked;
+//! - `report`: the one-line messages on stderr, as loud as asked, never
+//!   holding up the deadline;
+//! - `secrets`: the Redis password from the environment or a file, kept out
+//!   of the command's environment;
 //! - `error`: every failure, its message and its exit status;
 //! - `child`: the command in its own process group, tied to lockrun's life;
+//! - `descendants`: lockrun as the subreaper of everything the command
+//!   started, in any group or session: finding it, reaping it;
 //! - `signals`: which signals lockrun catches and forwards;
 //! - `lock` (+ `lock/*.lua`): the Redis protocol as atomic scripts; with
 //!   `redis_conn`, the only modules that name a redis type;
@@ -27,6 +32,7 @@ mod child;
 pub mod cli;
 mod clock;
 mod config;
+mod descendants;
 mod error;
 pub mod exit_code;
 mod lease;
@@ -34,13 +40,14 @@ mod lock;
 mod redis_conn;
 mod report;
 mod run;
+mod secrets;
 mod signals;
 mod supervise;
 mod wait;
 
 use std::process::ExitCode;
 
-pub use crate::config::PASSWORD_ENV;
+pub use crate::secrets::PASSWORD_ENV;
 
 use crate::config::Invocation;
 use crate::error::Error;
@@ -96,6 +103,10 @@ async fn execute(invocation: Invocation, report: Report) -> Result<u8, Error> {
                 doing: "read random bytes for the lock token",
                 source,
             })?;
+            descendants::adopt_orphans().map_err(|source| Error::Internal {
+                doing: "become the reaper of the command's orphans",
+                source,
+            })?;
             run::run(config, report, signals, token).await
         }
         Invocation::Status { lock, json } => admin::status(lock, json).await,
@@ -106,8 +117,10 @@ async fn execute(invocation: Invocation, report: Report) -> Result<u8, Error> {
 /// The one place where an outcome becomes an exit status, and an error is
 /// reported.
 fn exit(report: Report, outcome: Result<u8, Error>) -> ExitCode {
-    ExitCode::from(outcome.unwrap_or_else(|err| {
+    let code = outcome.unwrap_or_else(|err| {
         report.failure(&err);
         err.exit_code()
-    }))
+    });
+    report::flush();
+    ExitCode::from(code)
 }

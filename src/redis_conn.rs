@@ -53,8 +53,8 @@ impl fmt::Display for Target {
 }
 
 impl Target {
-    /// Parses `url`; `password` (from LOCKRUN_REDIS_PASSWORD) overrides any
-    /// password in the URL.
+    /// Parses `url`; `password` (from LOCKRUN_REDIS_PASSWORD or the password
+    /// file) overrides any password in the URL.
     pub(crate) fn parse(url: &str, password: Option<String>) -> Result<Self, InvalidUrl> {
         // The redis crate reads a bare "host:port" as a URL with a scheme of
         // "host"; insist on a scheme so a typo cannot go somewhere unexpected.
@@ -276,13 +276,13 @@ impl fmt::Display for RedisError {
             ),
             ErrorKind::NoPassword => write!(
                 f,
-                "Redis at {target} requires a password; set it in LOCKRUN_REDIS_PASSWORD or \
-                 the URL"
+                "Redis at {target} requires a password; give it in LOCKRUN_REDIS_PASSWORD, \
+                 --redis-password-file or the URL"
             ),
             ErrorKind::Auth => write!(
                 f,
-                "Redis at {target} refused authentication: {}; set the password in \
-                 LOCKRUN_REDIS_PASSWORD or the URL",
+                "Redis at {target} refused authentication: {}; give the password in \
+                 LOCKRUN_REDIS_PASSWORD, --redis-password-file or the URL",
                 self.detail
             ),
             ErrorKind::NotRedis => write!(

@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
-
 use crate::child::Child;
 use crate::clock::{show, BootInstant};
 use crate::config::RunConfig;
@@ -14,6 +12,7 @@ use crate::exit_code;
 use crate::lease::Lease;
 use crate::lock::{Attempt, Grant, Keys, Lock, Me, Released, Token};
 use crate::report::Report;
+use crate::secrets;
 use crate::signals::{self, Signals};
 use crate::supervise::{Ended, Stop, Supervisor};
 use crate::wait;
@@ -125,10 +124,9 @@ fn start(config: &RunConfig, fence: u64) -> Result<(Child, tokio::signal::unix::
         doing: "install signal handlers",
         source,
     })?;
-    let env = [
-        ("LOCKRUN_KEY", config.lock.name.clone()),
-        ("LOCKRUN_FENCING_TOKEN", fence.to_string()),
-    ];
+    let mut env = secrets::hidden_from_command();
+    env.push(("LOCKRUN_KEY", Some(config.lock.name.clone().into())));
+    env.push(("LOCKRUN_FENCING_TOKEN", Some(fence.to_string().into())));
     let child = Child::spawn(&config.command, &env).map_err(|cause| Error::Spawn {
         program: config.program(),
         cause,
@@ -156,11 +154,16 @@ impl Held {
     ) -> Option<Box<Unreleased>> {
         let timing = config.timing;
         // Whatever the command left running must not outlive the lock.
-        if matches!(stop, Some(Stop::Lost(_))) {
-            self.child.signal_group(Signal::SIGKILL);
+        let gone = if matches!(stop, Some(Stop::Lost(_))) {
+            self.child.kill_all().await
         } else {
             let kill_at = (BootInstant::now() + timing.kill_grace).min(self.lease.deadline());
-            self.child.stop_stragglers(kill_at).await;
+            self.child.stop_stragglers(kill_at).await
+        };
+        if !gone {
+            report.error(
+                "a process the command started is still there after SIGKILL (stuck in the kernel?)",
+            );
         }
         let keep = match (stop, config.min_hold) {
             (None | Some(Stop::TimedOut), Some(min_hold)) => {

@@ -291,7 +291,7 @@ fn a_server_that_is_not_redis_is_named_as_such() {
 fn a_server_that_wants_a_password_says_so() {
     let redis = RedisServer::start_with(None, &["--requirepass", "s3cret"]);
     let want = format!(
-        "Redis at {} requires a password; set it in LOCKRUN_REDIS_PASSWORD or the URL",
+        "Redis at {} requires a password; give it in LOCKRUN_REDIS_PASSWORD, --redis-password-file or the URL",
         redis.url()
     );
     let run = output(&mut lockrun_at(&redis, &["-k", "job", "--", "true"]));

@@ -17,6 +17,7 @@ mod fencing_pg;
 mod generated;
 mod hardening;
 mod operator;
+mod process;
 mod repeated_flags;
 mod signals;
 mod supervision;
