@@ -11,13 +11,16 @@ use crate::cli::{Action, Cli, RedisArgs, RunArgs};
 use crate::clock::show;
 use crate::error::Error;
 use crate::lease::Timing;
-use crate::lock::Keys;
+use crate::lock::{Keys, ReplicaAcks};
 use crate::redis_conn::Target;
 use crate::report::Verbosity;
 use crate::wait::Wait;
 
 /// Environment variable with the Redis password, so it never shows in `ps`.
 pub const PASSWORD_ENV: &str = "LOCKRUN_REDIS_PASSWORD";
+/// Environment variable with the password of the sentinels themselves
+/// (`redis+sentinel://` URLs); never a flag, for the same reason.
+pub const SENTINEL_PASSWORD_ENV: &str = "LOCKRUN_SENTINEL_PASSWORD";
 
 /// The longest default kill grace; shorter ttls scale it down.
 const MAX_DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
@@ -37,12 +40,22 @@ pub(crate) enum Invocation {
 pub(crate) struct RunConfig {
     pub(crate) lock: LockConfig,
     pub(crate) timing: Timing,
+    pub(crate) replica_acks: ReplicaAcks,
     pub(crate) wait: Option<Wait>,
     pub(crate) busy_exit_code: u8,
     pub(crate) min_hold: Option<Duration>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) verbosity: Verbosity,
     pub(crate) command: Vec<OsString>,
+}
+
+/// The passwords lockrun takes from its environment.
+#[derive(Debug, Default)]
+pub(crate) struct Passwords {
+    /// LOCKRUN_REDIS_PASSWORD: the servers holding the lock.
+    pub(crate) redis: Option<String>,
+    /// LOCKRUN_SENTINEL_PASSWORD: the sentinels.
+    pub(crate) sentinel: Option<String>,
 }
 
 /// Which lock, and where it lives.
@@ -55,17 +68,17 @@ pub(crate) struct LockConfig {
 }
 
 impl Invocation {
-    /// Validates the parsed command line; `password` comes from
-    /// LOCKRUN_REDIS_PASSWORD.
-    pub(crate) fn from_cli(cli: Cli, password: Option<String>) -> Result<Self, Error> {
+    /// Validates the parsed command line; `passwords` come from the
+    /// environment.
+    pub(crate) fn from_cli(cli: Cli, passwords: Passwords) -> Result<Self, Error> {
         Ok(match cli.action {
-            None => Invocation::Run(RunConfig::from_args(cli.run, password)?),
+            None => Invocation::Run(RunConfig::from_args(cli.run, passwords)?),
             Some(Action::Status(args)) => Invocation::Status {
-                lock: LockConfig::new(args.key, &args.redis, password)?,
+                lock: LockConfig::new(args.key, &args.redis, passwords)?,
                 json: args.json,
             },
             Some(Action::Release(args)) => Invocation::Release {
-                lock: LockConfig::new(args.key, &args.redis, password)?,
+                lock: LockConfig::new(args.key, &args.redis, passwords)?,
                 force: args.force,
             },
         })
@@ -80,8 +93,15 @@ impl Invocation {
 }
 
 impl RunConfig {
-    fn from_args(args: RunArgs, password: Option<String>) -> Result<Self, Error> {
-        let lock = LockConfig::new(args.key.unwrap_or_default(), &args.redis, password)?;
+    fn from_args(args: RunArgs, passwords: Passwords) -> Result<Self, Error> {
+        let lock = LockConfig::new(args.key.unwrap_or_default(), &args.redis, passwords)?;
+        // Sentinel and Cluster exist to survive a failover; without
+        // acknowledgement a failover can lose the lease.
+        let replica_acks = args.replica_acks.unwrap_or(if lock.target.is_replicated() {
+            ReplicaAcks::All
+        } else {
+            ReplicaAcks::Count(0)
+        });
         let timing = timing(
             args.ttl,
             args.renew_every,
@@ -96,6 +116,7 @@ impl RunConfig {
         Ok(RunConfig {
             lock,
             timing,
+            replica_acks,
             wait: args.wait,
             busy_exit_code: args.busy_exit_code,
             min_hold: positive("--min-hold", args.min_hold)?,
@@ -115,12 +136,13 @@ impl RunConfig {
 }
 
 impl LockConfig {
-    fn new(name: String, redis: &RedisArgs, password: Option<String>) -> Result<Self, Error> {
+    fn new(name: String, redis: &RedisArgs, passwords: Passwords) -> Result<Self, Error> {
         if name.is_empty() {
             return Err(Error::Usage("--key must not be empty".into()));
         }
-        let target =
-            Target::parse(&redis.url, password).map_err(|err| Error::Usage(err.to_string()))?;
+        let target = Target::parse(&redis.url, passwords.redis)
+            .map_err(|err| Error::Usage(err.to_string()))?
+            .with_sentinel_password(passwords.sentinel);
         Ok(LockConfig {
             keys: Keys::new(&redis.prefix, &name),
             name,

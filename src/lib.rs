@@ -40,9 +40,9 @@ mod wait;
 
 use std::process::ExitCode;
 
-pub use crate::config::PASSWORD_ENV;
+pub use crate::config::{PASSWORD_ENV, SENTINEL_PASSWORD_ENV};
 
-use crate::config::Invocation;
+use crate::config::{Invocation, Passwords};
 use crate::error::Error;
 use crate::lock::Token;
 use crate::report::Report;
@@ -58,7 +58,11 @@ pub fn main() -> ExitCode {
         Ok(None) => return ExitCode::SUCCESS,
         Err(err) => return exit(Report::default(), Err(err)),
     };
-    let invocation = match Invocation::from_cli(cli, std::env::var(PASSWORD_ENV).ok()) {
+    let passwords = Passwords {
+        redis: std::env::var(PASSWORD_ENV).ok(),
+        sentinel: std::env::var(SENTINEL_PASSWORD_ENV).ok(),
+    };
+    let invocation = match Invocation::from_cli(cli, passwords) {
         Ok(invocation) => invocation,
         Err(err) => return exit(Report::default(), Err(err)),
     };

@@ -1,14 +1,33 @@
-//! Where Redis is and how to talk to it: URL parsing with the password kept
+//! Where Redis is and how to talk to it: URL parsing with passwords kept
 //! out of every message, a connection that is re-established after a failure,
 //! and a time limit on every call.
+//!
+//! Three kinds of target: one server (`redis://`, `rediss://`, `unix://`), the
+//! primary that Redis Sentinel names (`sentinel`), and a Redis Cluster
+//! (`cluster`). Whichever it is, a `Session` runs a script on the server that
+//! owns the lock's keys, and after the script can ask that server to `WAIT`
+//! for its replicas.
+
+mod cluster;
+mod hosts;
+mod sentinel;
 
 use std::fmt;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo,
+    ServerErrorKind,
+};
+use tokio::time::Instant;
 
 use crate::clock::show;
+
+use self::cluster::Seeds;
+use self::hosts::{MultiHost, Scheme};
+use self::sentinel::Sentinels;
 
 /// A `--redis` URL that lockrun cannot use. It never echoes the URL, which
 /// may hold a password.
@@ -19,8 +38,11 @@ impl fmt::Display for InvalidUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(
             "invalid Redis URL in --redis or LOCKRUN_REDIS_URL; expected \
-             redis://[user:password@]host[:port][/db], rediss://... (TLS) or \
-             unix:///path/to/redis.sock",
+             redis://[user:password@]host[:port][/db], rediss://... (TLS), \
+             unix:///path/to/redis.sock, \
+             redis+sentinel://[user:password@]host[:port][,host[:port]...]/service[/db] \
+             or redis+cluster://[user:password@]host[:port][,host[:port]...] \
+             (rediss+sentinel://, rediss+cluster:// for TLS)",
         )
     }
 }
@@ -30,7 +52,21 @@ impl std::error::Error for InvalidUrl {}
 /// A parsed Redis address plus credentials.
 #[derive(Clone)]
 pub(crate) struct Target {
+    /// Credentials, database and TLS of the servers holding the lock; for a
+    /// single server, its address too.
     info: ConnectionInfo,
+    topology: Topology,
+}
+
+/// How lockrun finds the server that holds a lock.
+#[derive(Clone)]
+enum Topology {
+    /// The one server at `Target::info`'s address.
+    Single,
+    /// The primary the sentinels name, asked again after every failure.
+    Sentinel(Sentinels),
+    /// The cluster node that owns the keys' slot.
+    Cluster(Seeds),
 }
 
 impl fmt::Debug for Target {
@@ -43,12 +79,29 @@ impl fmt::Debug for Target {
 impl fmt::Display for Target {
     /// The address without any credentials, for messages.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.info.addr() {
-            ConnectionAddr::Tcp(host, port) => write!(f, "redis://{host}:{port}"),
-            ConnectionAddr::TcpTls { host, port, .. } => write!(f, "rediss://{host}:{port}"),
-            ConnectionAddr::Unix(path) => write!(f, "unix://{}", path.display()),
-            other => write!(f, "{other}"),
+        match &self.topology {
+            Topology::Single => f.write_str(&show_addr(self.info.addr(), true)),
+            Topology::Sentinel(sentinels) => sentinels.fmt(f),
+            Topology::Cluster(seeds) => seeds.fmt(f),
         }
+    }
+}
+
+/// An address for messages: with its scheme as a URL, or as `host:port`.
+fn show_addr(addr: &ConnectionAddr, as_url: bool) -> String {
+    match addr {
+        ConnectionAddr::Tcp(host, port) if as_url => {
+            format!("redis://{}", hosts::authority(host, *port))
+        }
+        ConnectionAddr::TcpTls { host, port, .. } if as_url => {
+            format!("rediss://{}", hosts::authority(host, *port))
+        }
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            hosts::authority(host, *port)
+        }
+        ConnectionAddr::Unix(path) if as_url => format!("unix://{}", path.display()),
+        ConnectionAddr::Unix(path) => path.display().to_string(),
+        other => other.to_string(),
     }
 }
 
@@ -61,48 +114,75 @@ impl Target {
         if !url.contains("://") {
             return Err(InvalidUrl);
         }
-        let mut info = url.into_connection_info().map_err(|_| InvalidUrl)?;
+        let (mut info, topology) = match MultiHost::parse(url) {
+            None => (
+                url.into_connection_info().map_err(|_| InvalidUrl)?,
+                Topology::Single,
+            ),
+            Some(multi) => {
+                let multi = multi?;
+                match multi.scheme {
+                    Scheme::Sentinel => {
+                        let (sentinels, info) = Sentinels::from_url(&multi)?;
+                        (info, Topology::Sentinel(sentinels))
+                    }
+                    Scheme::Cluster => {
+                        let (seeds, info) = Seeds::from_url(&multi)?;
+                        (info, Topology::Cluster(seeds))
+                    }
+                }
+            }
+        };
         let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
         if let Some(password) = password.filter(|p| !p.is_empty()) {
             settings = settings.set_password(password);
         }
         info = info.set_redis_settings(settings);
-        Ok(Target { info })
+        Ok(Target { info, topology })
+    }
+
+    /// Sets the password the sentinels themselves want (from
+    /// LOCKRUN_SENTINEL_PASSWORD); other targets ignore it.
+    #[must_use]
+    pub(crate) fn with_sentinel_password(mut self, password: Option<String>) -> Self {
+        if let (Topology::Sentinel(sentinels), Some(password)) =
+            (&mut self.topology, password.filter(|p| !p.is_empty()))
+        {
+            sentinels.set_password(password);
+        }
+        self
+    }
+
+    /// Whether the URL names a replicated setup (Sentinel or Cluster), where
+    /// waiting for replicas is the default.
+    pub(crate) fn is_replicated(&self) -> bool {
+        !matches!(self.topology, Topology::Single)
     }
 
     fn password(&self) -> Option<&str> {
         self.info.redis_settings().password()
     }
 
-    /// Opens one connection; every call on it is limited to `timeout`.
-    pub(crate) async fn connect(
+    /// Opens one connection to the server at `info`; every call on it is
+    /// limited to `timeout`.
+    async fn connect_to(
         &self,
+        info: &ConnectionInfo,
         timeout: Duration,
-    ) -> Result<MultiplexedConnection, RedisError> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout));
-        let client = Client::open(self.info.clone()).map_err(|e| self.error(&e))?;
-        // The crate's own timeout covers connect and handshake separately;
-        // this one bounds the whole.
-        match tokio::time::timeout(
-            timeout,
-            client.get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(self.error(&e)),
-            Err(_) => Err(self.timed_out(timeout)),
-        }
-    }
-
-    /// A client for a second, subscribe-only connection.
-    pub(crate) fn client(&self) -> Result<Client, RedisError> {
-        Client::open(self.info.clone()).map_err(|e| self.error(&e))
+    ) -> Result<MultiplexedConnection, redis::RedisError> {
+        let client = Client::open(info.clone())?;
+        client
+            .get_multiplexed_async_connection_with_config(&call_limits(timeout))
+            .await
     }
 
     pub(crate) fn error(&self, err: &redis::RedisError) -> RedisError {
+        self.error_at(err, None)
+    }
+
+    /// `err` from the server `node` (when lockrun knows which), classified,
+    /// with a hint when the URL looks like the cause.
+    fn error_at(&self, err: &redis::RedisError, node: Option<&str>) -> RedisError {
         // Some errors span lines (a parser's report of what it got instead
         // of a reply); every lockrun message is one line.
         let mut detail = err
@@ -110,30 +190,103 @@ impl Target {
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ");
-        if let Some(password) = self.password() {
-            detail = detail.replace(password, "***");
+        if let Some(hint) = self.hint(err) {
+            detail = format!("{detail}; {hint}");
         }
-        let kind = if is_auth_error(err) {
-            ErrorKind::Auth
-        } else if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
-            ErrorKind::Unreachable
-        } else {
-            ErrorKind::Server
+        self.failure(self.classify(err), &detail, node)
+    }
+
+    /// A failure described by lockrun itself, at `node` if known. Every
+    /// password is masked, however the detail came to hold it.
+    fn failure(&self, kind: ErrorKind, detail: &str, node: Option<&str>) -> RedisError {
+        let mut detail = detail.to_owned();
+        let secrets = [self.password(), self.sentinel_password()];
+        for secret in secrets.into_iter().flatten() {
+            detail = detail.replace(secret, "***");
+        }
+        let target = match node {
+            Some(node) => format!("{self} (primary {node})"),
+            None => self.to_string(),
         };
         RedisError {
             kind,
-            target: self.to_string(),
+            target,
             detail,
         }
     }
 
-    pub(crate) fn timed_out(&self, after: Duration) -> RedisError {
-        RedisError {
-            kind: ErrorKind::Unreachable,
-            target: self.to_string(),
-            detail: format!("no answer within {}", show(after)),
+    fn sentinel_password(&self) -> Option<&str> {
+        match &self.topology {
+            Topology::Sentinel(sentinels) => sentinels.password(),
+            Topology::Single | Topology::Cluster(_) => None,
         }
     }
+
+    fn classify(&self, err: &redis::RedisError) -> ErrorKind {
+        if is_auth_error(err) {
+            return ErrorKind::Auth;
+        }
+        if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
+            return ErrorKind::Unreachable;
+        }
+        let replicated = self.is_replicated();
+        match err.kind() {
+            // The cluster is healing or resharding: a later call may succeed.
+            redis::ErrorKind::Server(ServerErrorKind::ClusterDown | ServerErrorKind::TryAgain) => {
+                ErrorKind::Transient
+            }
+            // Behind Sentinel or in a cluster, a demoted primary or a moved
+            // slot is a failover under way, not a wrong URL.
+            redis::ErrorKind::Server(
+                ServerErrorKind::ReadOnly | ServerErrorKind::Moved | ServerErrorKind::Ask,
+            ) if replicated => ErrorKind::Transient,
+            // min-replicas-to-write: too few replicas are connected right now.
+            _ if err.code() == Some("NOREPLICAS") => ErrorKind::Transient,
+            _ => ErrorKind::Server,
+        }
+    }
+
+    /// What to change when a one-server URL reaches a server that is part of
+    /// a replicated setup.
+    fn hint(&self, err: &redis::RedisError) -> Option<String> {
+        if self.is_replicated() {
+            return None;
+        }
+        match err.kind() {
+            redis::ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask) => {
+                let (scheme, at) = match self.info.addr() {
+                    ConnectionAddr::TcpTls { .. } => ("rediss", show_addr(self.info.addr(), false)),
+                    ConnectionAddr::Tcp(..) => ("redis", show_addr(self.info.addr(), false)),
+                    _ => ("redis", "HOST:PORT".to_owned()),
+                };
+                Some(format!(
+                    "this is a Redis Cluster node; use --redis {scheme}+cluster://{at}"
+                ))
+            }
+            redis::ErrorKind::Server(ServerErrorKind::ReadOnly) => Some(
+                "this server is a replica; point --redis at the primary or use \
+                 redis+sentinel://SENTINEL[,SENTINEL...]/SERVICE"
+                    .to_owned(),
+            ),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn timed_out(&self, after: Duration) -> RedisError {
+        self.failure(
+            ErrorKind::Unreachable,
+            &format!("no answer within {}", show(after)),
+            None,
+        )
+    }
+}
+
+/// Connect and response limits for the redis crate, so that its own limits
+/// never outlast lockrun's.
+fn call_limits(timeout: Duration) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
 }
 
 fn is_auth_error(err: &redis::RedisError) -> bool {
@@ -163,6 +316,9 @@ pub(crate) enum ErrorKind {
     Auth,
     /// The server answered with an error.
     Server,
+    /// The server answered, but cannot serve the lock right now: a failover
+    /// or resharding under way, or too few replicas acknowledged a write.
+    Transient,
 }
 
 /// A failed Redis call, with the address but never the password.
@@ -171,6 +327,14 @@ pub(crate) struct RedisError {
     pub(crate) kind: ErrorKind,
     target: String,
     detail: String,
+}
+
+impl RedisError {
+    /// Whether a later call may well succeed: worth waiting through while
+    /// nothing is held yet.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(self.kind, ErrorKind::Unreachable | ErrorKind::Transient)
+    }
 }
 
 impl fmt::Display for RedisError {
@@ -189,19 +353,67 @@ impl fmt::Display for RedisError {
                 self.target, self.detail
             ),
             ErrorKind::Server => write!(f, "Redis at {} failed: {}", self.target, self.detail),
+            ErrorKind::Transient => {
+                write!(
+                    f,
+                    "Redis at {} is unavailable: {}",
+                    self.target, self.detail
+                )
+            }
         }
     }
 }
 
 impl std::error::Error for RedisError {}
 
+/// An open connection: to one server, or to a cluster.
+enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
 /// One lazily (re)opened connection. After any failure the connection is
 /// dropped, so the next call starts afresh: after a Redis restart the old
-/// socket is dead, and a timed-out call may have left it in an unknown state.
+/// socket is dead, a timed-out call may have left it in an unknown state, and
+/// behind Sentinel the next call asks the sentinels again which server is
+/// the primary now.
 pub(crate) struct Session {
     target: Target,
     timeout: Duration,
-    conn: Option<MultiplexedConnection>,
+    conn: Option<Conn>,
+    /// The primary that the sentinels named, while connected to it.
+    primary: Option<ConnectionInfo>,
 }
 
 impl Session {
@@ -210,6 +422,7 @@ impl Session {
             target,
             timeout,
             conn: None,
+            primary: None,
         }
     }
 
@@ -217,13 +430,66 @@ impl Session {
         &self.target
     }
 
+    /// The primary the connection goes to, `host:port`, when the sentinels
+    /// named it.
+    fn primary_node(&self) -> Option<String> {
+        self.primary
+            .as_ref()
+            .map(|info| show_addr(info.addr(), false))
+    }
+
+    fn error(&self, err: &redis::RedisError) -> RedisError {
+        self.target.error_at(err, self.primary_node().as_deref())
+    }
+
     /// Opens the connection now, allowing `timeout` for it, so that an
     /// unreachable server is reported before anything else happens.
     pub(crate) async fn open_within(&mut self, timeout: Duration) -> Result<(), RedisError> {
-        if self.conn.is_none() {
-            self.conn = Some(self.target.connect(timeout).await?);
+        if self.conn.is_some() {
+            return Ok(());
+        }
+        // The crate's own limits cover each step separately; this one bounds
+        // the whole, a Sentinel lookup included.
+        match tokio::time::timeout(timeout, self.open(timeout)).await {
+            Ok(result) => result,
+            Err(_) => Err(self.target.timed_out(timeout)),
+        }
+    }
+
+    async fn open(&mut self, timeout: Duration) -> Result<(), RedisError> {
+        let target = &self.target;
+        match &target.topology {
+            Topology::Single => {
+                let conn = target
+                    .connect_to(&target.info, timeout)
+                    .await
+                    .map_err(|err| target.error(&err))?;
+                self.conn = Some(Conn::Single(conn));
+            }
+            Topology::Sentinel(sentinels) => {
+                let found = sentinels
+                    .primary(target.info.redis_settings(), timeout)
+                    .await
+                    .map_err(|failure| failure.into_error(target))?;
+                self.conn = Some(Conn::Single(found.conn));
+                self.primary = Some(found.info);
+            }
+            Topology::Cluster(seeds) => {
+                let conn = seeds
+                    .connect(target.info.redis_settings(), timeout)
+                    .await
+                    .map_err(|err| target.error(&err))?;
+                self.conn = Some(Conn::Cluster(conn));
+            }
         }
         Ok(())
+    }
+
+    /// Forgets the connection after a failure, and with it which server the
+    /// sentinels named.
+    fn drop_connection(&mut self) {
+        self.conn = None;
+        self.primary = None;
     }
 
     /// Runs one script call within the session's timeout.
@@ -231,23 +497,153 @@ impl Session {
         &mut self,
         call: &redis::ScriptInvocation<'_>,
     ) -> Result<T, RedisError> {
-        let started = tokio::time::Instant::now();
-        self.open_within(self.timeout).await?;
-        let Some(conn) = self.conn.as_mut() else {
-            return Err(self.target.timed_out(self.timeout));
-        };
+        let started = Instant::now();
+        let mut asked_again = false;
+        loop {
+            let left = self.timeout.saturating_sub(started.elapsed());
+            self.open_within(left).await?;
+            let Some(conn) = self.conn.as_mut() else {
+                return Err(self.target.timed_out(self.timeout));
+            };
+            let left = self.timeout.saturating_sub(started.elapsed());
+            match tokio::time::timeout(left, call.invoke_async(conn)).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(err)) => {
+                    let error = self.error(&err);
+                    self.drop_connection();
+                    // A primary that Sentinel demoted refuses the write
+                    // before running anything: ask the sentinels again and
+                    // retry at once, within the same time limit.
+                    let demoted = err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly);
+                    if demoted
+                        && !asked_again
+                        && matches!(self.target.topology, Topology::Sentinel(_))
+                    {
+                        asked_again = true;
+                        continue;
+                    }
+                    return Err(error);
+                }
+                Err(_) => {
+                    self.drop_connection();
+                    return Err(self.target.timed_out(self.timeout));
+                }
+            }
+        }
+    }
+
+    /// Asks the server that took the last script call to wait until
+    /// `replicas` of its replicas have every write so far (Redis `WAIT`), within what
+    /// is left of the time limit of the call that began at `started`.
+    /// Returns how many replicas acknowledged.
+    pub(crate) async fn replicate(
+        &mut self,
+        key: &str,
+        replicas: u32,
+        started: Instant,
+    ) -> Result<u32, RedisError> {
         let left = self.timeout.saturating_sub(started.elapsed());
-        let result = tokio::time::timeout(left, call.invoke_async(conn)).await;
-        match result {
-            Ok(Ok(value)) => Ok(value),
+        // WAIT's own limit ends first, so that slow replicas give a count
+        // rather than a timeout; WAIT 0 would mean no limit at all.
+        let limit_ms = u64::try_from((left * 3 / 4).as_millis()).unwrap_or(u64::MAX);
+        let Some(conn) = self.conn.as_mut().filter(|_| limit_ms > 0) else {
+            return Ok(0);
+        };
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(limit_ms);
+        let waited = async {
+            match conn {
+                Conn::Single(conn) => wait.query_async::<i64>(conn).await,
+                // The crate would send a bare WAIT to every primary; only the
+                // one owning the key took the write.
+                Conn::Cluster(conn) => cluster::wait(conn, key, wait).await,
+            }
+        };
+        match tokio::time::timeout(left, waited).await {
+            Ok(Ok(acked)) => Ok(u32::try_from(acked).unwrap_or(0)),
             Ok(Err(err)) => {
-                self.conn = None;
-                Err(self.target.error(&err))
+                let error = self.error(&err);
+                self.drop_connection();
+                Err(error)
             }
             Err(_) => {
-                self.conn = None;
+                self.drop_connection();
                 Err(self.target.timed_out(self.timeout))
             }
+        }
+    }
+
+    /// The failure of a write that fewer replicas than `wanted` acknowledged.
+    pub(crate) fn unacknowledged(&self, acked: u32, wanted: u32) -> RedisError {
+        let detail = format!(
+            "only {acked} of {wanted} replicas acknowledged the write within --redis-timeout {}",
+            show(self.timeout)
+        );
+        self.target.failure(
+            ErrorKind::Transient,
+            &detail,
+            self.primary_node().as_deref(),
+        )
+    }
+
+    /// Subscribes to `channel` on a connection of its own, within `within`.
+    /// Classic pub/sub reaches every node: a replica gets what its primary
+    /// publishes, and a cluster node what any node publishes.
+    pub(crate) async fn subscribe(
+        &mut self,
+        channel: &str,
+        within: Duration,
+    ) -> Result<PubSub, RedisError> {
+        let started = Instant::now();
+        let node = match &self.target.topology {
+            Topology::Single => Some(self.target.info.clone()),
+            Topology::Sentinel(_) => {
+                self.open_within(within).await?;
+                self.primary.clone()
+            }
+            Topology::Cluster(_) => None,
+        };
+        let left = within.saturating_sub(started.elapsed());
+        let subscribed = async {
+            let mut pubsub = match (&node, &self.target.topology) {
+                (None, Topology::Cluster(seeds)) => {
+                    seeds
+                        .pubsub(self.target.info.redis_settings(), left)
+                        .await?
+                }
+                (Some(info), _) => Client::open(info.clone())?.get_async_pubsub().await?,
+                (None, _) => {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "no primary to subscribe on",
+                    )))
+                }
+            };
+            pubsub.subscribe(channel).await?;
+            Ok(pubsub)
+        };
+        match tokio::time::timeout(left, subscribed).await {
+            Ok(Ok(pubsub)) => Ok(pubsub),
+            Ok(Err(err)) => Err(self.error(&err)),
+            Err(_) => Err(self.target.timed_out(within)),
+        }
+    }
+
+    /// The server that holds `key`, `host:port` or a socket path, for the
+    /// operator: the server in the URL, the primary the sentinels named, or
+    /// the cluster node that owns the key's slot. `None` when that cannot be
+    /// told.
+    pub(crate) async fn node_for(&mut self, key: &str) -> Option<String> {
+        match (&self.target.topology, self.conn.as_mut()) {
+            (Topology::Single, _) => Some(show_addr(self.target.info.addr(), false)),
+            (Topology::Sentinel(_), _) => self.primary_node(),
+            (Topology::Cluster(_), Some(Conn::Cluster(conn))) => {
+                tokio::time::timeout(self.timeout, cluster::node_for(conn, key))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            (Topology::Cluster(_), _) => None,
         }
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::lock::{Attempt, Lock, Me, Releases};
-use crate::redis_conn::{ErrorKind, RedisError};
+use crate::redis_conn::RedisError;
 use crate::report::Report;
 
 /// Polling period while subscribed (only a safety net for lost messages).
@@ -126,9 +126,10 @@ impl Waiter<'_> {
                 Ok(ControlFlow::Continue(left))
             }
             // Redis has answered before, and nothing is held while waiting:
-            // a restart or a network blip is worth waiting through, as long
-            // as the wait lasts. A wrong password or URL failed long before.
-            Err(err) if err.kind == ErrorKind::Unreachable && !waited_out => {
+            // a restart, a network blip or a failover is worth waiting
+            // through, as long as the wait lasts. A wrong password or URL
+            // failed long before.
+            Err(err) if err.is_transient() && !waited_out => {
                 if !std::mem::replace(&mut self.failing, true) {
                     self.report.error(format_args!("{err}; still waiting"));
                 }
