@@ -54,11 +54,21 @@ pub(crate) async fn acquire(
         None => Some(Instant::now()),
         Some(wait) => wait.limit().map(|limit| Instant::now() + limit),
     };
-    let first = lock.try_acquire(ttl, me).await?;
-    if matches!(first, Attempt::Acquired(_)) || give_up.is_some_and(|t| t <= Instant::now()) {
-        return Ok(first);
+    let out_of_time = || give_up.is_some_and(|t| t <= Instant::now());
+    let failing = match lock.try_acquire(ttl, me).await {
+        Ok(first) if matches!(first, Attempt::Acquired(_)) || out_of_time() => return Ok(first),
+        Ok(_) => false,
+        // The server answered the connection but cannot take the lock yet
+        // (a failover, too few replicas acknowledged): wait that out too.
+        Err(err) if err.is_transient() && !out_of_time() => {
+            report.error(format_args!("{err}; still waiting"));
+            true
+        }
+        Err(err) => return Err(err),
+    };
+    if !failing {
+        report.verbose(format_args!("{} is busy; waiting", lock.keys().lock));
     }
-    report.verbose(format_args!("{} is busy; waiting", lock.keys().lock));
     // Subscribe before the next attempt, so a release between that attempt
     // and the wait cannot be missed.
     let releases = match lock.subscribe_releases().await {
@@ -76,7 +86,7 @@ pub(crate) async fn acquire(
         me,
         give_up,
         releases,
-        failing: false,
+        failing,
         report,
     };
     waiter.until_acquired_or_out().await

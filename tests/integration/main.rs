@@ -16,4 +16,6 @@ mod generated;
 mod operator;
 mod signals;
 mod supervision;
+mod topology;
+mod topology_harness;
 mod wakeup;

@@ -1,0 +1,220 @@
+//! lockrun against replicated Redis: a Sentinel set and a Redis Cluster that
+//! the tests start, fail over and break. Each test starts its own topology
+//! (about 2.5 s) and stays under about 20 s.
+
+use std::time::Duration;
+
+use crate::harness::*;
+use crate::topology_harness::*;
+
+/// Timing for runs that must live through a failover (about 3 s): renewals
+/// retry every 125 ms, and the command is stopped only after about 10 s
+/// without a successful renewal.
+const SURVIVE_FAILOVER: [&str; 8] = [
+    "--ttl",
+    "12s",
+    "--renew-every",
+    "500ms",
+    "--redis-timeout",
+    "400ms",
+    "--kill-grace",
+    "1s",
+];
+
+/// Waits until the lease on `node` was renewed there: its expiry is back
+/// near the full ttl of 12 s.
+fn renewed_on(node: &Node, name: &str) -> bool {
+    eventually(TOPOLOGY_PATIENCE, || node.pttl(&lock_key(name)) > 10_500)
+}
+
+#[test]
+fn sentinel_run_keeps_its_lock_through_a_primary_crash() {
+    let mut set = SentinelSet::start();
+    eprintln!("sentinel set started in {:?}", set.started_in);
+    let url = set.url();
+    let holder = UrlHolder::start(&url, "job", &[&SURVIVE_FAILOVER[..], &["-v"]].concat());
+    let first = set.primary().port;
+    assert!(set.primary().get(&lock_key("job")).is_some());
+
+    let took = set.kill_primary_and_fail_over();
+    eprintln!("sentinel failover took {took:?}");
+    let primary = set.primary();
+    assert_ne!(primary.port, first);
+    assert!(
+        renewed_on(primary, "job"),
+        "no renewal on the new primary; lockrun said: {}",
+        holder.stderr()
+    );
+
+    // The lock moved with the failover: a second run finds it busy.
+    let (busy, _) = run_to_end(&mut lockrun_via(&url, &["-k", "job", "--", "true"]));
+    assert_eq!(busy.status.code(), Some(75), "{}", stderr_of(&busy));
+
+    let (status, _) = run_to_end(&mut lockrun_sub("status", &url, &["--json", "-k", "job"]));
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).expect("JSON");
+    assert_eq!(json["held"], true);
+    assert_eq!(json["redis_node"], primary.addr());
+
+    eprintln!("{}", holder.stderr());
+    holder.go();
+    let mut run = holder.run;
+    assert_eq!(run.wait().code(), Some(0));
+    assert!(primary.get(&lock_key("job")).is_none());
+}
+
+#[test]
+fn sentinel_acknowledgement_refuses_to_start_without_replicas_and_leaves_no_lock() {
+    let set = SentinelSet::start();
+    let url = set.url();
+    let dir = scratch();
+    let ran = dir.path().join("ran");
+    let replicas = &set.servers[1..];
+
+    // A plain URL at a replica is told what to use instead.
+    let (plain, _) = run_to_end(&mut lockrun_via(
+        &replicas[0].url(),
+        &["-k", "job", "--", "true"],
+    ));
+    assert_eq!(plain.status.code(), Some(69), "{}", stderr_of(&plain));
+    assert!(
+        stderr_of(&plain).contains("this server is a replica; point --redis at the primary"),
+        "{}",
+        stderr_of(&plain)
+    );
+
+    // Replication cut: the replicas stay connected but answer nothing.
+    for replica in replicas {
+        replica.pause();
+    }
+    let refused = run_to_end(
+        lockrun_via(
+            &url,
+            &["-k", "job", "--redis-timeout", "300ms", "--", "touch"],
+        )
+        .arg(&ran),
+    );
+    let waited = run_to_end(
+        lockrun_via(
+            &url,
+            &["-k", "job", "--redis-timeout", "300ms", "--wait", "1s"],
+        )
+        .args(["--", "touch"])
+        .arg(&ran),
+    );
+    for replica in replicas {
+        replica.resume();
+    }
+    let ((refused, took), (waited, waited_for)) = (refused, waited);
+    assert_eq!(refused.status.code(), Some(69), "{}", stderr_of(&refused));
+    assert!(
+        stderr_of(&refused).contains("only 0 of 2 replicas acknowledged"),
+        "{}",
+        stderr_of(&refused)
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    // A waiting run keeps trying until its wait runs out.
+    assert_eq!(waited.status.code(), Some(69), "{}", stderr_of(&waited));
+    assert!(waited_for >= Duration::from_secs(1), "{waited_for:?}");
+    assert!(
+        stderr_of(&waited).contains("still waiting"),
+        "{}",
+        stderr_of(&waited)
+    );
+    assert!(!ran.exists(), "the command ran without acknowledgement");
+
+    // The lock was given back: once the replicas catch up, no server has it.
+    set.wait_replicas_in_sync();
+    for server in &set.servers {
+        assert_eq!(server.get(&lock_key("job")), None, "{}", server.addr());
+    }
+
+    let (ok, _) = run_to_end(lockrun_via(&url, &["-k", "job", "--", "touch"]).arg(&ran));
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr_of(&ok));
+    assert!(ran.exists());
+}
+
+/// The fencing token of one quick run through `url`.
+fn next_token(url: &str) -> u64 {
+    let dir = scratch();
+    let (output, _) = run_to_end(
+        lockrun_via(url, &["-k", "job", "--", "sh", "-c"])
+            .arg(r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence""#)
+            .arg("sh")
+            .arg(dir.path()),
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr_of(&output));
+    read_fence(&dir.path().join("fence"))
+}
+
+#[test]
+fn sentinel_fencing_tokens_keep_increasing_across_failovers() {
+    let mut set = SentinelSet::start();
+    let url = set.url();
+    let mut tokens = vec![next_token(&url)];
+    for _ in 0..2 {
+        let took = set.kill_primary_and_fail_over();
+        eprintln!("sentinel failover took {took:?}");
+        // Acknowledged before the command started: the promoted replica has
+        // the last token, so the next one is larger whatever the clocks say.
+        let counter = set.primary().get("lockrun:{job}:fence");
+        assert_eq!(counter, Some(tokens[tokens.len() - 1].to_string()));
+        set.wait_replicas_in_sync();
+        tokens.push(next_token(&url));
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[test]
+fn sentinel_url_works_while_any_sentinel_answers() {
+    let (redis_pass, sentinel_pass) = ("data-s3cret", "sentinel-s3cret");
+    let mut set = SentinelSet::start_with(Passwords {
+        redis: Some(redis_pass),
+        sentinel: Some(sentinel_pass),
+    });
+    let url = set.url();
+    let run = |sentinel_password: Option<&str>| {
+        let mut command = lockrun_via(&url, &["-k", "job", "--", "true"]);
+        command.env("LOCKRUN_REDIS_PASSWORD", redis_pass);
+        if let Some(password) = sentinel_password {
+            command.env("LOCKRUN_SENTINEL_PASSWORD", password);
+        }
+        run_to_end(&mut command).0
+    };
+
+    let refused = run(None);
+    assert_eq!(refused.status.code(), Some(69));
+    assert!(
+        stderr_of(&refused).contains("LOCKRUN_SENTINEL_PASSWORD"),
+        "{}",
+        stderr_of(&refused)
+    );
+    let wrong = run(Some("wrong-guess"));
+    assert_eq!(wrong.status.code(), Some(69));
+    assert!(
+        !stderr_of(&wrong).contains("wrong-guess"),
+        "{}",
+        stderr_of(&wrong)
+    );
+
+    for dead in 0..2 {
+        let ok = run(Some(sentinel_pass));
+        assert_eq!(ok.status.code(), Some(0), "{}", stderr_of(&ok));
+        set.sentinels[dead].kill();
+    }
+    let ok = run(Some(sentinel_pass));
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr_of(&ok));
+
+    set.sentinels[2].kill();
+    let none = run(Some(sentinel_pass));
+    assert_eq!(none.status.code(), Some(69));
+    assert!(
+        stderr_of(&none).contains("no sentinel answered"),
+        "{}",
+        stderr_of(&none)
+    );
+    for secret in [redis_pass, sentinel_pass] {
+        for output in [&refused, &wrong, &none] {
+            assert!(!stderr_of(output).contains(secret), "{}", stderr_of(output));
+        }
+    }
+}
