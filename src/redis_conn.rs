@@ -543,9 +543,11 @@ impl Session {
         started: Instant,
     ) -> Result<u32, RedisError> {
         let left = self.timeout.saturating_sub(started.elapsed());
-        // WAIT's own limit ends first, so that slow replicas give a count
-        // rather than a timeout; WAIT 0 would mean no limit at all.
-        let limit_ms = u64::try_from((left * 3 / 4).as_millis()).unwrap_or(u64::MAX);
+        // WAIT's own limit ends well before lockrun's, so that slow replicas
+        // give a count rather than a timeout: Redis notices a blocked
+        // client's timeout only at its next event-loop turn, up to 100 ms
+        // late (hz 10). WAIT 0 would mean no limit at all.
+        let limit_ms = u64::try_from((left / 2).as_millis()).unwrap_or(u64::MAX);
         let Some(conn) = self.conn.as_mut().filter(|_| limit_ms > 0) else {
             return Ok(0);
         };
@@ -566,9 +568,11 @@ impl Session {
                 self.drop_connection();
                 Err(error)
             }
+            // The write went through; only the count came too late.
             Err(_) => {
+                let error = self.unacknowledged(0, replicas);
                 self.drop_connection();
-                Err(self.target.timed_out(self.timeout))
+                Err(error)
             }
         }
     }

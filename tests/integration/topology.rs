@@ -89,14 +89,14 @@ fn sentinel_acknowledgement_refuses_to_start_without_replicas_and_leaves_no_lock
     let refused = run_to_end(
         lockrun_via(
             &url,
-            &["-k", "job", "--redis-timeout", "300ms", "--", "touch"],
+            &["-k", "job", "--redis-timeout", "500ms", "--", "touch"],
         )
         .arg(&ran),
     );
     let waited = run_to_end(
         lockrun_via(
             &url,
-            &["-k", "job", "--redis-timeout", "300ms", "--wait", "1s"],
+            &["-k", "job", "--redis-timeout", "500ms", "--wait", "1s"],
         )
         .args(["--", "touch"])
         .arg(&ran),
@@ -217,4 +217,168 @@ fn sentinel_url_works_while_any_sentinel_answers() {
             assert!(!stderr_of(output).contains(secret), "{}", stderr_of(output));
         }
     }
+}
+
+/// The port of a primary that does not own `key`.
+fn other_primary(cluster: &Cluster, key: &str) -> u16 {
+    let (owner, _) = cluster.owner(key);
+    cluster
+        .primaries()
+        .into_iter()
+        .find(|&p| p != owner)
+        .expect("another primary")
+}
+
+#[test]
+fn cluster_follows_moved_from_a_node_that_does_not_own_the_slot() {
+    let cluster = Cluster::start();
+    eprintln!("cluster started in {:?}", cluster.started_in);
+    let key = lock_key("job");
+    let (owner, _) = cluster.owner(&key);
+    let other = other_primary(&cluster, &key);
+
+    // A plain URL at a cluster node is told what to use instead.
+    let plain_url = cluster.node(other).url();
+    let (plain, _) = run_to_end(&mut lockrun_via(&plain_url, &["-k", "job", "--", "true"]));
+    assert_eq!(plain.status.code(), Some(69), "{}", stderr_of(&plain));
+    let hint = format!(
+        "this is a Redis Cluster node; use --redis redis+cluster://{}",
+        cluster.node(other).addr()
+    );
+    assert!(stderr_of(&plain).contains(&hint), "{}", stderr_of(&plain));
+
+    let url = cluster.url_via(&[other]);
+    let mut holder = UrlHolder::start(&url, "job", &["--ttl", "3s"]);
+    assert!(cluster.node(owner).get(&key).is_some());
+
+    let (status, _) = run_to_end(&mut lockrun_sub("status", &url, &["--json", "-k", "job"]));
+    let json: serde_json::Value = serde_json::from_slice(&status.stdout).expect("JSON");
+    assert_eq!(json["held"], true);
+    assert_eq!(json["holder"]["fencing_token"], holder.fence());
+    assert_eq!(json["redis_node"], cluster.node(owner).addr());
+
+    let (released, _) = run_to_end(&mut lockrun_sub("release", &url, &["--force", "-k", "job"]));
+    assert_eq!(released.status.code(), Some(0), "{}", stderr_of(&released));
+    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
+    assert_eq!(cluster.node(owner).get(&key), None);
+}
+
+#[test]
+fn cluster_run_keeps_its_lock_through_a_failover_of_its_slot() {
+    let mut cluster = Cluster::start();
+    let url = cluster.url_via(&cluster.primaries());
+    let holder = UrlHolder::start(&url, "job", &[&SURVIVE_FAILOVER[..], &["-v"]].concat());
+
+    let (new_owner, took) = cluster.kill_owner_and_fail_over(&lock_key("job"));
+    eprintln!("cluster failover took {took:?}");
+    assert!(
+        renewed_on(cluster.node(new_owner), "job"),
+        "no renewal on the new owner; lockrun said: {}",
+        holder.stderr()
+    );
+    let (busy, _) = run_to_end(&mut lockrun_via(&url, &["-k", "job", "--", "true"]));
+    assert_eq!(busy.status.code(), Some(75), "{}", stderr_of(&busy));
+
+    holder.go();
+    let mut run = holder.run;
+    assert_eq!(run.wait().code(), Some(0));
+    assert_eq!(cluster.node(new_owner).get(&lock_key("job")), None);
+}
+
+#[test]
+fn clusterdown_ends_a_run_without_wait_within_the_redis_timeout() {
+    let mut cluster = Cluster::start();
+    let key = lock_key("job");
+    let (owner, _) = cluster.owner(&key);
+    // A whole other shard down: with slots unserved, every node refuses
+    // every key with CLUSTERDOWN.
+    let other = cluster
+        .shards()
+        .into_iter()
+        .find(|shard| shard.primary != owner)
+        .expect("another shard");
+    for port in [&[other.primary][..], &other.replicas].concat() {
+        cluster.node_mut(port).kill();
+    }
+    assert!(
+        eventually(TOPOLOGY_PATIENCE, || {
+            cluster_info(cluster.node(owner), "cluster_state").as_deref() == Some("fail")
+        }),
+        "the cluster never noticed the lost shard"
+    );
+
+    let dir = scratch();
+    let ran = dir.path().join("ran");
+    let url = cluster.url_via(&[owner]);
+    let (output, took) = run_to_end(
+        lockrun_via(&url, &["-k", "job", "--redis-timeout", "1s", "--", "touch"]).arg(&ran),
+    );
+    assert_eq!(output.status.code(), Some(69), "{}", stderr_of(&output));
+    assert!(
+        stderr_of(&output).to_lowercase().contains("clusterdown"),
+        "{}",
+        stderr_of(&output)
+    );
+    assert!(!ran.exists());
+    // The acquire and the release that follows it, 1 s each at most, plus
+    // start-up: far from the redis crate's own 16 retries, 1.28 s or more
+    // apart.
+    assert!(took < Duration::from_millis(3500), "took {took:?}");
+}
+
+#[test]
+fn cluster_waiter_through_another_node_wakes_on_release() {
+    let cluster = Cluster::start();
+    let key = lock_key("job");
+    let channel = format!("{key}:released");
+    let (owner, _) = cluster.owner(&key);
+    let other = other_primary(&cluster, &key);
+    let listeners = |port: u16| -> i64 {
+        let (_, count): (String, i64) = cluster
+            .node(port)
+            .query(redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel))
+            .expect("PUBSUB NUMSUB");
+        count
+    };
+
+    let mut holder = UrlHolder::start(&cluster.url_via(&[owner]), "job", &["--ttl", "60s"]);
+    let dir = scratch();
+    let mut waiter = Running::spawn(
+        lockrun_via(
+            &cluster.url_via(&[other]),
+            &["-k", "job", "--wait", "60s", "--", "sh", "-c"],
+        )
+        .arg(r#"echo started > "$1/started""#)
+        .arg("sh")
+        .arg(dir.path()),
+    );
+    // The waiter listens on the node it was given, not on the owner...
+    assert!(eventually(PATIENCE, || listeners(other) == 1));
+    assert_eq!(listeners(owner), 0);
+    // ...and a release on the owner reaches listeners on that node.
+    let mut witness = cluster.node(other).client().expect("connection");
+    let mut pubsub = witness.as_pubsub();
+    pubsub.subscribe(&channel).expect("SUBSCRIBE");
+    pubsub
+        .set_read_timeout(Some(PATIENCE))
+        .expect("read timeout");
+    assert!(waiter.running());
+
+    let lease_ends = std::time::Instant::now() + Duration::from_millis(50_000);
+    holder.go();
+    let message = loop {
+        match pubsub.get_message() {
+            // A signal for this test process (another test's child exiting).
+            Err(err) if err.to_string().contains("Interrupted") => continue,
+            other => break other.expect("the release announcement"),
+        }
+    };
+    assert_eq!(message.get_channel_name(), channel);
+    read_when_ready(&dir.path().join("started"));
+    assert!(
+        std::time::Instant::now() < lease_ends,
+        "the waiter only started once the lease could have run out"
+    );
+    assert!(holder.run.wait().success());
+    assert!(waiter.wait().success());
 }

@@ -479,6 +479,14 @@ impl Cluster {
                     || node.info("replication", "master_link_status").as_deref() == Some("up")
             });
         }
+        // Gossip tells the other nodes who replicates whom a little later;
+        // a failover test needs every node to know.
+        for node in &cluster.nodes {
+            wait_until("cluster topology known", TOPOLOGY_PATIENCE, || {
+                let shards = shards_seen_by(node);
+                shards.len() == 3 && shards.iter().all(|shard| shard.replicas.len() == 1)
+            });
+        }
         Cluster {
             started_in: began.elapsed(),
             ..cluster
@@ -505,47 +513,24 @@ impl Cluster {
         format!("redis+cluster://{}", hosts.join(","))
     }
 
-    /// Ports of the primaries, as the first live node sees them.
+    /// Ports of the primaries that serve slots, as the first live node sees
+    /// them.
     pub fn primaries(&self) -> Vec<u16> {
-        let mut primaries: Vec<u16> = self
-            .slots()
+        self.shards()
             .into_iter()
-            .map(|(_, _, primary, _)| primary)
-            .collect();
-        primaries.sort_unstable();
-        primaries.dedup();
-        primaries
+            .map(|shard| shard.primary)
+            .collect()
     }
 
-    /// `(first slot, last slot, primary port, replica ports)` of every slot
-    /// range, from `CLUSTER SLOTS` on the first live node that answers.
-    pub fn slots(&self) -> Vec<(u16, u16, u16, Vec<u16>)> {
-        for node in self.nodes.iter().filter(|n| n.is_running()) {
-            let Ok(ranges) = node.query::<Vec<redis::Value>>(&redis::cmd("CLUSTER").arg("SLOTS"))
-            else {
-                continue;
-            };
-            return ranges
-                .into_iter()
-                .filter_map(|range| {
-                    let redis::Value::Array(items) = range else {
-                        return None;
-                    };
-                    let start: u16 = redis::from_redis_value(items.first()?.clone()).ok()?;
-                    let end: u16 = redis::from_redis_value(items.get(1)?.clone()).ok()?;
-                    let node = |v: &redis::Value| -> Option<u16> {
-                        let redis::Value::Array(parts) = v else {
-                            return None;
-                        };
-                        redis::from_redis_value(parts.get(1)?.clone()).ok()
-                    };
-                    let primary = node(items.get(2)?)?;
-                    let replicas = items[3..].iter().filter_map(node).collect();
-                    Some((start, end, primary, replicas))
-                })
-                .collect();
-        }
-        Vec::new()
+    /// Every shard that serves slots, as the first live node that answers
+    /// sees them.
+    pub fn shards(&self) -> Vec<Shard> {
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .map(shards_seen_by)
+            .find(|shards| !shards.is_empty())
+            .unwrap_or_default()
     }
 
     pub fn slot_of(&self, key: &str) -> u16 {
@@ -561,10 +546,10 @@ impl Cluster {
     /// The port of the primary owning `key`'s slot, and of its replicas.
     pub fn owner(&self, key: &str) -> (u16, Vec<u16>) {
         let slot = self.slot_of(key);
-        self.slots()
+        self.shards()
             .into_iter()
-            .find(|(start, end, _, _)| (*start..=*end).contains(&slot))
-            .map(|(_, _, primary, replicas)| (primary, replicas))
+            .find(|shard| shard.slots.iter().any(|r| r.contains(&slot)))
+            .map(|shard| (shard.primary, shard.replicas))
             .expect("every slot is served")
     }
 
@@ -592,9 +577,61 @@ impl Cluster {
     }
 }
 
+/// A primary, its replicas and its slots.
+#[derive(Debug, Clone)]
+pub struct Shard {
+    pub primary: u16,
+    pub replicas: Vec<u16>,
+    pub slots: Vec<std::ops::RangeInclusive<u16>>,
+}
+
+/// The shards that serve slots, from `CLUSTER NODES` on `node` (which,
+/// unlike `CLUSTER SLOTS`, lists a replica before it reported its
+/// replication offset); empty if it does not answer. Each line reads
+/// `<id> <ip:port@cport> <flags> <primary id or -> … <link> <slots…>`.
+fn shards_seen_by(node: &Node) -> Vec<Shard> {
+    let Ok(text) = node.query::<String>(redis::cmd("CLUSTER").arg("NODES")) else {
+        return Vec::new();
+    };
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .filter(|fields: &Vec<&str>| fields.len() >= 8)
+        .collect();
+    let port = |fields: &[&str]| -> Option<u16> {
+        let addr = fields[1].split(['@', ',']).next()?;
+        addr.rsplit_once(':')?.1.parse().ok()
+    };
+    lines
+        .iter()
+        .filter(|fields| fields[2].split(',').any(|flag| flag == "master") && fields.len() > 8)
+        .filter_map(|fields| {
+            let slots = fields[8..]
+                .iter()
+                .filter(|slot| !slot.starts_with('['))
+                .filter_map(|slot| {
+                    let (start, end) = slot.split_once('-').unwrap_or((slot, slot));
+                    Some(start.parse().ok()?..=end.parse().ok()?)
+                })
+                .collect();
+            let replicas = lines
+                .iter()
+                .filter(|other| other[3] == fields[0])
+                .filter(|other| !other[2].split(',').any(|flag| flag == "fail"))
+                .filter_map(|other| port(other))
+                .collect();
+            Some(Shard {
+                primary: port(fields)?,
+                replicas,
+                slots,
+            })
+        })
+        .collect()
+}
+
 /// A field of `CLUSTER INFO`.
 pub fn cluster_info(node: &Node, field: &str) -> Option<String> {
-    let text: String = node.query(&redis::cmd("CLUSTER").arg("INFO")).ok()?;
+    let text: String = node.query(redis::cmd("CLUSTER").arg("INFO")).ok()?;
     text.lines()
         .find_map(|line| line.strip_prefix(&format!("{field}:")))
         .map(|value| value.trim().to_string())
