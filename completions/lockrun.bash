@@ -43,7 +43,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-k -w -q -v -h -V --key --redis --prefix --ttl --renew-every --redis-timeout --kill-grace --wait --busy-exit-code --min-hold --timeout --quiet --verbose --help --version status release help"
+            opts="-k -w -q -v -h -V --key --redis --prefix --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --busy-exit-code --min-hold --timeout --quiet --verbose --help --version status release help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -74,6 +74,10 @@ _lockrun() {
                     return 0
                     ;;
                 --redis-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --replica-acks)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

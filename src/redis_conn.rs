@@ -686,6 +686,81 @@ mod tests {
         assert_eq!(target.password(), Some("new"));
     }
 
+    fn server_error(kind: ServerErrorKind, detail: &str) -> redis::RedisError {
+        redis::RedisError::from((redis::ErrorKind::Server(kind), "server", detail.to_string()))
+    }
+
+    #[test]
+    fn a_plain_url_at_a_cluster_node_or_replica_says_what_to_use() {
+        let target = Target::parse("redis://10.0.0.5:7000", None).expect("valid");
+        let moved = target.error(&server_error(ServerErrorKind::Moved, "5597 10.0.0.6:7001"));
+        assert_eq!(moved.kind, ErrorKind::Server);
+        assert!(
+            moved.to_string().ends_with(
+                "; this is a Redis Cluster node; use --redis redis+cluster://10.0.0.5:7000"
+            ),
+            "{moved}"
+        );
+        let readonly = target.error(&server_error(ServerErrorKind::ReadOnly, "replica"));
+        assert!(
+            readonly
+                .to_string()
+                .contains("this server is a replica; point --redis at the primary"),
+            "{readonly}"
+        );
+        let tls = Target::parse("rediss://h:7000", None).expect("valid");
+        let moved = tls.error(&server_error(ServerErrorKind::Ask, "1 h:7001"));
+        assert!(
+            moved.to_string().contains("rediss+cluster://h:7000"),
+            "{moved}"
+        );
+    }
+
+    #[test]
+    fn failovers_and_a_cluster_healing_are_transient() {
+        let single = Target::parse("redis://h:1", None).expect("valid");
+        let sentinel = Target::parse("redis+sentinel://s1,s2/svc", None).expect("valid");
+        let cluster = Target::parse("redis+cluster://c1:7000", None).expect("valid");
+        for target in [&single, &sentinel, &cluster] {
+            for kind in [ServerErrorKind::ClusterDown, ServerErrorKind::TryAgain] {
+                assert!(target.error(&server_error(kind, "x")).is_transient());
+            }
+        }
+        let readonly = server_error(ServerErrorKind::ReadOnly, "x");
+        assert!(sentinel.error(&readonly).is_transient());
+        assert!(!single.error(&readonly).is_transient());
+        let moved = server_error(ServerErrorKind::Moved, "1 h:2");
+        assert!(cluster.error(&moved).is_transient());
+        assert!(!single.error(&moved).is_transient());
+        assert!(!sentinel
+            .error(&server_error(ServerErrorKind::ResponseError, "x"))
+            .is_transient());
+    }
+
+    #[test]
+    fn replicated_targets_show_every_host_and_no_password() {
+        let target = Target::parse("redis+sentinel://u:data-pw@s1,s2:26380/svc/1", None)
+            .expect("valid")
+            .with_sentinel_password(Some("sentinel-pw".into()));
+        assert!(target.is_replicated());
+        assert_eq!(target.to_string(), "redis+sentinel://s1:26379,s2:26380/svc");
+        let err = target.failure(
+            ErrorKind::Server,
+            "data-pw and sentinel-pw",
+            Some("10.0.0.1:6379"),
+        );
+        assert_eq!(
+            err.to_string(),
+            "Redis at redis+sentinel://s1:26379,s2:26380/svc (primary 10.0.0.1:6379) failed: \
+             *** and ***"
+        );
+        let cluster = Target::parse("rediss+cluster://:pw@c1,c2:7001", None).expect("valid");
+        assert_eq!(cluster.to_string(), "rediss+cluster://c1:6379,c2:7001");
+        assert!(!Target::parse("redis://h", None)
+            .expect("valid")
+            .is_replicated());
+    }
+
     #[test]
     fn all_schemes_parse() {
         for url in [
@@ -693,10 +768,20 @@ mod tests {
             "rediss://example.com:6380",
             "redis+unix:///tmp/r.sock",
             "unix:///tmp/r.sock",
+            "redis+sentinel://10.0.0.1,10.0.0.2:26380/jobs",
+            "rediss+sentinel://s.example/jobs/2",
+            "redis+cluster://10.0.0.1:7000,10.0.0.2:7000",
+            "rediss+cluster://c.example",
         ] {
             assert!(Target::parse(url, None).is_ok(), "{url}");
         }
-        for url in ["localhost:6379", "http://x", ""] {
+        for url in [
+            "localhost:6379",
+            "http://x",
+            "",
+            "redis+sentinel://s1",
+            "redis+cluster://c1/2",
+        ] {
             assert!(Target::parse(url, None).is_err(), "{url}");
         }
     }
