@@ -17,7 +17,9 @@
 //! - `signals`: which signals lockrun catches and forwards;
 //! - `lock` (+ `lock/*.lua`): the Redis protocol as atomic scripts; with
 //!   `redis_conn`, the only modules that name a redis type;
-//! - `redis_conn`: where Redis is, credentials kept out of messages, timeouts;
+//! - `redis_conn` (+ `redis_conn/*`): where Redis is (one server, the primary
+//!   Sentinel names, or a cluster), credentials kept out of messages,
+//!   timeouts, waiting for replicas;
 //! - `lease`: the lease deadline and renewal timing;
 //! - `clock`: the boot clock, sleeps that survive suspend, durations shown;
 //! - `exit_code`: every status lockrun returns.

@@ -499,6 +499,7 @@ impl Session {
     ) -> Result<T, RedisError> {
         let started = Instant::now();
         let mut asked_again = false;
+        self.follow_sentinels(started).await;
         loop {
             let left = self.timeout.saturating_sub(started.elapsed());
             self.open_within(left).await?;
@@ -528,6 +529,27 @@ impl Session {
                     self.drop_connection();
                     return Err(self.target.timed_out(self.timeout));
                 }
+            }
+        }
+    }
+
+    /// Behind Sentinel, drops a connection to a server that the sentinels no
+    /// longer name as the primary. A demoted primary may go on accepting
+    /// writes for a while (after a manual failover, Redis 7 kept the old one
+    /// a primary for 10 s; across a network partition, for as long as it
+    /// lasts): renewing there would keep a lease that the new primary lets
+    /// lapse. At most a third of the call's time goes to asking; when no
+    /// sentinel answers, the current primary is kept.
+    async fn follow_sentinels(&mut self, started: Instant) {
+        let (Topology::Sentinel(sentinels), Some(current)) =
+            (&self.target.topology, self.primary_node())
+        else {
+            return;
+        };
+        let within = self.timeout.saturating_sub(started.elapsed()) / 3;
+        if let Ok(Some(named)) = tokio::time::timeout(within, sentinels.named(within)).await {
+            if named != current {
+                self.drop_connection();
             }
         }
     }

@@ -149,6 +149,22 @@ impl Sentinels {
         }))
     }
 
+    /// The primary the first answering sentinel names, `host:port`, without
+    /// connecting to it; `None` when no sentinel answers.
+    pub(super) async fn named(&self, timeout: Duration) -> Option<String> {
+        let mut answers: FuturesUnordered<_> = self
+            .addrs
+            .iter()
+            .map(|addr| self.ask(addr, timeout))
+            .collect();
+        while let Some(answer) = answers.next().await {
+            if let Ok((host, port)) = answer {
+                return Some(hosts::authority(&host, port));
+            }
+        }
+        None
+    }
+
     /// Asks the sentinel at `addr` for the service's primary.
     async fn ask(
         &self,

@@ -389,6 +389,28 @@ impl SentinelSet {
         began.elapsed()
     }
 
+    /// Asks a sentinel for a failover while the primary stays up, and waits
+    /// until the sentinels name another primary that knows it. The old one
+    /// goes on as a primary for a while (Sentinel demotes it about 10 s
+    /// later). Returns the new primary's port.
+    pub fn manual_failover(&self) -> u16 {
+        let old = self.primary().port;
+        let sentinel = self
+            .sentinels
+            .iter()
+            .find(|s| s.is_running())
+            .expect("a sentinel");
+        let _: String = sentinel
+            .query(redis::cmd("SENTINEL").arg("FAILOVER").arg(SERVICE))
+            .expect("SENTINEL FAILOVER");
+        let mut new = 0;
+        wait_until("manual failover", TOPOLOGY_PATIENCE, || {
+            new = self.named_primary().unwrap_or(old);
+            new != old && self.server(new).info("replication", "role").as_deref() == Some("master")
+        });
+        new
+    }
+
     /// Waits until every live replica of the primary is online and has all
     /// of the primary's writes.
     pub fn wait_replicas_in_sync(&self) {
