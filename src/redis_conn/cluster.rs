@@ -42,16 +42,7 @@ impl Seeds {
         if !url.path.is_empty() && url.path != "0" {
             return Err(InvalidUrl);
         }
-        let addrs = url
-            .hosts
-            .iter()
-            .map(|host| url.addr(host))
-            .collect::<Result<Vec<_>, _>>()?;
-        let first = addrs.first().cloned().ok_or(InvalidUrl)?;
-        let info = first
-            .into_connection_info()
-            .map_err(|_| InvalidUrl)?
-            .set_redis_settings(url.redis_settings(0)?);
+        let (addrs, info) = url.addrs_and_info(0)?;
         let seeds = Seeds {
             addrs,
             shown: url.show(),

@@ -4,7 +4,7 @@
 //! handed to the redis crate as an ordinary one-host URL, which decodes the
 //! credentials and checks the host the same way as for `redis://`.
 
-use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
 
 use super::InvalidUrl;
 
@@ -110,6 +110,25 @@ impl<'a> MultiHost<'a> {
             .into_connection_info()
             .map_err(|_| InvalidUrl)?;
         Ok(info.addr().clone())
+    }
+
+    /// Every host's address, and the connection settings for the data
+    /// nodes (with the first host as a stand-in address).
+    pub(super) fn addrs_and_info(
+        &self,
+        db: i64,
+    ) -> Result<(Vec<ConnectionAddr>, ConnectionInfo), InvalidUrl> {
+        let addrs = self
+            .hosts
+            .iter()
+            .map(|host| self.addr(host))
+            .collect::<Result<Vec<_>, _>>()?;
+        let first = addrs.first().cloned().ok_or(InvalidUrl)?;
+        let info = first
+            .into_connection_info()
+            .map_err(|_| InvalidUrl)?
+            .set_redis_settings(self.redis_settings(db)?);
+        Ok((addrs, info))
     }
 
     /// The credentials in the URL, and database `db`, for the data nodes.

@@ -82,16 +82,7 @@ impl Sentinels {
         if service.is_empty() || db < 0 {
             return Err(InvalidUrl);
         }
-        let addrs = url
-            .hosts
-            .iter()
-            .map(|host| url.addr(host))
-            .collect::<Result<Vec<_>, _>>()?;
-        let first = addrs.first().cloned().ok_or(InvalidUrl)?;
-        let info = first
-            .into_connection_info()
-            .map_err(|_| InvalidUrl)?
-            .set_redis_settings(url.redis_settings(db)?);
+        let (addrs, info) = url.addrs_and_info(db)?;
         let sentinels = Sentinels {
             addrs,
             password: None,
