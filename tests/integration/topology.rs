@@ -16,7 +16,7 @@ const SURVIVE_FAILOVER: [&str; 8] = [
     "--renew-every",
     "500ms",
     "--redis-timeout",
-    "400ms",
+    "600ms",
     "--kill-grace",
     "1s",
 ];

@@ -682,12 +682,14 @@ pub struct UrlHolder {
 
 impl UrlHolder {
     /// Starts `lockrun --redis URL -k NAME ARGS -- sh -c HOLD_UNTIL_GO` and
-    /// returns once its command runs.
+    /// returns once its command runs. It waits for the lock, so that a
+    /// topology still settling (a replica slow to acknowledge on a loaded
+    /// machine) delays the test instead of failing it.
     pub fn start(url: &str, name: &str, args: &[&str]) -> Self {
         let dir = scratch();
         let stderr = dir.path().join("stderr");
         let mut run = Running::spawn(
-            lockrun_via(url, &[&["-k", name], args].concat())
+            lockrun_via(url, &[&["-k", name, "--wait", "20s"], args].concat())
                 .args(["--", "sh", "-c", HOLD_UNTIL_GO, "sh"])
                 .arg(dir.path())
                 .stderr(log_file(&stderr)),
