@@ -2,7 +2,7 @@
 # Regenerate with: LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n k/key= redis= redis-password-file= prefix= ttl= renew-every= redis-timeout= kill-grace= w/wait= busy-exit-code= min-hold= timeout= q/quiet v/verbose h/help V/version
+    string join \n k/key= redis= redis-password-file= prefix= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= busy-exit-code= min-hold= timeout= q/quiet v/verbose h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -35,6 +35,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l prefix -d 'Prefix of ev
 complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'Lease length written to Redis' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l renew-every -d 'Heartbeat period [default: ttl/3]' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-timeout -d 'Time limit of each Redis call [default: ttl/10, at most 2s]' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l replica-acks -d 'Replicas that must have the lease before it counts: N, or all [default: all with redis+sentinel:// and redis+cluster://, else 0]' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l wait -d 'Wait this long for a held lock, or "forever" [default: no wait]' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l busy-exit-code -d 'Exit status when the lock is busy; 0 skips silently' -r -f

@@ -28,6 +28,10 @@ pub(crate) struct StatusJson {
     pub(crate) holder: Option<HolderJson>,
     /// The last fencing token handed out for this name (null if never).
     pub(crate) last_fencing_token: Option<u64>,
+    /// The server that answered: `host:port` or a socket path; behind
+    /// Sentinel the primary it named, in a cluster the node owning the key's
+    /// slot. Null when it cannot be told.
+    pub(crate) redis_node: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -67,6 +71,7 @@ pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
         },
         holder,
         last_fencing_token: status.last_fence,
+        redis_node: status.node.clone(),
     };
     let text = if json {
         serde_json::to_string(&state).map_err(|err| Error::Internal {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueHint};
 
 use crate::error::Error;
+use crate::lock::ReplicaAcks;
 use crate::wait::Wait;
 
 const ABOUT: &str = "Run a command under a distributed lock held in Redis";
@@ -134,6 +135,18 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) redis_timeout: Option<Duration>,
 
+    /// Replicas that must have the lease before it counts: N, or all
+    /// [default: all with redis+sentinel:// and redis+cluster://, else 0]
+    ///
+    /// After acquiring and after each renewal, lockrun asks the primary to
+    /// WAIT until this many replicas have the write, within --redis-timeout;
+    /// "all" means every replica connected at that moment, 0 not to wait.
+    /// With too few, the command does not start (the lock is given back and
+    /// lockrun exits 69, or keeps waiting under --wait), and a renewal counts
+    /// as failed.
+    #[arg(long, value_name = "N|all", value_parser = parse_replica_acks)]
+    pub(crate) replica_acks: Option<ReplicaAcks>,
+
     /// Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]
     ///
     /// Used when lockrun itself must stop the command: the lease is lost or
@@ -199,9 +212,14 @@ pub(crate) struct RedisArgs {
     /// Redis URL
     ///
     /// redis://[USER[:PASSWORD]@]HOST[:PORT][/DB], rediss://... (TLS,
-    /// certificate verified), unix:///PATH or redis+unix:///PATH. Give the
-    /// password in LOCKRUN_REDIS_PASSWORD or --redis-password-file instead, so
-    /// that it stays out of ps and out of the command's environment.
+    /// certificate verified), unix:///PATH or redis+unix:///PATH. Behind
+    /// Sentinel: redis+sentinel://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]
+    /// (the sentinels; port 26379 by default; their own password in
+    /// LOCKRUN_SENTINEL_PASSWORD). A cluster:
+    /// redis+cluster://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]...]. rediss+sentinel://
+    /// and rediss+cluster:// use TLS. Give the password in LOCKRUN_REDIS_PASSWORD
+    /// or --redis-password-file instead, so that it stays out of ps and out of
+    /// the command's environment.
     #[arg(
         long = "redis",
         value_name = "URL",
@@ -274,6 +292,15 @@ pub(crate) struct ReleaseArgs {
 fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text)
         .map_err(|err| format!("{err}; write a number with a unit, like 500ms, 30s, 2m or 1h30m"))
+}
+
+fn parse_replica_acks(text: &str) -> Result<ReplicaAcks, String> {
+    if text.eq_ignore_ascii_case("all") {
+        return Ok(ReplicaAcks::All);
+    }
+    text.parse()
+        .map(ReplicaAcks::Count)
+        .map_err(|_| "write a number of replicas, or all".to_owned())
 }
 
 fn parse_wait(text: &str) -> Result<Wait, String> {
@@ -399,6 +426,14 @@ mod tests {
         assert!(parse_duration("30").is_err());
         assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
         assert_eq!(parse_wait("2m"), Ok(Wait::Up(Duration::from_secs(120))));
+    }
+
+    #[test]
+    fn replica_acks_are_a_count_or_all() {
+        assert_eq!(parse_replica_acks("ALL"), Ok(ReplicaAcks::All));
+        assert_eq!(parse_replica_acks("2"), Ok(ReplicaAcks::Count(2)));
+        assert!(parse_replica_acks("-1").is_err());
+        assert!(parse_replica_acks("some").is_err());
     }
 
     #[test]

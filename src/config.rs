@@ -11,7 +11,7 @@ use crate::cli::{Action, Cli, RedisArgs, RunArgs};
 use crate::clock::show;
 use crate::error::Error;
 use crate::lease::Timing;
-use crate::lock::Keys;
+use crate::lock::{Keys, ReplicaAcks};
 use crate::redis_conn::Target;
 use crate::report::Verbosity;
 use crate::secrets;
@@ -45,12 +45,22 @@ pub(crate) enum Invocation {
 pub(crate) struct RunConfig {
     pub(crate) lock: LockConfig,
     pub(crate) timing: Timing,
+    pub(crate) replica_acks: ReplicaAcks,
     pub(crate) wait: Option<Wait>,
     pub(crate) busy_exit_code: u8,
     pub(crate) min_hold: Option<Duration>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) verbosity: Verbosity,
     pub(crate) command: Vec<OsString>,
+}
+
+/// The passwords lockrun takes from its environment.
+#[derive(Debug, Default)]
+pub(crate) struct Passwords {
+    /// LOCKRUN_REDIS_PASSWORD: the servers holding the lock.
+    pub(crate) redis: Option<String>,
+    /// LOCKRUN_SENTINEL_PASSWORD: the sentinels.
+    pub(crate) sentinel: Option<String>,
 }
 
 /// Which lock, and where it lives.
@@ -63,17 +73,17 @@ pub(crate) struct LockConfig {
 }
 
 impl Invocation {
-    /// Validates the parsed command line; `password` comes from
-    /// LOCKRUN_REDIS_PASSWORD.
-    pub(crate) fn from_cli(cli: Cli, password: Option<String>) -> Result<Self, Error> {
+    /// Validates the parsed command line; `passwords` come from the
+    /// environment.
+    pub(crate) fn from_cli(cli: Cli, passwords: Passwords) -> Result<Self, Error> {
         Ok(match cli.action {
-            None => Invocation::Run(RunConfig::from_args(cli.run, password)?),
+            None => Invocation::Run(RunConfig::from_args(cli.run, passwords)?),
             Some(Action::Status(args)) => Invocation::Status {
-                lock: LockConfig::new(args.key, &args.redis, password)?,
+                lock: LockConfig::new(args.key, &args.redis, passwords)?,
                 json: args.json,
             },
             Some(Action::Release(args)) => Invocation::Release {
-                lock: LockConfig::new(args.key, &args.redis, password)?,
+                lock: LockConfig::new(args.key, &args.redis, passwords)?,
                 force: args.force,
             },
         })
@@ -88,8 +98,15 @@ impl Invocation {
 }
 
 impl RunConfig {
-    fn from_args(args: RunArgs, password: Option<String>) -> Result<Self, Error> {
-        let lock = LockConfig::new(args.key.unwrap_or_default(), &args.redis, password)?;
+    fn from_args(args: RunArgs, passwords: Passwords) -> Result<Self, Error> {
+        let lock = LockConfig::new(args.key.unwrap_or_default(), &args.redis, passwords)?;
+        // Sentinel and Cluster exist to survive a failover; without
+        // acknowledgement a failover can lose the lease.
+        let replica_acks = args.replica_acks.unwrap_or(if lock.target.is_replicated() {
+            ReplicaAcks::All
+        } else {
+            ReplicaAcks::Count(0)
+        });
         let timing = timing(
             bounded("--ttl", args.ttl)?,
             bounded_if_given("--renew-every", args.renew_every)?,
@@ -104,6 +121,7 @@ impl RunConfig {
         Ok(RunConfig {
             lock,
             timing,
+            replica_acks,
             wait: match args.wait {
                 Some(Wait::Up(limit)) => Some(Wait::Up(bounded("--wait", limit)?)),
                 other => other,
@@ -126,13 +144,14 @@ impl RunConfig {
 }
 
 impl LockConfig {
-    fn new(name: String, redis: &RedisArgs, password: Option<String>) -> Result<Self, Error> {
+    fn new(name: String, redis: &RedisArgs, passwords: Passwords) -> Result<Self, Error> {
         if name.is_empty() {
             return Err(Error::Usage("--key must not be empty".into()));
         }
-        let password = secrets::password(password, redis.password_file.as_deref())?;
-        let target =
-            Target::parse(&redis.url, password).map_err(|err| Error::Usage(err.to_string()))?;
+        let password = secrets::password(passwords.redis, redis.password_file.as_deref())?;
+        let target = Target::parse(&redis.url, password)
+            .map_err(|err| Error::Usage(err.to_string()))?
+            .with_sentinel_password(passwords.sentinel);
         Ok(LockConfig {
             keys: Keys::new(&redis.prefix, &name),
             name,
@@ -291,7 +310,7 @@ mod tests {
             .chain(flags.iter().copied())
             .chain(["--", "true"]);
         let cli = Cli::try_parse_from(args).map_err(|err| Error::Usage(err.to_string()))?;
-        match Invocation::from_cli(cli, None)? {
+        match Invocation::from_cli(cli, Passwords::default())? {
             Invocation::Run(config) => Ok(config),
             other => panic!("not a run: {other:?}"),
         }

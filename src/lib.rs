@@ -22,7 +22,9 @@
 //! - `signals`: which signals lockrun catches and forwards;
 //! - `lock` (+ `lock/*.lua`): the Redis protocol as atomic scripts; with
 //!   `redis_conn`, the only modules that name a redis type;
-//! - `redis_conn`: where Redis is, credentials kept out of messages, timeouts;
+//! - `redis_conn` (+ `redis_conn/*`): where Redis is (one server, the primary
+//!   Sentinel names, or a cluster), credentials kept out of messages,
+//!   timeouts, waiting for replicas;
 //! - `lease`: the lease deadline and renewal timing;
 //! - `clock`: the boot clock, sleeps that survive suspend, durations shown;
 //! - `exit_code`: every status lockrun returns.
@@ -47,9 +49,9 @@ mod wait;
 
 use std::process::ExitCode;
 
-pub use crate::secrets::PASSWORD_ENV;
+pub use crate::secrets::{PASSWORD_ENV, SENTINEL_PASSWORD_ENV};
 
-use crate::config::Invocation;
+use crate::config::{Invocation, Passwords};
 use crate::error::Error;
 use crate::lock::Token;
 use crate::report::Report;
@@ -65,7 +67,11 @@ pub fn main() -> ExitCode {
         Ok(None) => return ExitCode::SUCCESS,
         Err(err) => return exit(Report::default(), Err(err)),
     };
-    let invocation = match Invocation::from_cli(cli, std::env::var(PASSWORD_ENV).ok()) {
+    let passwords = Passwords {
+        redis: std::env::var(PASSWORD_ENV).ok(),
+        sentinel: std::env::var(SENTINEL_PASSWORD_ENV).ok(),
+    };
+    let invocation = match Invocation::from_cli(cli, passwords) {
         Ok(invocation) => invocation,
         Err(err) => return exit(Report::default(), Err(err)),
     };

@@ -11,6 +11,11 @@
 //! | `P{NAME}:holder`   | who holds it (host, pid, command, since, fence)   |
 //! | `P{NAME}:fence`    | the last fencing token handed out (no expiry)     |
 //! | `P{NAME}:released` | pub/sub channel announcing each release           |
+//!
+//! With replica acknowledgement (`ReplicaAcks`), the acquire and renew scripts
+//! also report how many replicas are connected, and lockrun then asks the
+//! primary to `WAIT` for them: a lease only counts once enough replicas have
+//! it, so that a failover cannot hand the lock to a second run.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -19,6 +24,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::{FromRedisValue, ParsingError, Script, Value};
+use tokio::time::Instant;
 
 use crate::clock::BootInstant;
 use crate::redis_conn::{RedisError, Session, Target};
@@ -211,6 +217,17 @@ impl Keys {
     }
 }
 
+/// How many replicas must have a write before lockrun counts it done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReplicaAcks {
+    /// This many; 0 does not wait at all.
+    Count(u32),
+    /// Every replica connected to the primary when the script ran, counted
+    /// by the script itself: after a failover the new primary may have
+    /// fewer, and a renewal there must still succeed.
+    All,
+}
+
 /// A granted lease.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Grant {
@@ -248,6 +265,7 @@ pub(crate) struct Lock {
     session: Session,
     keys: Keys,
     token: Token,
+    acks: ReplicaAcks,
     /// Whether an acquire request went out: only then can the key hold our
     /// token without lockrun having seen the reply.
     sent_acquire: bool,
@@ -261,12 +279,19 @@ pub(crate) fn millis(d: Duration) -> u64 {
 
 impl Lock {
     /// A handle on lock `keys` at `target`; every call is limited to
-    /// `timeout`. Nothing is sent yet.
-    pub(crate) fn new(target: Target, timeout: Duration, keys: Keys, token: Token) -> Self {
+    /// `timeout`, replica acknowledgement included. Nothing is sent yet.
+    pub(crate) fn new(
+        target: Target,
+        timeout: Duration,
+        keys: Keys,
+        token: Token,
+        acks: ReplicaAcks,
+    ) -> Self {
         Lock {
             session: Session::new(target, timeout),
             keys,
             token,
+            acks,
             sent_acquire: false,
         }
     }
@@ -283,19 +308,12 @@ impl Lock {
 
     /// Subscribes to this lock's release announcements on a connection of
     /// their own.
-    pub(crate) async fn subscribe_releases(&self) -> Result<Releases, RedisError> {
-        let target = self.session.target();
-        let client = target.client()?;
-        let subscribed = async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&self.keys.channel).await?;
-            Ok::<_, redis::RedisError>(pubsub)
-        };
-        match tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribed).await {
-            Ok(Ok(pubsub)) => Ok(Releases(pubsub.into_on_message())),
-            Ok(Err(err)) => Err(target.error(&err)),
-            Err(_) => Err(target.timed_out(SUBSCRIBE_TIMEOUT)),
-        }
+    pub(crate) async fn subscribe_releases(&mut self) -> Result<Releases, RedisError> {
+        let pubsub = self
+            .session
+            .subscribe(&self.keys.channel, SUBSCRIBE_TIMEOUT)
+            .await?;
+        Ok(Releases(pubsub.into_on_message()))
     }
 
     pub(crate) async fn try_acquire(
@@ -313,15 +331,24 @@ impl Lock {
             .arg(me.pid)
             .arg(&me.command);
         let sent = BootInstant::now();
+        let started = Instant::now();
         self.sent_acquire = true;
         let reply = self.session.invoke(&call).await?;
-        let (won, number, fields): (i64, i64, Vec<String>) = match self.keys.foreign(reply) {
-            Ok(reply) => reply,
-            Err(foreign) => return Ok(Attempt::Foreign(foreign)),
-        };
+        let (won, number, fields, replicas): (i64, i64, Vec<String>, i64) =
+            match self.keys.foreign(reply) {
+                Ok(reply) => reply,
+                Err(foreign) => return Ok(Attempt::Foreign(foreign)),
+            };
         if won == 1 {
             let fence = u64::try_from(number)
                 .map_err(|_| self.protocol("acquire", &format!("fencing token {number}")))?;
+            if let Err(err) = self.replicated(replicas, started).await {
+                // Too few copies: a failover now could hand the lock to a
+                // second run while the command runs. Give it back and let
+                // the caller treat Redis as unavailable.
+                let _ = self.release(None).await;
+                return Err(err);
+            }
             return Ok(Attempt::Acquired(Grant { fence, sent }));
         }
         Ok(Attempt::Busy {
@@ -343,14 +370,42 @@ impl Lock {
 
     /// Extends the lease to `ttl` from now. `Ok(false)` means the token is
     /// gone: the lease expired or someone removed or took the lock.
+    /// With replica acknowledgement, a renewal that too few replicas
+    /// acknowledged is an error, like one Redis never answered.
     pub(crate) async fn renew(&mut self, ttl: Duration) -> Result<bool, RedisError> {
         let mut call = RENEW.prepare_invoke();
         call.key(&self.keys.lock)
             .key(&self.keys.holder)
             .arg(&self.token.0)
             .arg(millis(ttl));
-        let renewed: i64 = self.session.invoke(&call).await?;
-        Ok(renewed == 1)
+        let started = Instant::now();
+        let (renewed, replicas): (i64, i64) = self.session.invoke(&call).await?;
+        if renewed != 1 {
+            return Ok(false);
+        }
+        self.replicated(replicas, started).await?;
+        Ok(true)
+    }
+
+    /// Waits until as many replicas as asked for have the last write, within
+    /// the time limit of the call that began at `started`. `connected` is
+    /// the primary's count of replicas, read by the script that wrote.
+    async fn replicated(&mut self, connected: i64, started: Instant) -> Result<(), RedisError> {
+        let wanted = match self.acks {
+            ReplicaAcks::Count(wanted) => wanted,
+            ReplicaAcks::All => u32::try_from(connected).unwrap_or(0),
+        };
+        if wanted == 0 {
+            return Ok(());
+        }
+        let acked = self
+            .session
+            .replicate(&self.keys.lock, wanted, started)
+            .await?;
+        if acked < wanted {
+            return Err(self.session.unacknowledged(acked, wanted));
+        }
+        Ok(())
     }
 
     /// Gives the lock up, or with `keep_for` leaves it to expire after that
@@ -398,6 +453,8 @@ pub(crate) struct Status {
     pub(crate) holder: Option<Holder>,
     /// Server time, microseconds since the epoch.
     pub(crate) now_us: u64,
+    /// The server that answered (`host:port` or a socket path), when known.
+    pub(crate) node: Option<String>,
     /// The last fencing token handed out for this name, if any.
     pub(crate) last_fence: Option<u64>,
 }
@@ -446,7 +503,9 @@ impl Inspector {
             -1 => Occupancy::NoExpiry,
             ms => Occupancy::Leased(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
         };
+        let node = self.session.node_for(&keys.lock).await;
         Ok(Ok(Status {
+            node,
             holder: (occupancy != Occupancy::Free)
                 .then(|| Holder::from_fields(&fields))
                 .flatten(),

@@ -34,6 +34,7 @@ pub(crate) async fn run(
         config.timing.redis_timeout,
         lock_config.keys.clone(),
         token,
+        config.replica_acks,
     );
     let grant = acquire(&config, &mut lock, &mut signals, report).await?;
     let (child, mut child_changes) = match start(&config, grant.fence) {

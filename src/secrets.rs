@@ -32,6 +32,9 @@ use crate::error::Error;
 
 /// Environment variable with the Redis password, so it never shows in `ps`.
 pub const PASSWORD_ENV: &str = "LOCKRUN_REDIS_PASSWORD";
+/// Environment variable with the password of the sentinels themselves
+/// (`redis+sentinel://` URLs); never a flag, for the same reason.
+pub const SENTINEL_PASSWORD_ENV: &str = "LOCKRUN_SENTINEL_PASSWORD";
 /// The Redis URL, as `--redis`.
 const URL_ENV: &str = "LOCKRUN_REDIS_URL";
 /// A password longer than this is some other file given by mistake.
@@ -105,7 +108,7 @@ pub(crate) fn hidden_from_command() -> Vec<(&'static str, Option<OsString>)> {
 
 /// `hidden_from_command` for a LOCKRUN_REDIS_URL of `url`.
 fn hide(url: Option<&OsStr>) -> Vec<(&'static str, Option<OsString>)> {
-    let mut changes = vec![(PASSWORD_ENV, None)];
+    let mut changes = vec![(PASSWORD_ENV, None), (SENTINEL_PASSWORD_ENV, None)];
     if let Some(url) = url {
         // A URL that cannot be parsed cannot be shown to hold no password.
         let url = url.to_str().and_then(without_password).map(OsString::from);
@@ -179,12 +182,16 @@ mod tests {
             changes,
             [
                 (PASSWORD_ENV, None),
+                (SENTINEL_PASSWORD_ENV, None),
                 (URL_ENV, Some(OsString::from("redis://h:1")))
             ]
         );
-        assert_eq!(hide(None), [(PASSWORD_ENV, None)]);
+        assert_eq!(
+            hide(None),
+            [(PASSWORD_ENV, None), (SENTINEL_PASSWORD_ENV, None)]
+        );
         let unparsable = hide(Some(OsStr::new("h:1 pw")));
-        assert_eq!(unparsable[1], (URL_ENV, None));
+        assert_eq!(unparsable[2], (URL_ENV, None));
     }
 
     fn file(contents: &str, mode: u32) -> tempfile::NamedTempFile {

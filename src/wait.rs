@@ -66,9 +66,9 @@ pub(crate) async fn acquire(
         Ok(first @ (Attempt::Acquired(_) | Attempt::Foreign(_))) => return Ok(first),
         Ok(busy) if waited_out() => return Ok(busy),
         Ok(_) => report.verbose(format_args!("{} is busy; waiting", lock.keys().lock)),
-        // Loading, or busy with a script: Redis answered "not yet", which a
-        // waiter waits through like a held lock.
-        Err(err) if err.kind.is_transient() && !waited_out() => {
+        // Loading, busy with a script, a failover, too few replicas: Redis
+        // answered "not yet", which a waiter waits through like a held lock.
+        Err(err) if err.is_transient() && !waited_out() => {
             report.error(format_args!("{err}; still waiting"));
             failing = true;
         }
@@ -142,12 +142,11 @@ impl Waiter<'_> {
                 Ok(ControlFlow::Continue(left))
             }
             // Redis has answered before, and nothing is held while waiting:
-            // a restart, a network blip, a data set loading or a long script
-            // is worth waiting through, as long as the wait lasts. A wrong
-            // password or URL failed long before.
+            // a restart, a network blip, a data set loading, a long script or
+            // a failover is worth waiting through, as long as the wait lasts.
+            // A wrong password or URL failed long before.
             Err(err)
-                if (err.kind == ErrorKind::Unreachable || err.kind.is_transient())
-                    && !waited_out =>
+                if (err.kind == ErrorKind::Unreachable || err.is_transient()) && !waited_out =>
             {
                 if !std::mem::replace(&mut self.failing, true) {
                     self.report.error(format_args!("{err}; still waiting"));

@@ -407,6 +407,7 @@ fn flags_and_variables() -> (BTreeSet<String>, BTreeSet<String>) {
     let mut flags = BTreeSet::new();
     let mut vars: BTreeSet<String> = [
         lockrun::PASSWORD_ENV,
+        lockrun::SENTINEL_PASSWORD_ENV,
         "LOCKRUN_KEY",
         "LOCKRUN_FENCING_TOKEN",
     ]

@@ -250,6 +250,12 @@ fn lock_key(prefix: &str, name: &str) -> String {
     format!("{prefix}{{{name}}}")
 }
 
+/// The key of lock `name` under the default prefix, for tests that look at
+/// servers other than a `RedisServer` (Sentinel sets, clusters).
+pub fn default_lock_key(name: &str) -> String {
+    lock_key(DEFAULT_PREFIX, name)
+}
+
 /// The key of the fencing counter of lock `name` under the default prefix.
 fn fence_key(name: &str) -> String {
     format!("{}:fence", lock_key(DEFAULT_PREFIX, name))
@@ -470,7 +476,7 @@ pub fn log_file(path: &Path) -> std::fs::File {
 
 /// Like `read_pid`, but if `run` exits before the pid appears, fails at once
 /// with its exit status and what it wrote to `stderr`.
-fn read_pid_of(run: &mut Running, path: &Path, stderr: &Path) -> i32 {
+pub fn read_pid_of(run: &mut Running, path: &Path, stderr: &Path) -> i32 {
     let written = || std::fs::read_to_string(path).is_ok_and(|text| text.ends_with('\n'));
     eventually(PATIENCE, || written() || !run.running());
     if !written() {
@@ -509,7 +515,7 @@ pub fn next_fence(server: &RedisServer, name: &str, args: &[&str]) -> u64 {
 /// Holds the lock until the test creates `go` in the directory given as $1.
 /// The fencing token is written before the pid, so a readable pid file means
 /// both are there.
-const HOLD_UNTIL_GO: &str = r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; echo $$ > "$1/pid"
+pub const HOLD_UNTIL_GO: &str = r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; echo $$ > "$1/pid"
 while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
 
 /// A run that keeps a lock busy for as long as a test needs, in a scratch

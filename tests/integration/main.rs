@@ -21,4 +21,6 @@ mod process;
 mod repeated_flags;
 mod signals;
 mod supervision;
+mod topology;
+mod topology_harness;
 mod wakeup;

@@ -48,8 +48,14 @@ fn status_reports_holder_and_free_lock() {
             "key",
             "last_fencing_token",
             "redis_key",
+            "redis_node",
             "ttl_left_ms"
         ]
+    );
+    assert_eq!(
+        json["redis_node"],
+        redis.url().trim_start_matches("unix://"),
+        "the server that answered"
     );
     let holder_json = &json["holder"];
     let mut holder_fields: Vec<&str> = holder_json
