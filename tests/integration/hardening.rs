@@ -4,28 +4,9 @@
 //! failure.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
 use crate::harness::*;
-
-fn output(command: &mut Command) -> Output {
-    command.stdin(Stdio::null()).output().expect("run lockrun")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-/// lockrun's one line on stderr, without its `lockrun: ` prefix; fails
-/// unless there is exactly one.
-fn one_line(output: &Output) -> String {
-    let text = stderr(output);
-    let mut lines = text.lines();
-    match (lines.next(), lines.next()) {
-        (Some(line), None) => line.strip_prefix("lockrun: ").unwrap_or(line).to_owned(),
-        _ => panic!("want one line on stderr, got {text:?}"),
-    }
-}
 
 /// lockrun on key `job` with `args`, its command touching `ran`.
 fn touch(redis: &RedisServer, args: &[&str], ran: &Path) -> Command {
@@ -58,9 +39,9 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
         &["--min-hold", "584000000000y"],
     ];
     for args in cases {
-        let run = output(&mut touch(&redis, args, &ran));
-        assert_eq!(run.status.code(), Some(64), "{args:?}: {}", stderr(&run));
-        let line = one_line(&run);
+        let run = run_once(touch(&redis, args, &ran));
+        assert_eq!(run.code, Some(64), "{args:?}: {}", run.stderr);
+        let line = run.one_line();
         assert!(
             line.starts_with(&format!("{} ", args[0]))
                 && line.ends_with("is too long; use 1y (365.25 days) or less"),
@@ -71,12 +52,12 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
     }
 
     // The bound itself is accepted.
-    let run = output(&mut touch(
+    let run = run_once(touch(
         &redis,
         &["--ttl", "1y", "--timeout", "1y", "--wait", "1y"],
         &ran,
     ));
-    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(ran.exists(), "the command did not run");
     assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
 }
@@ -119,26 +100,26 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
 
         // Neither a busy lock (75) nor one worth waiting for.
         for wait in [&[][..], &["--wait", "forever"]] {
-            let run = output(&mut touch(&redis, wait, &ran));
-            assert_eq!(run.status.code(), Some(69), "{planted:?} {wait:?}");
-            assert_eq!(one_line(&run), want, "{planted:?} {wait:?}");
+            let run = run_once(touch(&redis, wait, &ran));
+            assert_eq!(run.code, Some(69), "{planted:?} {wait:?}");
+            assert_eq!(run.one_line(), want, "{planted:?} {wait:?}");
             assert!(!ran.exists(), "{planted:?}: the command ran");
             assert_eq!(redis.keys(), before, "{planted:?}: Redis was changed");
         }
 
-        let status = output(lockrun().args(["status", "--redis", &redis.url(), "-k", "job"]));
-        assert_eq!(status.status.code(), Some(69), "{planted:?}");
-        assert_eq!(one_line(&status), want, "{planted:?}");
+        let status = run_once(lockrun().args(["status", "--redis", &redis.url(), "-k", "job"]));
+        assert_eq!(status.code, Some(69), "{planted:?}");
+        assert_eq!(status.one_line(), want, "{planted:?}");
         assert!(status.stdout.is_empty(), "{planted:?}");
 
         let release =
-            output(lockrun().args(["release", "--redis", &redis.url(), "-k", "job", "--force"]));
+            run_once(lockrun().args(["release", "--redis", &redis.url(), "-k", "job", "--force"]));
         // The fence is no part of a release.
         if planted[1].ends_with(":fence") {
-            assert_eq!(release.status.code(), Some(0), "{}", stderr(&release));
+            assert_eq!(release.code, Some(0), "{}", release.stderr);
         } else {
-            assert_eq!(release.status.code(), Some(69), "{planted:?}");
-            assert_eq!(one_line(&release), want, "{planted:?}");
+            assert_eq!(release.code, Some(69), "{planted:?}");
+            assert_eq!(release.one_line(), want, "{planted:?}");
         }
         assert_eq!(redis.keys(), before, "{planted:?}: Redis was changed");
     }
@@ -173,9 +154,9 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
     let dir = scratch();
     let ran = dir.path().join("ran");
 
-    let run = output(&mut touch(&redis, &[], &ran));
-    assert_eq!(run.status.code(), Some(69), "{}", stderr(&run));
-    let line = one_line(&run);
+    let run = run_once(touch(&redis, &[], &ran));
+    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    let line = run.one_line();
     assert!(
         line.starts_with("Redis at unix://")
             && line.ends_with(
@@ -186,13 +167,15 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
     );
     assert!(!ran.exists(), "the command ran without the lock");
 
-    let waiter = output(&mut touch(&redis, &["--wait", "30s"], &ran));
-    assert_eq!(waiter.status.code(), Some(0), "{}", stderr(&waiter));
+    let waiter = run_once(touch(&redis, &["--wait", "30s"], &ran));
+    assert_eq!(waiter.code, Some(0), "{}", waiter.stderr);
     assert!(ran.exists(), "the waiter never ran its command");
     assert!(
-        one_line(&waiter).ends_with("it cannot serve the lock yet; still waiting"),
+        waiter
+            .one_line()
+            .ends_with("it cannot serve the lock yet; still waiting"),
         "{}",
-        stderr(&waiter)
+        waiter.stderr
     );
     assert!(!answers(&redis, "LOADING") && !redis.is_locked("job"));
 }
@@ -217,15 +200,15 @@ fn a_waiter_waits_while_a_script_keeps_redis_busy() {
     let dir = scratch();
     let ran = dir.path().join("ran");
 
-    let run = output(&mut touch(&redis, &[], &ran));
-    assert_eq!(run.status.code(), Some(69), "{}", stderr(&run));
+    let run = run_once(touch(&redis, &[], &ran));
+    assert_eq!(run.code, Some(69), "{}", run.stderr);
     assert!(
-        one_line(&run).ends_with(
+        run.one_line().ends_with(
             "is busy running a script or function (BUSY) and serves nothing else until it \
              ends or is killed; it cannot serve the lock yet"
         ),
         "{}",
-        stderr(&run)
+        run.stderr
     );
     assert!(!ran.exists(), "the command ran without the lock");
 
@@ -271,14 +254,14 @@ fn a_server_that_is_not_redis_is_named_as_such() {
     let dir = scratch();
     let ran = dir.path().join("ran");
 
-    let run = output(
+    let run = run_once(
         lockrun()
             .args(["--redis", &url, "-k", "job", "--", "touch"])
             .arg(&ran),
     );
-    assert_eq!(run.status.code(), Some(69), "{}", stderr(&run));
+    assert_eq!(run.code, Some(69), "{}", run.stderr);
     assert_eq!(
-        one_line(&run),
+        run.one_line(),
         format!(
             "the server at {url} does not speak the Redis protocol; check --redis (or \
              LOCKRUN_REDIS_URL)"
@@ -294,12 +277,12 @@ fn a_server_that_wants_a_password_says_so() {
         "Redis at {} requires a password; give it in LOCKRUN_REDIS_PASSWORD, --redis-password-file or the URL",
         redis.url()
     );
-    let run = output(&mut lockrun_at(&redis, &["-k", "job", "--", "true"]));
-    assert_eq!(run.status.code(), Some(69), "{}", stderr(&run));
-    assert_eq!(one_line(&run), want);
-    let status = output(lockrun().args(["status", "--redis", &redis.url(), "-k", "job"]));
-    assert_eq!(status.status.code(), Some(69), "{}", stderr(&status));
-    assert_eq!(one_line(&status), want);
+    let run = run_once(lockrun_at(&redis, &["-k", "job", "--", "true"]));
+    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    assert_eq!(run.one_line(), want);
+    let status = run_once(lockrun().args(["status", "--redis", &redis.url(), "-k", "job"]));
+    assert_eq!(status.code, Some(69), "{}", status.stderr);
+    assert_eq!(status.one_line(), want);
 }
 
 #[test]
@@ -307,14 +290,14 @@ fn an_unanswered_acquire_says_how_long_lockrun_waited_in_all() {
     let redis = RedisServer::start();
     redis.pause();
     let began = std::time::Instant::now();
-    let run = output(&mut lockrun_at(
+    let run = run_once(lockrun_at(
         &redis,
         &["-k", "job", "--redis-timeout", "1s", "--", "true"],
     ));
     let took = began.elapsed();
     redis.resume();
-    assert_eq!(run.status.code(), Some(69), "{}", stderr(&run));
-    let line = one_line(&run);
+    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    let line = run.one_line();
     // One timeout for the acquire, one for giving back what it may have
     // taken: the line accounts for both, so for all the time that passed.
     assert!(

@@ -322,6 +322,17 @@ pub struct Ran {
 }
 
 impl Ran {
+    /// lockrun's one line on stderr, without its `lockrun: ` prefix; fails
+    /// the test unless there is exactly one.
+    #[track_caller]
+    pub fn one_line(&self) -> &str {
+        let mut lines = self.stderr.lines();
+        match (lines.next(), lines.next()) {
+            (Some(line), None) => line.strip_prefix("lockrun: ").unwrap_or(line),
+            _ => panic!("want one line on stderr, got {:?}", self.stderr),
+        }
+    }
+
     /// Exactly the bytes written to stdout.
     pub fn stdout_bytes(&self) -> &[u8] {
         &self.stdout_bytes

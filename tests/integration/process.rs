@@ -6,7 +6,7 @@
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -22,10 +22,6 @@ fn sh(redis: &RedisServer, args: &[&str], script: &str, dir: &Path) -> Command {
     let mut command = lockrun_at(redis, args);
     command.args(["--", "sh", "-c", script, "sh"]).arg(dir);
     command
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Fields of `/proc/PID/stat` after the command name: state, parent, group,
@@ -163,19 +159,9 @@ fn a_background_lockrun_is_not_stopped_by_its_own_messages() {
 /// Runs `env` under lockrun as `command` sets it up; returns what `env`
 /// printed after checking that the run succeeded, so the password worked.
 fn env_of(command: &mut Command) -> String {
-    let output = command
-        .args(["-k", "job", "--", "env"])
-        .output()
-        .expect("run");
-    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
-    text(&output.stdout)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("free port")
+    let ran = run_once(command.args(["-k", "job", "--", "env"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.stdout
 }
 
 #[test]
@@ -214,12 +200,12 @@ fn password_file(dir: &Path, mode: u32) -> String {
     file.to_str().expect("utf-8 temp path").to_string()
 }
 
-fn admin(redis: &RedisServer, args: &[&str]) -> Output {
-    lockrun()
-        .args(args)
-        .args(["--key", "job", "--redis", &redis.url()])
-        .output()
-        .expect("run")
+fn admin(redis: &RedisServer, args: &[&str]) -> Ran {
+    run_once(
+        lockrun()
+            .args(args)
+            .args(["--key", "job", "--redis", &redis.url()]),
+    )
 }
 
 #[test]
@@ -229,10 +215,11 @@ fn a_password_file_serves_runs_status_and_release() {
     let file = password_file(dir.path(), 0o600);
     let flag = ["--redis-password-file", file.as_str()];
 
-    let output = lockrun_at(&redis, &[&flag[..], &["-k", "job", "--", "true"]].concat())
-        .output()
-        .expect("run");
-    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let ran = run_once(lockrun_at(
+        &redis,
+        &[&flag[..], &["-k", "job", "--", "true"]].concat(),
+    ));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let env = env_of(lockrun_at(&redis, &[]).env("LOCKRUN_REDIS_PASSWORD_FILE", &file));
     assert!(
         env.contains(&format!("LOCKRUN_REDIS_PASSWORD_FILE={file}\n")),
@@ -240,19 +227,19 @@ fn a_password_file_serves_runs_status_and_release() {
     );
 
     // status: 1 is "free", 69 "cannot ask Redis" (here: no password).
-    assert_eq!(admin(&redis, &["status"]).status.code(), Some(69));
+    assert_eq!(admin(&redis, &["status"]).code, Some(69));
     let status = admin(&redis, &[&["status"], &flag[..]].concat());
-    assert_eq!(status.status.code(), Some(1), "{}", text(&status.stderr));
+    assert_eq!(status.code, Some(1), "{}", status.stderr);
     let release = admin(&redis, &[&["release", "--force"], &flag[..]].concat());
-    assert_eq!(release.status.code(), Some(0), "{}", text(&release.stderr));
+    assert_eq!(release.code, Some(0), "{}", release.stderr);
 
     // Two passwords: which one was meant cannot be guessed.
-    let both = lockrun_at(&redis, &[&flag[..], &["-k", "job", "--", "true"]].concat())
-        .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
-        .output()
-        .expect("run");
-    assert_eq!(both.status.code(), Some(64), "{}", text(&both.stderr));
-    assert!(!text(&both.stderr).contains(PASSWORD));
+    let both = run_once(
+        lockrun_at(&redis, &[&flag[..], &["-k", "job", "--", "true"]].concat())
+            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD),
+    );
+    assert_eq!(both.code, Some(64), "{}", both.stderr);
+    assert!(!both.stderr.contains(PASSWORD));
 }
 
 #[test]
@@ -261,17 +248,17 @@ fn a_password_file_every_user_can_read_is_refused() {
     let dir = scratch();
     let ran = dir.path().join("ran");
     let run = |file: &str| {
-        lockrun_at(&redis, &["--redis-password-file", file, "-k", "job", "--"])
-            .arg("touch")
-            .arg(&ran)
-            .output()
-            .expect("run")
+        run_once(
+            lockrun_at(&redis, &["--redis-password-file", file, "-k", "job", "--"])
+                .arg("touch")
+                .arg(&ran),
+        )
     };
 
     let open = password_file(dir.path(), 0o644);
     let output = run(&open);
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    let stderr = output.stderr;
+    assert_eq!(output.code, Some(64), "{stderr}");
     assert!(
         stderr.contains(&open) && stderr.contains("every user") && stderr.contains("chmod"),
         "says which file and what to do: {stderr}"
@@ -282,7 +269,7 @@ fn a_password_file_every_user_can_read_is_refused() {
 
     // The file's group may read it: a secret shared with a service account.
     let output = run(&password_file(dir.path(), 0o640));
-    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(output.code, Some(0), "{}", output.stderr);
     assert!(ran.exists());
 }
 
