@@ -451,7 +451,7 @@ class Bench:
             rss["lockrun tcp"][0].append(
                 self.peak_rss(self.lockrun(self.tcp, "bench-mem", [sleep, "0.5"])))
             rss["flock"][0].append(self.peak_rss(self.flock_cmd([sleep, "0.5"])))
-            # A waiter, subscribed to the release channel, while a holder runs.
+            # A waiter, in line and subscribed to its wake-up channel, while a holder runs.
             rss["lockrun tcp"][1].append(self.waiting_rss(
                 self.lockrun(self.tcp, "bench-mem", [sleep, "1.2"]),
                 self.lockrun(self.tcp, "bench-mem", [self.true], wait=True)))
@@ -765,7 +765,7 @@ def measure(bench, opts, info, began):
         rss_how = (
             "- **peak RSS**: `VmHWM` of the lockrun (or flock, or etcdctl) process itself (not its\n"
             "  child), read from `/proc/PID/status` while its command sleeps, and of a waiter\n"
-            "  (lockrun subscribed to the release channel, etcdctl watching the holder's key)\n"
+            "  (lockrun subscribed to its wake-up channel, etcdctl watching the holder's key)\n"
             "  while a holder of the same tool runs; the largest of 3 runs."
         )
     else:
@@ -777,7 +777,7 @@ def measure(bench, opts, info, began):
         waits = "lockrun waits with\n  `--wait forever`, flock blocks.\n "
         rss_how = (
             "- **peak RSS**: `VmHWM` of the lockrun process itself (not its child), read from\n"
-            "  `/proc/PID/status` while its command sleeps, and of a waiter subscribed to the release\n"
+            "  `/proc/PID/status` while its command sleeps, and of a waiter subscribed to its wake-up\n"
             "  channel; the largest of 3 runs."
         )
     text = f"""# Benchmarks

@@ -2,13 +2,15 @@
 # Regenerate with: LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n k/key= redis= prefix= ttl= renew-every= redis-timeout= kill-grace= w/wait= supersede busy-exit-code= min-hold= timeout= q/quiet v/verbose h/help V/version
+    string join \n k/key= redis= redis-password-file= prefix= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede busy-exit-code= min-hold= timeout= q/quiet v/verbose h/help V/version
 end
 
 function __fish_lockrun_needs_command
     # Figure out if the current invocation already has a command.
     set -l cmd (commandline -opc)
     set -e cmd[1]
+    # Added by tests/integration/generated.rs: after `--`, nothing is lockrun's.
+    contains -- -- $cmd; and return 1
     argparse -s (__fish_lockrun_global_optspecs) -- $cmd 2>/dev/null
     or return
     if set -q argv[1]
@@ -26,17 +28,19 @@ function __fish_lockrun_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c lockrun -n "__fish_lockrun_needs_command" -s k -l key -d 'Lock name; runs that share it never overlap' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l redis -d 'Redis URL' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l prefix -d 'Prefix of every Redis key' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'Lease length written to Redis' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l renew-every -d 'Heartbeat period [default: ttl/3]' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-timeout -d 'Time limit of each Redis call [default: ttl/10, at most 2s]' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l wait -d 'Wait this long for a held lock, or "forever" [default: no wait]' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l busy-exit-code -d 'Exit status when the lock is busy; 0 skips quietly' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring it' -r
-complete -c lockrun -n "__fish_lockrun_needs_command" -l timeout -d 'Stop the command after this long and exit 124' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -s k -l key -d 'Lock name; runs that share it never overlap' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l prefix -d 'Prefix of every Redis key' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'Lease length written to Redis' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l renew-every -d 'Heartbeat period [default: ttl/3]' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-timeout -d 'Time limit of each Redis call [default: ttl/10, at most 2s]' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l replica-acks -d 'Replicas that must have the lease before it counts: N, or all [default: all with redis+sentinel:// and redis+cluster://, else 0]' -r
+complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l wait -d 'Wait this long for a held lock, or "forever" [default: no wait]' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l busy-exit-code -d 'Exit status when the lock is busy; 0 skips silently' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring it' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l timeout -d 'Stop the command after this long and exit 124' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l supersede -d 'Give up the place in line to a newer run with --supersede'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print nothing when the lock is busy'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'Log each acquire, renewal and release to stderr'
@@ -44,17 +48,36 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print hel
 complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print version'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "status" -d 'Show who holds a lock, for how long, its fencing token, and who waits'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "release" -d 'Remove a lock whoever holds it (needs --force)'
-complete -c lockrun -n "__fish_lockrun_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s k -l key -d 'Lock name' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis -d 'Redis URL' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l prefix -d 'Prefix of every Redis key' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s k -l key -d 'Lock name' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l json -d 'Print one JSON object on stdout instead of text'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s k -l key -d 'Lock name' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis -d 'Redis URL' -r
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l prefix -d 'Prefix of every Redis key' -r
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s k -l key -d 'Lock name' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Really remove a lock that another run may hold'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "status" -d 'Show who holds a lock, for how long, its fencing token, and who waits'
-complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "release" -d 'Remove a lock whoever holds it (needs --force)'
-complete -c lockrun -n "__fish_lockrun_using_subcommand help; and not __fish_seen_subcommand_from status release help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+
+# Added by tests/integration/generated.rs: lockrun itself takes no file names;
+# after `--` comes the command that lockrun runs, completed as if it were
+# typed alone.
+complete -c lockrun -f
+
+function __fish_lockrun_after_double_dash
+    contains -- -- (commandline -opc)
+end
+
+function __fish_lockrun_complete_command
+    set -l words (commandline -opc)
+    set -e words[1..(contains -i -- -- $words)]
+    if set -q words[1]
+        __fish_complete_subcommand --commandline $words (commandline -ct)
+    else
+        __fish_complete_command
+    end
+end
+
+complete -c lockrun -n __fish_lockrun_after_double_dash -f -a '(__fish_lockrun_complete_command)'

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# lockrun's quick start, for a Debian or Ubuntu machine with Rust installed:
+# lockrun's quick start, for a Debian or Ubuntu machine with Rust 1.88 or
+# later (rustup; see README.md, Installation):
 # build lockrun, start a throwaway redis-server, and run commands under a
 # lock held in it.
 #
@@ -45,9 +46,11 @@ if ! [ -S "$dir/redis.sock" ]; then
   exit 1
 fi
 
-say "Building lockrun"
-cargo build --quiet
-lockrun=$PWD/${CARGO_TARGET_DIR:-target}/debug/lockrun
+say "Building lockrun (about a minute the first time)..."
+cargo build
+target=${CARGO_TARGET_DIR:-target}
+case $target in /*) ;; *) target=$PWD/$target ;; esac
+lockrun=$target/debug/lockrun
 url=unix://$dir/redis.sock
 
 # Show each command as it would be typed, then run it.

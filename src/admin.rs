@@ -31,6 +31,10 @@ pub(crate) struct StatusJson {
     pub(crate) last_fencing_token: Option<u64>,
     /// The runs waiting in line, first come first (empty when none).
     pub(crate) waiters: Vec<WaiterJson>,
+    /// The server that answered: `host:port` or a socket path; behind
+    /// Sentinel the primary it named, in a cluster the node owning the key's
+    /// slot. Null when it cannot be told.
+    pub(crate) redis_node: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -75,7 +79,7 @@ impl WaiterJson {
 /// `lockrun status`: prints the lock's state; 0 when held, 1 when free.
 pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
     let mut inspector = Inspector::new(lock.target, CALL_TIMEOUT, lock.keys);
-    let status = inspector.status().await?;
+    let status = inspector.status().await??;
     let holder = status.holder.as_ref().map(|h| HolderJson {
         host: h.host.clone(),
         pid: h.pid,
@@ -100,6 +104,7 @@ pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
             .iter()
             .map(|waiter| WaiterJson::new(waiter, status.now_us))
             .collect(),
+        redis_node: status.node.clone(),
     };
     let text = if json {
         serde_json::to_string(&state).map_err(|err| Error::Internal {
@@ -124,7 +129,7 @@ pub(crate) async fn release(lock: LockConfig, force: bool) -> Result<u8, Error> 
         )));
     }
     let mut inspector = Inspector::new(lock.target, CALL_TIMEOUT, lock.keys);
-    match inspector.force_release().await? {
+    match inspector.force_release().await?? {
         Some(holder) => print_line(&format!(
             "released {} held by {}",
             lock.name,

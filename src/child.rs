@@ -7,6 +7,10 @@
 //! of a terminal, the command's group is made the terminal's foreground group
 //! so that it can read the terminal and Ctrl-C reaches it directly; Ctrl-Z
 //! stops both, and the shell's `fg` continues both.
+//!
+//! Stopping the command reaches further than its group: whatever it started
+//! and left running, in any group or session, is stopped with it (see
+//! `descendants`).
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -21,9 +25,14 @@ use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::clock::BootInstant;
+use crate::descendants;
 
 /// How often lockrun looks whether a stopped group is gone.
 const GROUP_POLL: Duration = Duration::from_millis(10);
+/// How long lockrun waits for the kernel to take down what it SIGKILLed. A
+/// SIGKILLed process runs no more of its own code; only one stuck in the
+/// kernel (D state, a hung NFS mount) takes longer than this to go.
+const KILL_SETTLE: Duration = Duration::from_secs(1);
 
 /// Why the command could not be started.
 #[derive(Debug)]
@@ -76,24 +85,34 @@ impl std::error::Error for SpawnError {
 pub(crate) struct Child {
     process: tokio::process::Child,
     group: Pid,
+    /// Set once tokio reaped the command: from then on every exited child of
+    /// lockrun is an orphan for lockrun to reap.
+    reaped: bool,
     /// Set when the child's group took over the terminal; lockrun takes it
     /// back when the child is gone.
     terminal: bool,
 }
 
 impl Child {
-    /// Starts `argv` with `env` added to lockrun's environment.
-    pub(crate) fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Child, SpawnError> {
+    /// Starts `argv` in lockrun's environment changed by `env`: a value sets
+    /// the variable, None removes it.
+    pub(crate) fn spawn(
+        argv: &[OsString],
+        env: &[(&str, Option<OsString>)],
+    ) -> Result<Child, SpawnError> {
         let Some((program, arguments)) = argv.split_first() else {
             return Err(SpawnError::NotFound);
         };
         let terminal = in_terminal_foreground();
         let parent = nix::unistd::getpid();
         let mut command = tokio::process::Command::new(program);
-        command
-            .args(arguments)
-            .envs(env.iter().cloned())
-            .process_group(0);
+        command.args(arguments).process_group(0);
+        for (name, value) in env {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
         // SAFETY: the closure runs in the forked child before exec, where only
         // async-signal-safe calls are allowed; it makes only raw syscalls
         // (prctl, getppid, sigprocmask, tcsetpgrp, getpid) and allocates nothing.
@@ -125,40 +144,95 @@ impl Child {
         Ok(Child {
             process,
             group: Pid::from_raw(pid),
+            reaped: false,
             terminal,
         })
     }
 
-    /// Sends `signal` to every process in the child's group.
+    /// Sends `signal` to every process in the child's group: what a signal
+    /// forwarded to the command reaches.
     pub(crate) fn signal_group(&self, signal: Signal) {
         // ESRCH only means the group is already empty.
         let _ = signal::killpg(self.group, signal);
     }
 
-    /// Whether any process of the group is still alive.
-    pub(crate) fn group_alive(&self) -> bool {
-        signal::killpg(self.group, None) != Err(Errno::ESRCH)
+    /// Sends `signal` to everything the command started: its group, and every
+    /// descendant that left the group (setsid, a daemon's double fork). Each
+    /// process gets it once, so that a second SIGTERM cannot read as "force
+    /// quit".
+    pub(crate) fn signal_all(&self, signal: Signal) {
+        self.signal_group(signal);
+        for process in descendants::live(self.group).into_iter().flatten() {
+            if process.group != self.group {
+                let _ = signal::kill(process.pid, signal);
+            }
+        }
+    }
+
+    /// Whether anything the command started is alive. Reaps lockrun's exited
+    /// children before and after looking, so that a zombie neither counts
+    /// nor stays behind.
+    fn anything_left(&self) -> bool {
+        self.reap_orphans();
+        let left = match descendants::live(self.group) {
+            Some(live) => !live.is_empty(),
+            None => signal::killpg(self.group, None) != Err(Errno::ESRCH),
+        };
+        self.reap_orphans();
+        left
+    }
+
+    /// Reaps the orphans that were reparented to lockrun and have exited.
+    pub(crate) fn reap_orphans(&self) {
+        descendants::reap_orphans((!self.reaped).then_some(self.group));
     }
 
     /// Waits for the command itself (the group leader) to exit.
     pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
         let status = self.process.wait().await;
+        self.reaped = status.is_ok();
         self.give_back_terminal();
         status
     }
 
-    /// Stops what is left of the group after the leader exited: SIGTERM,
-    /// then SIGKILL at `kill_at`. Work started by the command must not
-    /// outlive the lock.
-    pub(crate) async fn stop_stragglers(&self, kill_at: BootInstant) {
-        if !self.group_alive() {
-            return;
+    /// Stops what the command left running after it exited: SIGTERM, then
+    /// SIGKILL at `kill_at`. Work started by the command must not outlive the
+    /// lock. Returns false if something survived even SIGKILL.
+    pub(crate) async fn stop_stragglers(&self, kill_at: BootInstant) -> bool {
+        if !self.anything_left() {
+            return true;
         }
-        self.signal_group(Signal::SIGTERM);
-        while self.group_alive() && !kill_at.has_passed() {
-            tokio::time::sleep(GROUP_POLL).await;
+        self.signal_all(Signal::SIGTERM);
+        self.wait_gone(kill_at, None).await;
+        self.kill_all().await
+    }
+
+    /// SIGKILLs everything the command started, and waits a little for the
+    /// kernel to take it down. Returns false if something is still there.
+    pub(crate) async fn kill_all(&self) -> bool {
+        // Sent again every round: a process may have forked since the last.
+        self.wait_gone(BootInstant::now() + KILL_SETTLE, Some(Signal::SIGKILL))
+            .await
+    }
+
+    /// Polls until nothing the command started is left (true) or `until`
+    /// passed (false), sending `resend` to what is left every round.
+    async fn wait_gone(&self, until: BootInstant, resend: Option<Signal>) -> bool {
+        loop {
+            let looked = std::time::Instant::now();
+            if !self.anything_left() {
+                return true;
+            }
+            if until.has_passed() {
+                return false;
+            }
+            if let Some(signal) = resend {
+                self.signal_all(signal);
+            }
+            // A look through /proc takes longer the more processes the
+            // machine runs: never spend more than half the time looking.
+            tokio::time::sleep(GROUP_POLL.max(looked.elapsed())).await;
         }
-        self.signal_group(Signal::SIGKILL);
     }
 
     /// Whether the command's group has the terminal, so that Ctrl-Z stops it.
@@ -168,6 +242,24 @@ impl Child {
 
     pub(crate) fn group(&self) -> Pid {
         self.group
+    }
+
+    /// Whether the command's leader is stopped from the terminal: Ctrl-Z, or
+    /// reading or writing the terminal from the background. Asked on SIGCHLD.
+    pub(crate) fn stopped_from_terminal(&self) -> bool {
+        // WSTOPPED without WEXITED reports stops only: the exit stays for
+        // tokio to reap.
+        let status = waitid(
+            Id::Pid(self.group),
+            WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG,
+        );
+        matches!(
+            status,
+            Ok(WaitStatus::Stopped(
+                _,
+                Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU
+            ))
+        )
     }
 
     /// Follows the command into a terminal stop (Ctrl-Z): takes the terminal
@@ -208,26 +300,6 @@ fn set_foreground(group: Pid) -> bool {
     let done = nix::unistd::tcsetpgrp(io::stdin().as_fd(), group).is_ok();
     let _ = signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     done
-}
-
-/// Waits until the command's leader is stopped from the terminal: Ctrl-Z,
-/// or reading or writing the terminal from the background. `child_changed`
-/// is a SIGCHLD stream made before the command started.
-pub(crate) async fn stopped_from_terminal(
-    group: Pid,
-    child_changed: &mut tokio::signal::unix::Signal,
-) {
-    loop {
-        child_changed.recv().await;
-        // WSTOPPED without WEXITED reports stops only: the exit stays for
-        // tokio to reap.
-        let status = waitid(Id::Pid(group), WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG);
-        if let Ok(WaitStatus::Stopped(_, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)) =
-            status
-        {
-            return;
-        }
-    }
 }
 
 impl Drop for Child {

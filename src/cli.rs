@@ -5,10 +5,13 @@
 //! into validated settings.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueHint};
 
+use crate::error::Error;
+use crate::lock::ReplicaAcks;
 use crate::wait::Wait;
 
 const ABOUT: &str = "Run a command under a distributed lock held in Redis";
@@ -24,14 +27,15 @@ process group before the lease can expire for anyone else, and exits 76. The com
 gets a fencing token in LOCKRUN_FENCING_TOKEN that grows with every acquisition, so \
 the resource it writes to can reject a stale holder.
 
-Durations take a unit: 500ms, 30s, 2m, 1h30m.";
+Durations take a unit: 500ms, 30s, 2m, 1h30m; none may be longer than 1y (365.25 days). \
+A flag given twice takes its last value.";
 
 // Each line fits an 80-column terminal.
 const EXAMPLES: &str = "\
 Examples:
   lockrun --key billing -- ./invoice.sh
-  # cron: skip quietly when another host runs it
-  lockrun --key billing --quiet --busy-exit-code 0 -- ./invoice.sh
+  # cron: skip silently when another host runs it
+  lockrun --key billing --busy-exit-code 0 -- ./invoice.sh
   # CI: queue behind the running deploy for at most 15 minutes
   lockrun --key deploy --wait 15m -- ./deploy.sh
   # who holds it
@@ -43,7 +47,8 @@ Exit status:
   128+N    the command died of signal N, or lockrun got signal N while waiting
   75       the lock is busy (see --busy-exit-code); the command did not run
   76       the lease was lost while the command ran; lockrun stopped it
-  69       Redis unreachable or failing before the command started
+  69       Redis unreachable, failing or loading before the command started,
+           or a lock key holds another type
   64       usage error
   70       internal error
   124      --timeout elapsed; lockrun stopped the command
@@ -62,6 +67,13 @@ Exit status:
     subcommand_help_heading = "Subcommands",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
+    // -h and --help cover every form; a `help` subcommand would be a third
+    // spelling to document and to complete next to status and release.
+    disable_help_subcommand = true,
+    // The last of a repeated flag wins (`--wait forever --wait 1s` waits 1s),
+    // so that a wrapper can append its own flags to the caller's. A global
+    // setting: it holds in the subcommands too.
+    args_override_self = true,
     max_term_width = 100
 )]
 pub(crate) struct Cli {
@@ -98,7 +110,7 @@ pub(crate) struct RunArgs {
     /// Lock name; runs that share it never overlap
     ///
     /// The command gets it in LOCKRUN_KEY.
-    #[arg(short, long, value_name = "NAME", required = true)]
+    #[arg(short, long, value_name = "NAME", required = true, value_hint = ValueHint::Other)]
     pub(crate) key: Option<String>,
 
     #[command(flatten)]
@@ -108,30 +120,48 @@ pub(crate) struct RunArgs {
     ///
     /// A run that dies holds the lock at most this long. One renewal period,
     /// one Redis timeout, the kill grace and ttl/100 + 2ms must fit inside it.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    /// At most 1y, like every duration.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) ttl: Duration,
 
     /// Heartbeat period [default: ttl/3]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    ///
+    /// Must fit inside the ttl (see --ttl).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) renew_every: Option<Duration>,
 
     /// Time limit of each Redis call [default: ttl/10, at most 2s]
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    ///
+    /// Must fit inside the ttl (see --ttl).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) redis_timeout: Option<Duration>,
+
+    /// Replicas that must have the lease before it counts: N, or all
+    /// [default: all with redis+sentinel:// and redis+cluster://, else 0]
+    ///
+    /// After acquiring and after each renewal, lockrun asks the primary to
+    /// WAIT until this many replicas have the write, within --redis-timeout;
+    /// "all" means every replica connected at that moment, 0 not to wait.
+    /// With too few, the command does not start (the lock is given back and
+    /// lockrun exits 69, or keeps waiting under --wait), and a renewal counts
+    /// as failed.
+    #[arg(long, value_name = "N|all", value_parser = parse_replica_acks)]
+    pub(crate) replica_acks: Option<ReplicaAcks>,
 
     /// Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]
     ///
     /// Used when lockrun itself must stop the command: the lease is lost or
     /// --timeout elapsed. 0 means no grace: SIGKILL right after SIGTERM.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    /// Must fit inside the ttl (see --ttl).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) kill_grace: Option<Duration>,
 
     /// Wait this long for a held lock, or "forever" [default: no wait]
     ///
     /// Waiting runs get the lock first come, first served: the moment the
     /// holder releases it, or when its lease runs out. A run without --wait
-    /// is busy while others wait in line.
-    #[arg(short, long, value_name = "DURATION|forever", value_parser = parse_wait)]
+    /// is busy while others wait in line. At most 1y, or forever.
+    #[arg(short, long, value_name = "DURATION|forever", value_parser = parse_wait, value_hint = ValueHint::Other)]
     pub(crate) wait: Option<Wait>,
 
     /// Give up the place in line to a newer run with --supersede
@@ -143,26 +173,27 @@ pub(crate) struct RunArgs {
     #[arg(long, requires = "wait")]
     pub(crate) supersede: bool,
 
-    /// Exit status when the lock is busy; 0 skips quietly
+    /// Exit status when the lock is busy; 0 skips silently
     ///
     /// 0 suits cron and other callers that should treat "already running
-    /// elsewhere" as success. Add --quiet to drop the line on stderr as well.
-    #[arg(long, value_name = "N", default_value_t = crate::exit_code::BUSY_DEFAULT)]
+    /// elsewhere" as success, and makes lockrun silent about it as well
+    /// (--verbose still names the holder).
+    #[arg(long, value_name = "N", default_value_t = crate::exit_code::BUSY_DEFAULT, value_hint = ValueHint::Other)]
     pub(crate) busy_exit_code: u8,
 
     /// Keep the lock at least this long after acquiring it
     ///
     /// When the command ends sooner, the lock is kept until then, so that a
     /// host whose cron fires a little later (clock skew) does not run the same
-    /// job again.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    /// job again. At most 1y.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) min_hold: Option<Duration>,
 
     /// Stop the command after this long and exit 124
     ///
     /// As timeout(1) does: SIGTERM to the command's process group, then
-    /// SIGKILL after the kill grace.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    /// SIGKILL after the kill grace. At most 1y.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) timeout: Option<Duration>,
 
     /// Print nothing when the lock is busy
@@ -177,7 +208,12 @@ pub(crate) struct RunArgs {
     ///
     /// Run directly, without a shell, in a process group of its own. It gets
     /// LOCKRUN_KEY and LOCKRUN_FENCING_TOKEN in its environment.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(
+        last = true,
+        required = true,
+        value_name = "COMMAND",
+        value_hint = ValueHint::CommandWithArguments
+    )]
     pub(crate) command: Vec<OsString>,
 }
 
@@ -187,16 +223,38 @@ pub(crate) struct RedisArgs {
     /// Redis URL
     ///
     /// redis://[USER[:PASSWORD]@]HOST[:PORT][/DB], rediss://... (TLS,
-    /// certificate verified), unix:///PATH or redis+unix:///PATH. Give the
-    /// password in LOCKRUN_REDIS_PASSWORD instead, so that it stays out of ps.
+    /// certificate verified), unix:///PATH or redis+unix:///PATH. Behind
+    /// Sentinel: redis+sentinel://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]
+    /// (the sentinels; port 26379 by default; their own password in
+    /// LOCKRUN_SENTINEL_PASSWORD). A cluster:
+    /// redis+cluster://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]...]. rediss+sentinel://
+    /// and rediss+cluster:// use TLS. Give the password in LOCKRUN_REDIS_PASSWORD
+    /// or --redis-password-file instead, so that it stays out of ps and out of
+    /// the command's environment.
     #[arg(
         long = "redis",
         value_name = "URL",
         env = "LOCKRUN_REDIS_URL",
         default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
+        hide_env_values = true,
+        value_hint = ValueHint::Other
     )]
     pub(crate) url: String,
+
+    /// File holding the Redis password, on one line
+    ///
+    /// Instead of LOCKRUN_REDIS_PASSWORD (never both); either replaces a
+    /// password in the URL. Refused if every user may read it. Suits systemd
+    /// credentials: LoadCredential=NAME:PATH and
+    /// LOCKRUN_REDIS_PASSWORD_FILE=%d/NAME. The command inherits
+    /// LOCKRUN_REDIS_PASSWORD_FILE, so a nested lockrun finds the password.
+    #[arg(
+        long = "redis-password-file",
+        value_name = "PATH",
+        env = "LOCKRUN_REDIS_PASSWORD_FILE",
+        value_hint = clap::ValueHint::FilePath
+    )]
+    pub(crate) password_file: Option<PathBuf>,
 
     /// Prefix of every Redis key
     ///
@@ -206,7 +264,8 @@ pub(crate) struct RedisArgs {
         value_name = "P",
         env = "LOCKRUN_PREFIX",
         default_value = "lockrun:",
-        hide_env_values = true
+        hide_env_values = true,
+        value_hint = ValueHint::Other
     )]
     pub(crate) prefix: String,
 }
@@ -215,7 +274,7 @@ pub(crate) struct RedisArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// Lock name
-    #[arg(short, long, value_name = "NAME")]
+    #[arg(short, long, value_name = "NAME", value_hint = ValueHint::Other)]
     pub(crate) key: String,
 
     #[command(flatten)]
@@ -230,7 +289,7 @@ pub(crate) struct StatusArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ReleaseArgs {
     /// Lock name
-    #[arg(short, long, value_name = "NAME")]
+    #[arg(short, long, value_name = "NAME", value_hint = ValueHint::Other)]
     pub(crate) key: String,
 
     #[command(flatten)]
@@ -246,6 +305,15 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|err| format!("{err}; write a number with a unit, like 500ms, 30s, 2m or 1h30m"))
 }
 
+fn parse_replica_acks(text: &str) -> Result<ReplicaAcks, String> {
+    if text.eq_ignore_ascii_case("all") {
+        return Ok(ReplicaAcks::All);
+    }
+    text.parse()
+        .map(ReplicaAcks::Count)
+        .map_err(|_| "write a number of replicas, or all".to_owned())
+}
+
 fn parse_wait(text: &str) -> Result<Wait, String> {
     if text.eq_ignore_ascii_case("forever") {
         Ok(Wait::Forever)
@@ -254,11 +322,28 @@ fn parse_wait(text: &str) -> Result<Wait, String> {
     }
 }
 
+/// Parses lockrun's own command line. `Ok(None)` means clap already printed
+/// what was asked for (`--help`, `--version`): nothing is left to do.
+pub(crate) fn parse() -> Result<Option<Cli>, Error> {
+    match Cli::try_parse() {
+        Ok(cli) => Ok(Some(cli)),
+        // --help and --version are not errors.
+        Err(err) if !err.use_stderr() => {
+            let _ = err.print();
+            Ok(None)
+        }
+        Err(err) => {
+            let args: Vec<_> = std::env::args_os().collect();
+            Err(Error::Usage(one_line(&err, &args)))
+        }
+    }
+}
+
 /// clap's usage error as one line, like every other lockrun error: what is
 /// wrong, a hint that fits lockrun, then where to look. clap's own rendering
 /// spreads it over a paragraph with a usage block, which a cron mail or a
 /// journal line cuts apart. `args` is the command line, program name first.
-pub(crate) fn one_line(err: &clap::Error, args: &[OsString]) -> String {
+fn one_line(err: &clap::Error, args: &[OsString]) -> String {
     let rendered = err.render().to_string();
     let mut line = String::new();
     for part in rendered
@@ -306,7 +391,9 @@ fn unknown_argument_hint(err: &clap::Error, subcommand: Option<&str>) -> Option<
         let names = cmd.get_arguments().filter_map(clap::Arg::get_long);
         return closest(flag, names).map(|name| format!("did you mean '--{name}'?"));
     }
-    if arg.starts_with('-') || subcommand.is_some() {
+    // `lockrun help` gets the "see 'lockrun --help'" every usage error ends
+    // with, not advice to run `help` as the command.
+    if arg.starts_with('-') || subcommand.is_some() || arg == "help" {
         return None;
     }
     if let Some(name) = closest(arg, cmd.get_subcommands().map(clap::Command::get_name)) {
@@ -353,6 +440,14 @@ mod tests {
     }
 
     #[test]
+    fn replica_acks_are_a_count_or_all() {
+        assert_eq!(parse_replica_acks("ALL"), Ok(ReplicaAcks::All));
+        assert_eq!(parse_replica_acks("2"), Ok(ReplicaAcks::Count(2)));
+        assert!(parse_replica_acks("-1").is_err());
+        assert!(parse_replica_acks("some").is_err());
+    }
+
+    #[test]
     fn command_follows_double_dash() {
         let cli = Cli::try_parse_from(["lockrun", "-k", "job", "--", "echo", "-k", "x"])
             .expect("valid command line");
@@ -376,6 +471,11 @@ mod tests {
         let line = usage_line(&["lockrun", "--ky", "demo", "--", "true"]);
         assert!(line.contains("did you mean '--key'?"), "{line}");
         assert!(!line.contains("-- --ky"), "{line}");
+        let line = usage_line(&["lockrun", "help"]);
+        assert_eq!(
+            line,
+            "unexpected argument 'help' found; see 'lockrun --help'"
+        );
         let line = usage_line(&["lockrun", "statu", "--key", "x"]);
         assert!(line.contains("did you mean 'lockrun status'?"), "{line}");
         let line = usage_line(&["lockrun", "status", "--key", "x", "--jsn"]);

@@ -45,8 +45,10 @@ impl BootInstant {
 
 impl Add<Duration> for BootInstant {
     type Output = BootInstant;
+    /// Saturates: a moment past the clock's range is one that never comes,
+    /// which is what a deadline that far out means anyway.
     fn add(self, rhs: Duration) -> BootInstant {
-        BootInstant(self.0 + rhs)
+        BootInstant(self.0.saturating_add(rhs))
     }
 }
 
@@ -110,6 +112,14 @@ mod tests {
         let b = BootInstant::now();
         assert!(b >= a);
         assert!(!(a + Duration::from_secs(3600)).has_passed());
+    }
+
+    #[test]
+    fn far_deadlines_saturate_instead_of_panicking() {
+        let far = BootInstant::now() + Duration::MAX;
+        assert_eq!(far, BootInstant(Duration::MAX));
+        assert!(!far.has_passed());
+        assert_eq!(far - Duration::MAX, BootInstant(Duration::ZERO));
     }
 
     #[test]

@@ -11,18 +11,26 @@ use crate::cli::{Action, Cli, RedisArgs, RunArgs};
 use crate::clock::show;
 use crate::error::Error;
 use crate::lease::Timing;
-use crate::lock::Keys;
+use crate::lock::{Keys, ReplicaAcks};
 use crate::redis_conn::Target;
 use crate::report::Verbosity;
+use crate::secrets;
 use crate::wait::Wait;
-
-/// Environment variable with the Redis password, so it never shows in `ps`.
-pub const PASSWORD_ENV: &str = "LOCKRUN_REDIS_PASSWORD";
 
 /// The longest default kill grace; shorter ttls scale it down.
 const MAX_DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 /// The longest default Redis call timeout; shorter ttls scale it down.
 const MAX_DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The longest value any duration flag takes: one year as humantime counts
+/// it (365.25 days, written `1y`). No lease or job needs more, and with every
+/// flag at most this, whatever lockrun derives from them (a sum of four, a
+/// deadline from now) fits Redis's `PX` (milliseconds in a signed 64-bit
+/// count) and the clocks with room to spare, so nothing downstream can wrap,
+/// overflow or be refused by Redis after the lock is taken.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(31_557_600);
+/// `MAX_DURATION` as the operator writes it.
+const MAX_DURATION_TEXT: &str = "1y";
 
 /// What this invocation of lockrun is asked to do, validated.
 #[derive(Debug)]
@@ -37,6 +45,7 @@ pub(crate) enum Invocation {
 pub(crate) struct RunConfig {
     pub(crate) lock: LockConfig,
     pub(crate) timing: Timing,
+    pub(crate) replica_acks: ReplicaAcks,
     pub(crate) wait: Option<Wait>,
     /// `--supersede`: a newer waiter with it takes this run's place.
     pub(crate) supersede: bool,
@@ -45,6 +54,15 @@ pub(crate) struct RunConfig {
     pub(crate) timeout: Option<Duration>,
     pub(crate) verbosity: Verbosity,
     pub(crate) command: Vec<OsString>,
+}
+
+/// The passwords lockrun takes from its environment.
+#[derive(Debug, Default)]
+pub(crate) struct Passwords {
+    /// LOCKRUN_REDIS_PASSWORD: the servers holding the lock.
+    pub(crate) redis: Option<String>,
+    /// LOCKRUN_SENTINEL_PASSWORD: the sentinels.
+    pub(crate) sentinel: Option<String>,
 }
 
 /// Which lock, and where it lives.
@@ -57,17 +75,17 @@ pub(crate) struct LockConfig {
 }
 
 impl Invocation {
-    /// Validates the parsed command line; `password` comes from
-    /// LOCKRUN_REDIS_PASSWORD.
-    pub(crate) fn from_cli(cli: Cli, password: Option<String>) -> Result<Self, Error> {
+    /// Validates the parsed command line; `passwords` come from the
+    /// environment.
+    pub(crate) fn from_cli(cli: Cli, passwords: Passwords) -> Result<Self, Error> {
         Ok(match cli.action {
-            None => Invocation::Run(RunConfig::from_args(cli.run, password)?),
+            None => Invocation::Run(RunConfig::from_args(cli.run, passwords)?),
             Some(Action::Status(args)) => Invocation::Status {
-                lock: LockConfig::new(args.key, &args.redis, password)?,
+                lock: LockConfig::new(args.key, &args.redis, passwords)?,
                 json: args.json,
             },
             Some(Action::Release(args)) => Invocation::Release {
-                lock: LockConfig::new(args.key, &args.redis, password)?,
+                lock: LockConfig::new(args.key, &args.redis, passwords)?,
                 force: args.force,
             },
         })
@@ -82,13 +100,20 @@ impl Invocation {
 }
 
 impl RunConfig {
-    fn from_args(args: RunArgs, password: Option<String>) -> Result<Self, Error> {
-        let lock = LockConfig::new(args.key.unwrap_or_default(), &args.redis, password)?;
+    fn from_args(args: RunArgs, passwords: Passwords) -> Result<Self, Error> {
+        let lock = LockConfig::new(args.key.unwrap_or_default(), &args.redis, passwords)?;
+        // Sentinel and Cluster exist to survive a failover; without
+        // acknowledgement a failover can lose the lease.
+        let replica_acks = args.replica_acks.unwrap_or(if lock.target.is_replicated() {
+            ReplicaAcks::All
+        } else {
+            ReplicaAcks::Count(0)
+        });
         let timing = timing(
-            args.ttl,
-            args.renew_every,
-            args.redis_timeout,
-            args.kill_grace,
+            bounded("--ttl", args.ttl)?,
+            bounded_if_given("--renew-every", args.renew_every)?,
+            bounded_if_given("--redis-timeout", args.redis_timeout)?,
+            bounded_if_given("--kill-grace", args.kill_grace)?,
         )?;
         let verbosity = match (args.quiet, args.verbose) {
             (true, _) => Verbosity::Quiet,
@@ -98,11 +123,15 @@ impl RunConfig {
         Ok(RunConfig {
             lock,
             timing,
-            wait: args.wait,
+            replica_acks,
+            wait: match args.wait {
+                Some(Wait::Up(limit)) => Some(Wait::Up(bounded("--wait", limit)?)),
+                other => other,
+            },
             supersede: args.supersede,
             busy_exit_code: args.busy_exit_code,
-            min_hold: positive("--min-hold", args.min_hold)?,
-            timeout: positive("--timeout", args.timeout)?,
+            min_hold: bounded_if_given("--min-hold", positive("--min-hold", args.min_hold)?)?,
+            timeout: bounded_if_given("--timeout", positive("--timeout", args.timeout)?)?,
             verbosity,
             command: args.command,
         })
@@ -118,18 +147,35 @@ impl RunConfig {
 }
 
 impl LockConfig {
-    fn new(name: String, redis: &RedisArgs, password: Option<String>) -> Result<Self, Error> {
+    fn new(name: String, redis: &RedisArgs, passwords: Passwords) -> Result<Self, Error> {
         if name.is_empty() {
             return Err(Error::Usage("--key must not be empty".into()));
         }
-        let target =
-            Target::parse(&redis.url, password).map_err(|err| Error::Usage(err.to_string()))?;
+        let password = secrets::password(passwords.redis, redis.password_file.as_deref())?;
+        let target = Target::parse(&redis.url, password)
+            .map_err(|err| Error::Usage(err.to_string()))?
+            .with_sentinel_password(passwords.sentinel);
         Ok(LockConfig {
             keys: Keys::new(&redis.prefix, &name),
             name,
             target,
         })
     }
+}
+
+/// Refuses a duration past `MAX_DURATION`.
+fn bounded(flag: &str, value: Duration) -> Result<Duration, Error> {
+    if value <= MAX_DURATION {
+        return Ok(value);
+    }
+    Err(Error::Usage(format!(
+        "{flag} {} is too long; use {MAX_DURATION_TEXT} (365.25 days) or less",
+        show(value)
+    )))
+}
+
+fn bounded_if_given(flag: &str, value: Option<Duration>) -> Result<Option<Duration>, Error> {
+    value.map(|d| bounded(flag, d)).transpose()
 }
 
 fn positive(flag: &str, value: Option<Duration>) -> Result<Option<Duration>, Error> {
@@ -193,6 +239,8 @@ fn unsafe_timing(timing: &Timing) -> String {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser as _;
+
     use super::*;
 
     const S: Duration = Duration::from_secs(1);
@@ -228,5 +276,126 @@ mod tests {
         assert!(timing(Duration::from_millis(5), None, None, None).is_err());
         assert!(timing(30 * S, Some(Duration::ZERO), None, None).is_err());
         assert!(timing(30 * S, None, None, Some(Duration::ZERO)).is_ok());
+    }
+
+    /// Every flag that takes a duration.
+    const DURATION_FLAGS: [&str; 7] = [
+        "--ttl",
+        "--renew-every",
+        "--redis-timeout",
+        "--kill-grace",
+        "--wait",
+        "--min-hold",
+        "--timeout",
+    ];
+
+    #[test]
+    fn every_duration_flag_has_an_upper_bound() {
+        for flag in DURATION_FLAGS {
+            let err = run_config(&[&format!("{flag}=1y1s")]).expect_err("past the bound");
+            assert_eq!(err.exit_code(), 64, "{flag}: {err}");
+            assert_eq!(
+                err.to_string(),
+                format!("{flag} 1year1s is too long; use 1y (365.25 days) or less")
+            );
+        }
+        let config = run_config(&["--ttl=1y", "--wait=1y", "--min-hold=1y", "--timeout=1y"])
+            .expect("1y is allowed");
+        assert_eq!(config.timing.ttl, MAX_DURATION);
+        assert!(run_config(&["--wait=forever"]).is_ok());
+    }
+
+    /// The run a command line asks for, through clap and validation as
+    /// `lib::main` does it; a clap error is a usage error too.
+    fn run_config(flags: &[&str]) -> Result<RunConfig, Error> {
+        let args = ["lockrun", "--key", "k"]
+            .into_iter()
+            .chain(flags.iter().copied())
+            .chain(["--", "true"]);
+        let cli = Cli::try_parse_from(args).map_err(|err| Error::Usage(err.to_string()))?;
+        match Invocation::from_cli(cli, Passwords::default())? {
+            Invocation::Run(config) => Ok(config),
+            other => panic!("not a run: {other:?}"),
+        }
+    }
+
+    mod any_text {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::lock::millis;
+
+        /// What an operator might type for a duration: mostly numbers of any
+        /// size with a unit humantime knows, in one or more parts, so that
+        /// most cases get past the parser; sometimes any text at all.
+        fn duration_text() -> impl Strategy<Value = String> {
+            let number = prop_oneof![
+                any::<u64>().prop_map(|n| n.to_string()),
+                (0u64..100_000).prop_map(|n| n.to_string()),
+                "[0-9]{1,30}",
+            ];
+            let unit = prop::sample::select(vec![
+                "ns", "us", "ms", "s", "m", "min", "h", "d", "w", "M", "y", "years",
+            ]);
+            let part = (number, unit).prop_map(|(n, u)| format!("{n}{u}"));
+            prop_oneof![
+                8 => prop::collection::vec(part, 1..4).prop_map(|parts| parts.join("")),
+                1 => ".{0,24}",
+                1 => Just("forever".to_owned()),
+            ]
+        }
+
+        /// Whether Redis takes `d` as a `PX`/`PEXPIRE` argument: more than
+        /// zero, and not past its clock in milliseconds as a signed 64-bit
+        /// count.
+        fn fits_px(d: Duration) -> bool {
+            let now_ms = crate::clock::unix_now_us() / 1000;
+            (1..=u64::try_from(i64::MAX).unwrap_or(0) - now_ms).contains(&millis(d))
+        }
+
+        /// Whether a deadline `d` from now fits every clock lockrun uses.
+        fn fits_clocks(d: Duration) -> bool {
+            std::time::Instant::now().checked_add(d).is_some()
+                && std::time::SystemTime::now().checked_add(d).is_some()
+                && d <= MAX_DURATION
+        }
+
+        proptest! {
+            #[test]
+            fn a_duration_flag_is_refused_or_fits_redis_and_the_clock(
+                given in prop::collection::vec(
+                    (prop::sample::select(DURATION_FLAGS.to_vec()), duration_text()),
+                    1..4,
+                ),
+            ) {
+                let given: Vec<String> =
+                    given.iter().map(|(flag, value)| format!("{flag}={value}")).collect();
+                let given: Vec<&str> = given.iter().map(String::as_str).collect();
+                match run_config(&given) {
+                    Err(err) => prop_assert_eq!(err.exit_code(), 64, "{}", err),
+                    Ok(config) => {
+                        let t = config.timing;
+                        prop_assert!(fits_px(t.ttl));
+                        prop_assert!(t.needed() < t.ttl);
+                        for d in [t.ttl, t.renew_every, t.redis_timeout, t.kill_grace, t.needed()] {
+                            prop_assert!(fits_clocks(d), "{:?}", d);
+                        }
+                        // --min-hold goes to Redis as a PEXPIRE; the others
+                        // only become deadlines here.
+                        if let Some(min_hold) = config.min_hold {
+                            prop_assert!(fits_px(min_hold), "{:?}", min_hold);
+                        }
+                        for d in [config.min_hold, config.timeout, config.wait.and_then(Wait::limit)]
+                            .into_iter()
+                            .flatten()
+                        {
+                            prop_assert!(fits_clocks(d), "{:?}", d);
+                        }
+                        let now = crate::clock::BootInstant::now();
+                        prop_assert!(t.deadline_after(now) > now);
+                    }
+                }
+            }
+        }
     }
 }

@@ -12,7 +12,7 @@ use crate::child::SpawnError;
 use crate::clock::{show, unix_now_us};
 use crate::exit_code;
 use crate::lease::Loss;
-use crate::lock::Holder;
+use crate::lock::{Foreign, Holder, Part};
 use crate::redis_conn::RedisError;
 
 #[derive(Debug)]
@@ -23,14 +23,20 @@ pub(crate) enum Error {
     Redis(RedisError),
     /// Another run holds the lock.
     Busy(Box<Busy>),
+    /// A key of the lock holds someone else's data; nothing was touched.
+    Foreign(Foreign),
     /// The command could not be started.
     Spawn { program: String, cause: SpawnError },
     /// A signal ended the wait for the lock; the command never ran.
     Interrupted(Signal),
     /// The lease could not be proven any more; lockrun stopped the command.
-    LeaseLost { lock: String, loss: Loss },
+    LeaseLost {
+        lock: String,
+        loss: Loss,
+        unreleased: Option<Box<Unreleased>>,
+    },
     /// `--timeout` elapsed; lockrun stopped the command.
-    TimedOut,
+    TimedOut { unreleased: Option<Box<Unreleased>> },
     /// The OS refused lockrun something it needs.
     Internal {
         doing: &'static str,
@@ -59,6 +65,28 @@ pub(crate) struct Busy {
     pub(crate) exit: u8,
 }
 
+/// A lock that could not be given back after its command ended; it expires
+/// on its own. Part of the line that says why the run ended, after the why.
+#[derive(Debug)]
+pub(crate) struct Unreleased {
+    pub(crate) lock: String,
+    /// The longest it can stay: one ttl.
+    pub(crate) within: Duration,
+    pub(crate) cause: RedisError,
+}
+
+impl fmt::Display for Unreleased {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "could not release {}, it will expire within {}: {}",
+            self.lock,
+            show(self.within),
+            self.cause
+        )
+    }
+}
+
 /// How loudly an error is said on stderr.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Loudness {
@@ -74,7 +102,7 @@ impl Error {
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) => exit_code::USAGE,
-            Error::Redis(_) => exit_code::REDIS_UNAVAILABLE,
+            Error::Redis(_) | Error::Foreign(_) => exit_code::REDIS_UNAVAILABLE,
             Error::Busy(busy) => busy.exit,
             Error::Spawn {
                 cause: SpawnError::NotFound,
@@ -83,7 +111,7 @@ impl Error {
             Error::Spawn { .. } => exit_code::NOT_EXECUTABLE,
             Error::Interrupted(signal) => exit_code::from_signal(*signal as i32),
             Error::LeaseLost { .. } => exit_code::LEASE_LOST,
-            Error::TimedOut => exit_code::TIMED_OUT,
+            Error::TimedOut { .. } => exit_code::TIMED_OUT,
             Error::Internal { .. } => exit_code::INTERNAL,
         }
     }
@@ -106,16 +134,33 @@ impl fmt::Display for Error {
             Error::Usage(message) => f.write_str(message),
             Error::Redis(err) => err.fmt(f),
             Error::Busy(busy) => busy.fmt(f),
+            Error::Foreign(foreign) => foreign.fmt(f),
             Error::Spawn { program, cause } => write!(f, "{program}: {cause}"),
             Error::Interrupted(signal) => {
                 write!(f, "got {signal} while waiting for the lock; giving up")
             }
-            Error::LeaseLost { lock, loss } => {
-                write!(f, "lost the lock {lock}: {loss}; stopped the command")
+            Error::LeaseLost {
+                lock,
+                loss,
+                unreleased,
+            } => {
+                write!(f, "lost the lock {lock}: {loss}; stopped the command")?;
+                then_unreleased(f, unreleased.as_deref())
             }
-            Error::TimedOut => f.write_str("the command ran longer than --timeout; stopped it"),
+            Error::TimedOut { unreleased } => {
+                f.write_str("the command ran longer than --timeout; stopped it")?;
+                then_unreleased(f, unreleased.as_deref())
+            }
             Error::Internal { doing, source } => write!(f, "cannot {doing}: {source}"),
         }
+    }
+}
+
+/// What is left to say after why a run ended: the reason comes first.
+fn then_unreleased(f: &mut fmt::Formatter<'_>, unreleased: Option<&Unreleased>) -> fmt::Result {
+    match unreleased {
+        Some(unreleased) => write!(f, "; {unreleased}"),
+        None => Ok(()),
     }
 }
 
@@ -133,6 +178,31 @@ impl std::error::Error for Error {
 impl From<RedisError> for Error {
     fn from(err: RedisError) -> Self {
         Error::Redis(err)
+    }
+}
+
+impl From<Foreign> for Error {
+    fn from(foreign: Foreign) -> Self {
+        Error::Foreign(foreign)
+    }
+}
+
+impl fmt::Display for Foreign {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.part {
+            Part::Lease => "a lockrun lease",
+            Part::Holder => "a lockrun holder record",
+            Part::Fence => "a lockrun fencing counter",
+            Part::Queue => "a lockrun wait queue",
+            Part::Places => "the deadlines of a lockrun wait queue's places",
+            Part::Waiters => "the records of a lockrun wait queue",
+            Part::Supersedable => "a lockrun wait queue's --supersede runs",
+        };
+        write!(
+            f,
+            "{} holds a {}, not {what}; remove it or choose another --key/--prefix",
+            self.key, self.holds
+        )
     }
 }
 
@@ -249,10 +319,11 @@ mod tests {
         assert_eq!(not_found.exit_code(), 127);
         assert_eq!(not_found.to_string(), "nope: command not found");
         assert_eq!(Error::Interrupted(Signal::SIGTERM).exit_code(), 143);
-        assert_eq!(Error::TimedOut.exit_code(), 124);
+        assert_eq!(Error::TimedOut { unreleased: None }.exit_code(), 124);
         let lost = Error::LeaseLost {
             lock: "k".into(),
             loss: Loss::Unconfirmed,
+            unreleased: None,
         };
         assert_eq!(lost.exit_code(), 76);
     }

@@ -10,8 +10,9 @@ use std::os::unix::process::ExitStatusExt;
 
 /// Bad flag, bad duration, missing command, unsafe timing (EX_USAGE).
 pub const USAGE: u8 = 64;
-/// Redis unreachable, authentication failed, or a Redis error before the
-/// command started: it did not run (EX_UNAVAILABLE).
+/// Redis unreachable, authentication failed, not Redis, loading or busy, a
+/// Redis error before the command started, or a lock key holding another
+/// type: the command did not run (EX_UNAVAILABLE).
 pub const REDIS_UNAVAILABLE: u8 = 69;
 /// lockrun itself could not work (no signal handlers, no randomness, a
 /// child that could not be waited for): an OS failure (EX_SOFTWARE).

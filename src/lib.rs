@@ -1,23 +1,31 @@
 //! lockrun runs a command under a distributed lock held in Redis.
 //!
-//! Module map, from the binary's edge inwards (each module imports only
-//! modules listed after it):
+//! Module map. Each module imports only modules listed after it, so the
+//! graph has no cycle and points from the binary's edge inwards:
 //!
-//! - `cli`: the command line (clap), nothing else;
-//! - `config`: turns `cli` and the environment into validated settings;
-//!   nothing below it sees clap;
 //! - `admin`: `lockrun status` and `lockrun release`;
 //! - `run`: one run, step by step: acquire, start, supervise, finish;
+//! - `config`: turns `cli` and the environment into validated settings;
+//!   nothing after it sees clap;
+//! - `cli`: the command line (clap): flags, help text, one-line usage errors;
 //! - `supervise`: the running command under its lease: renewals, signals,
 //!   terminal stops, stopping the command when the lease cannot be proven;
-//! - `wait`: getting the lock, waiting for a release if asked;
-//! - `report`: the one-line messages on stderr, as loud as asked;
+//! - `wait`: getting the lock, waiting in line for it if asked;
+//! - `report`: the one-line messages on stderr, as loud as asked, never
+//!   holding up the deadline;
+//! - `secrets`: the Redis password from the environment or a file, kept out
+//!   of the command's environment;
 //! - `error`: every failure, its message and its exit status;
 //! - `child`: the command in its own process group, tied to lockrun's life;
+//! - `descendants`: lockrun as the subreaper of everything the command
+//!   started, in any group or session: finding it, reaping it;
 //! - `signals`: which signals lockrun catches and forwards;
-//! - `lock` (+ `lock/*.lua`): the Redis protocol as atomic scripts; the only
-//!   module besides `redis_conn` that names a redis type;
-//! - `redis_conn`: where Redis is, credentials kept out of messages, timeouts;
+//! - `lock` (+ `lock/*.lua`, `lock/script.rs`): the Redis protocol as atomic
+//!   scripts, the wait queue's among them, sent by a hash computed at compile
+//!   time; with `redis_conn`, the only modules that name a redis type;
+//! - `redis_conn` (+ `redis_conn/*`): where Redis is (one server, the primary
+//!   Sentinel names, or a cluster), credentials kept out of messages,
+//!   timeouts, waiting for replicas;
 //! - `lease`: the lease deadline and renewal timing;
 //! - `clock`: the boot clock, sleeps that survive suspend, durations shown;
 //! - `exit_code`: every status lockrun returns.
@@ -27,6 +35,7 @@ mod child;
 pub mod cli;
 mod clock;
 mod config;
+mod descendants;
 mod error;
 pub mod exit_code;
 mod lease;
@@ -34,18 +43,16 @@ mod lock;
 mod redis_conn;
 mod report;
 mod run;
+mod secrets;
 mod signals;
 mod supervise;
 mod wait;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+pub use crate::secrets::{PASSWORD_ENV, SENTINEL_PASSWORD_ENV};
 
-pub use crate::config::PASSWORD_ENV;
-
-use crate::cli::Cli;
-use crate::config::Invocation;
+use crate::config::{Invocation, Passwords};
 use crate::error::Error;
 use crate::lock::Token;
 use crate::report::Report;
@@ -56,22 +63,16 @@ use crate::signals::Signals;
 /// nowhere else.
 #[must_use]
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        // --help and --version are not errors.
-        Err(err) if !err.use_stderr() => {
-            let _ = err.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(err) => {
-            let args: Vec<_> = std::env::args_os().collect();
-            return exit(
-                Report::default(),
-                Err(Error::Usage(cli::one_line(&err, &args))),
-            );
-        }
+    let cli = match cli::parse() {
+        Ok(Some(cli)) => cli,
+        Ok(None) => return ExitCode::SUCCESS,
+        Err(err) => return exit(Report::default(), Err(err)),
     };
-    let invocation = match Invocation::from_cli(cli, std::env::var(PASSWORD_ENV).ok()) {
+    let passwords = Passwords {
+        redis: std::env::var(PASSWORD_ENV).ok(),
+        sentinel: std::env::var(SENTINEL_PASSWORD_ENV).ok(),
+    };
+    let invocation = match Invocation::from_cli(cli, passwords) {
         Ok(invocation) => invocation,
         Err(err) => return exit(Report::default(), Err(err)),
     };
@@ -109,6 +110,10 @@ async fn execute(invocation: Invocation, report: Report) -> Result<u8, Error> {
                 doing: "read random bytes for the lock token",
                 source,
             })?;
+            descendants::adopt_orphans().map_err(|source| Error::Internal {
+                doing: "become the reaper of the command's orphans",
+                source,
+            })?;
             run::run(config, report, signals, token).await
         }
         Invocation::Status { lock, json } => admin::status(lock, json).await,
@@ -119,8 +124,10 @@ async fn execute(invocation: Invocation, report: Report) -> Result<u8, Error> {
 /// The one place where an outcome becomes an exit status, and an error is
 /// reported.
 fn exit(report: Report, outcome: Result<u8, Error>) -> ExitCode {
-    ExitCode::from(outcome.unwrap_or_else(|err| {
+    let code = outcome.unwrap_or_else(|err| {
         report.failure(&err);
         err.exit_code()
-    }))
+    });
+    report::flush();
+    ExitCode::from(code)
 }

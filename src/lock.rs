@@ -20,12 +20,25 @@
 //! | `P{NAME}:waiters`      | each waiting run's record (JSON)              |
 //! | `P{NAME}:supersedable` | waiting runs that gave `--supersede`          |
 //! | `P{NAME}:wake:TOKEN`   | pub/sub channel (not a key) of one waiting run |
+//!
+//! Every script but renew's starts with `lock/guard.lua`: it stops before
+//! touching anything while one of these keys holds another type than lockrun
+//! keeps there (someone else's data), and the caller gets `Foreign`.
+//!
+//! With replica acknowledgement (`ReplicaAcks`), the acquire and renew scripts
+//! also report how many replicas are connected, and lockrun then asks the
+//! primary to `WAIT` for them: a lease only counts once enough replicas have
+//! it, so that a failover cannot hand the lock to a second run. A lease that
+//! a release handed over is confirmed by its new holder with one more acquire
+//! call, so that the same `WAIT` covers it before its command starts.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use redis::{FromRedisValue, ParsingError, Value};
+use tokio::time::Instant;
 
 use crate::clock::BootInstant;
 use crate::redis_conn::{RedisError, Session, Target};
@@ -34,10 +47,16 @@ mod script;
 
 use script::{Call, Lua};
 
-/// A script that works on the queue: `lock/queue.lua`, then its own body.
+/// A script that works on the lock and its queue: `lock/guard.lua`, which
+/// stops it before it touches a key of the wrong type, `lock/queue.lua`, then
+/// its own body.
 macro_rules! queue_script {
     ($file:literal) => {
-        Lua::new(concat!(include_str!("lock/queue.lua"), include_str!($file)))
+        Lua::new(concat!(
+            include_str!("lock/guard.lua"),
+            include_str!("lock/queue.lua"),
+            include_str!($file)
+        ))
     };
 }
 
@@ -193,6 +212,85 @@ impl Holder {
     }
 }
 
+/// One of a lock's keys holds another type than lockrun keeps there (a list
+/// where the lease should be, say): someone else's data, which lockrun
+/// neither takes for a lock nor touches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Foreign {
+    /// The Redis key.
+    pub(crate) key: String,
+    /// The Redis type it holds: "list", "set", "zset", "hash", "stream"...
+    pub(crate) holds: String,
+    /// What lockrun keeps under that key.
+    pub(crate) part: Part,
+}
+
+/// The keys of a lock, by what lockrun keeps in them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    Lease,
+    Holder,
+    Fence,
+    /// The waiting runs in arrival order.
+    Queue,
+    /// When each waiting run's place runs out.
+    Places,
+    /// Each waiting run's record.
+    Waiters,
+    /// The waiting runs that gave `--supersede`.
+    Supersedable,
+}
+
+/// The reply of a script behind `lock/guard.lua`: its own reply `T`, or the
+/// key that stopped it.
+struct Guarded<T>(Result<T, (String, String)>);
+
+impl<T: FromRedisValue> FromRedisValue for Guarded<T> {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        if let Value::Array(items) = &value {
+            if let [Value::BulkString(tag), key, holds] = items.as_slice() {
+                if tag.as_slice() == b"wrongtype" {
+                    let key = String::from_redis_value_ref(key)?;
+                    let holds = String::from_redis_value_ref(holds)?;
+                    return Ok(Guarded(Err((key, holds))));
+                }
+            }
+        }
+        T::from_redis_value(value).map(|reply| Guarded(Ok(reply)))
+    }
+}
+
+impl Keys {
+    /// The guard's reply as the key it names, with what lockrun keeps there.
+    fn foreign<T>(&self, reply: Guarded<T>) -> Result<T, Foreign> {
+        reply.0.map_err(|(key, holds)| {
+            let part = [
+                (&self.holder, Part::Holder),
+                (&self.fence, Part::Fence),
+                (&self.queue, Part::Queue),
+                (&self.places, Part::Places),
+                (&self.waiters, Part::Waiters),
+                (&self.supersedable, Part::Supersedable),
+            ]
+            .into_iter()
+            .find_map(|(name, part)| (*name == key).then_some(part))
+            .unwrap_or(Part::Lease);
+            Foreign { key, holds, part }
+        })
+    }
+}
+
+/// How many replicas must have a write before lockrun counts it done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReplicaAcks {
+    /// This many; 0 does not wait at all.
+    Count(u32),
+    /// Every replica connected to the primary when the script ran, counted
+    /// by the script itself: after a failover the new primary may have
+    /// fewer, and a renewal there must still succeed.
+    All,
+}
+
 /// A granted lease.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Grant {
@@ -252,6 +350,8 @@ pub(crate) enum Attempt {
         /// "HOST pid N" of that run.
         by: String,
     },
+    /// Nothing was taken or changed: a key is not lockrun's.
+    Foreign(Foreign),
 }
 
 /// What a release did.
@@ -271,6 +371,7 @@ pub(crate) struct Lock {
     /// Also this run's id in the queue: a lease handed over to it is then
     /// already its own.
     token: Token,
+    acks: ReplicaAcks,
     /// When the first acquire request went out. A release can hand the
     /// lease over only once this run is in line, that is after this.
     first_sent: Option<BootInstant>,
@@ -283,10 +384,10 @@ pub(crate) struct Lock {
     arrival: Option<String>,
 }
 
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     // Redis expiries are whole milliseconds; round up so a sub-millisecond
     // remainder is not turned into "no expiry".
-    u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 /// A pttl or a wait as the scripts return it: negative means none.
@@ -295,7 +396,7 @@ fn some_millis(ms: i64) -> Option<Duration> {
 }
 
 /// Element `at` of a script's reply, if it has that type.
-fn element<T: redis::FromRedisValue>(reply: &[redis::Value], at: usize) -> Option<T> {
+fn element<T: FromRedisValue>(reply: &[Value], at: usize) -> Option<T> {
     reply
         .get(at)
         .and_then(|value| T::from_redis_value_ref(value).ok())
@@ -303,12 +404,19 @@ fn element<T: redis::FromRedisValue>(reply: &[redis::Value], at: usize) -> Optio
 
 impl Lock {
     /// A handle on lock `keys` at `target`; every call is limited to
-    /// `timeout`. Nothing is sent yet.
-    pub(crate) fn new(target: Target, timeout: Duration, keys: Keys, token: Token) -> Self {
+    /// `timeout`, replica acknowledgement included. Nothing is sent yet.
+    pub(crate) fn new(
+        target: Target,
+        timeout: Duration,
+        keys: Keys,
+        token: Token,
+        acks: ReplicaAcks,
+    ) -> Self {
         Lock {
             session: Session::new(target, timeout),
             keys,
             token,
+            acks,
             first_sent: None,
             in_redis: false,
             arrival: None,
@@ -325,21 +433,13 @@ impl Lock {
         self.session.open_within(within).await
     }
 
-    /// Subscribes to this run's wake-up channel on a connection of its own.
-    pub(crate) async fn subscribe_wakes(&self) -> Result<Wakes, RedisError> {
-        let target = self.session.target();
-        let client = target.client()?;
+    /// Subscribes to this run's wake-up channel on a connection of its own,
+    /// to the server that publishes it (behind Sentinel, the primary; in a
+    /// cluster, any node).
+    pub(crate) async fn subscribe_wakes(&mut self) -> Result<Wakes, RedisError> {
         let channel = self.keys.wake_channel(&self.token);
-        let subscribed = async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&channel).await?;
-            Ok::<_, redis::RedisError>(pubsub)
-        };
-        match tokio::time::timeout(SUBSCRIBE_TIMEOUT, subscribed).await {
-            Ok(Ok(pubsub)) => Ok(Wakes(pubsub.into_on_message())),
-            Ok(Err(err)) => Err(target.error(&err)),
-            Err(_) => Err(target.timed_out(SUBSCRIBE_TIMEOUT)),
-        }
+        let pubsub = self.session.subscribe(&channel, SUBSCRIBE_TIMEOUT).await?;
+        Ok(Wakes(pubsub.into_on_message()))
     }
 
     pub(crate) async fn try_acquire(
@@ -369,19 +469,36 @@ impl Lock {
             .arg(u8::from(supersede))
             .arg(millis(refresh));
         let sent = BootInstant::now();
+        let started = Instant::now();
         self.first_sent.get_or_insert(sent);
-        self.in_redis = true;
-        let reply: Vec<redis::Value> = self.session.invoke(&call).await?;
+        let before = std::mem::replace(&mut self.in_redis, true);
+        let reply = self.session.invoke(&call).await?;
+        let reply: Vec<Value> = match self.keys.foreign(reply) {
+            Ok(reply) => reply,
+            Err(foreign) => {
+                // The script stopped before touching anything.
+                self.in_redis = before;
+                return Ok(Attempt::Foreign(foreign));
+            }
+        };
         let attempt = self.attempt_from(&reply, sent)?;
         self.in_redis = !matches!(attempt, Attempt::Busy(_) | Attempt::Superseded { .. });
+        if matches!(attempt, Attempt::Acquired(_)) {
+            let replicas = element(&reply, 2)
+                .ok_or_else(|| self.protocol("acquire", &format!("{reply:?}")))?;
+            if let Err(err) = self.replicated(replicas, started).await {
+                // Too few copies: a failover now could hand the lock to a
+                // second run while the command runs. Give it back and let
+                // the caller treat Redis as unavailable (a waiter keeps its
+                // place: its next attempt asks for it back).
+                let _ = self.release(None).await;
+                return Err(err);
+            }
+        }
         Ok(attempt)
     }
 
-    fn attempt_from(
-        &mut self,
-        reply: &[redis::Value],
-        sent: BootInstant,
-    ) -> Result<Attempt, RedisError> {
+    fn attempt_from(&mut self, reply: &[Value], sent: BootInstant) -> Result<Attempt, RedisError> {
         let kind: String = element(reply, 0).unwrap_or_default();
         let taken = || {
             let pttl: i64 = element(reply, 1)?;
@@ -414,7 +531,13 @@ impl Lock {
     /// The grant a wake-up message announced: the release that sent it
     /// handed this run the lease with fencing token `fence`. The lease is
     /// counted from this run's first request, which the hand-over followed.
+    /// `None` when replicas must acknowledge the lease first: then the next
+    /// acquire call confirms it (the script finds it is ours already) and
+    /// waits for them, as for a lease this run took itself.
     pub(crate) fn handed_over(&self, fence: u64) -> Option<Grant> {
+        if self.acks != ReplicaAcks::Count(0) {
+            return None;
+        }
         self.first_sent.map(|sent| Grant { fence, sent })
     }
 
@@ -423,22 +546,51 @@ impl Lock {
     /// signal in mid-call, a hand-over nobody heard), a place in line. When
     /// nothing can be there, Redis is not asked: with Redis unreachable, that
     /// would only add one more timeout to the failure.
-    pub(crate) async fn abandon(&mut self) {
+    pub(crate) async fn abandon(&mut self) -> Result<(), RedisError> {
         if self.in_redis {
-            let _ = self.release(None).await;
+            self.release(None).await?;
         }
+        Ok(())
     }
 
     /// Extends the lease to `ttl` from now. `Ok(false)` means the token is
     /// gone: the lease expired or someone removed or took the lock.
+    /// With replica acknowledgement, a renewal that too few replicas
+    /// acknowledged is an error, like one Redis never answered.
     pub(crate) async fn renew(&mut self, ttl: Duration) -> Result<bool, RedisError> {
         let mut call = RENEW.call();
         call.key(&self.keys.lock)
             .key(&self.keys.holder)
             .arg(&self.token.0)
             .arg(millis(ttl));
-        let renewed: i64 = self.session.invoke(&call).await?;
-        Ok(renewed == 1)
+        let started = Instant::now();
+        let (renewed, replicas): (i64, i64) = self.session.invoke(&call).await?;
+        if renewed != 1 {
+            return Ok(false);
+        }
+        self.replicated(replicas, started).await?;
+        Ok(true)
+    }
+
+    /// Waits until as many replicas as asked for have the last write, within
+    /// the time limit of the call that began at `started`. `connected` is
+    /// the primary's count of replicas, read by the script that wrote.
+    async fn replicated(&mut self, connected: i64, started: Instant) -> Result<(), RedisError> {
+        let wanted = match self.acks {
+            ReplicaAcks::Count(wanted) => wanted,
+            ReplicaAcks::All => u32::try_from(connected).unwrap_or(0),
+        };
+        if wanted == 0 {
+            return Ok(());
+        }
+        let acked = self
+            .session
+            .replicate(&self.keys.lock, wanted, started)
+            .await?;
+        if acked < wanted {
+            return Err(self.session.unacknowledged(acked, wanted));
+        }
+        Ok(())
     }
 
     /// Gives the lock up, handing it to the first waiter, or with `keep_for`
@@ -461,11 +613,9 @@ impl Lock {
     }
 
     fn protocol(&self, what: &str, detail: &str) -> RedisError {
-        self.session.target().error(&redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "unexpected reply",
-            format!("to the {what} script: {detail}"),
-        )))
+        self.session
+            .target()
+            .unexpected_reply(&format!("to the {what} script: {detail}"))
     }
 }
 
@@ -520,6 +670,8 @@ pub(crate) struct Status {
     pub(crate) holder: Option<Holder>,
     /// Server time, microseconds since the epoch.
     pub(crate) now_us: u64,
+    /// The server that answered (`host:port` or a socket path), when known.
+    pub(crate) node: Option<String>,
     /// The last fencing token handed out for this name, if any.
     pub(crate) last_fence: Option<u64>,
     /// The runs waiting in line, first come first.
@@ -598,17 +750,24 @@ impl Inspector {
         &self.keys
     }
 
-    pub(crate) async fn status(&mut self) -> Result<Status, RedisError> {
+    /// The lock's state; `Ok(Err(_))` when one of its keys is not lockrun's.
+    pub(crate) async fn status(&mut self) -> Result<Result<Status, Foreign>, RedisError> {
         let mut call = STATUS.call();
         self.keys.add_to(&mut call);
+        let reply = self.session.invoke(&call).await?;
         let (pttl, fields, now_us, fence, line): (i64, Vec<String>, u64, String, Vec<String>) =
-            self.session.invoke(&call).await?;
+            match self.keys.foreign(reply) {
+                Ok(reply) => reply,
+                Err(foreign) => return Ok(Err(foreign)),
+            };
         let occupancy = match pttl {
             -2 => Occupancy::Free,
             -1 => Occupancy::NoExpiry,
             ms => Occupancy::Leased(some_millis(ms).unwrap_or_default()),
         };
-        Ok(Status {
+        let node = self.session.node_for(&self.keys.lock).await;
+        Ok(Ok(Status {
+            node,
             holder: (occupancy != Occupancy::Free)
                 .then(|| Holder::from_fields(&fields))
                 .flatten(),
@@ -619,17 +778,25 @@ impl Inspector {
                 .chunks_exact(2)
                 .map(|pair| Waiter::from_record(&pair[0], &pair[1]))
                 .collect(),
-        })
+        }))
     }
 
     /// Removes the lock whoever holds it, handing it to the first waiter.
-    /// Returns the removed holder record, or `Ok(None)` when there was no
-    /// lock.
-    pub(crate) async fn force_release(&mut self) -> Result<Option<Holder>, RedisError> {
+    /// Returns the removed holder record, `Ok(Ok(None))` when there was no
+    /// lock, and `Ok(Err(_))`, having removed nothing, when one of its keys
+    /// is not lockrun's.
+    pub(crate) async fn force_release(
+        &mut self,
+    ) -> Result<Result<Option<Holder>, Foreign>, RedisError> {
         let mut call = FORCE_RELEASE.call();
         self.keys.add_to(&mut call);
-        let (removed, fields): (i64, Vec<String>) = self.session.invoke(&call).await?;
-        Ok((removed == 1).then(|| Holder::from_fields(&fields).unwrap_or_default()))
+        let reply = self.session.invoke(&call).await?;
+        Ok(self
+            .keys
+            .foreign(reply)
+            .map(|(removed, fields): (i64, Vec<String>)| {
+                (removed == 1).then(|| Holder::from_fields(&fields).unwrap_or_default())
+            }))
     }
 }
 
@@ -737,8 +904,39 @@ mod tests {
     }
 
     #[test]
+    fn a_guarded_reply_names_the_key_of_the_wrong_type() {
+        let keys = Keys::new("lockrun:", "job");
+        let bulk = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let stopped = |key: &str| {
+            let reply = Value::Array(vec![bulk("wrongtype"), bulk(key), bulk("list")]);
+            keys.foreign(Guarded::<i64>::from_redis_value(reply).expect("a guard reply"))
+        };
+        assert_eq!(
+            stopped(&keys.holder),
+            Err(Foreign {
+                key: "lockrun:{job}:holder".into(),
+                holds: "list".into(),
+                part: Part::Holder,
+            })
+        );
+        for (key, part) in [
+            (&keys.lock, Part::Lease),
+            (&keys.fence, Part::Fence),
+            (&keys.queue, Part::Queue),
+            (&keys.places, Part::Places),
+            (&keys.waiters, Part::Waiters),
+            (&keys.supersedable, Part::Supersedable),
+        ] {
+            assert_eq!(stopped(key).map_err(|foreign| foreign.part), Err(part));
+        }
+        let done = Guarded::<i64>::from_redis_value(Value::Int(1)).expect("a plain reply");
+        assert_eq!(keys.foreign(done), Ok(1));
+    }
+
+    #[test]
     fn expiries_round_up_to_whole_milliseconds() {
         assert_eq!(millis(Duration::from_micros(1500)), 2);
+        assert_eq!(millis(Duration::from_nanos(1)), 1);
         assert_eq!(millis(Duration::from_secs(30)), 30_000);
     }
 }

@@ -1,10 +1,36 @@
 //! Everything lockrun says goes to stderr, one line each, prefixed
 //! `lockrun:`. stdout belongs to the command.
+//!
+//! Saying something never holds up the deadline. The command shares stderr
+//! with lockrun; when nobody drains it (a stuck log collector) and the command
+//! has filled the pipe, a write blocks. On the runtime's one thread it would
+//! block renewals, the SIGTERM before the deadline and the SIGKILL at it, and
+//! the command could outlive its lease. So lines go into a bounded queue that
+//! a writer thread of its own empties, in order. When the queue is full a line
+//! is dropped and counted, and the count is written where the lines went
+//! missing. Before lockrun exits, `flush` waits for the queue to empty, but
+//! not longer than `FLUSH_LIMIT`: by then the lock is released or lost, and a
+//! pipe that nobody reads must not keep lockrun from exiting.
+//!
+//! Making fd 2 non-blocking instead would be simpler, but O_NONBLOCK belongs to
+//! the open file description, which the command shares: its own writes would
+//! fail with EAGAIN, which most programs treat as fatal.
 
+use std::collections::VecDeque;
 use std::fmt::Display;
 use std::io::Write;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 
 use crate::error::{Error, Loudness};
+
+/// Lines waiting for the writer thread: far more than lockrun says in a
+/// renewal period, even with --verbose.
+const QUEUE_LINES: usize = 256;
+/// How long lockrun waits, before it exits, for its last lines to be written.
+const FLUSH_LIMIT: Duration = Duration::from_secs(2);
 
 /// How much lockrun says on stderr.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,7 +79,277 @@ impl Report {
     }
 }
 
+/// The queue to stderr's writer thread, started by the first line; None if
+/// the thread could not be started, and lines are written directly.
+static STDERR: OnceLock<Option<&'static Queue>> = OnceLock::new();
+
 fn line(message: impl Display) {
-    // A closed stderr must not turn into a panic; there is nowhere else to say it.
-    let _ = writeln!(std::io::stderr().lock(), "lockrun: {message}");
+    let text = format!("lockrun: {message}\n");
+    match STDERR.get_or_init(|| Queue::start(QUEUE_LINES, std::io::stderr())) {
+        Some(queue) => queue.push(text),
+        // A closed stderr must not turn into a panic; there is nowhere else
+        // to say it.
+        None => {
+            let _ = std::io::stderr().write_all(text.as_bytes());
+        }
+    }
+}
+
+/// Waits until everything said so far is written, or `FLUSH_LIMIT` passed.
+/// Called once, just before lockrun exits.
+pub(crate) fn flush() {
+    if let Some(Some(queue)) = STDERR.get() {
+        queue.flush(FLUSH_LIMIT);
+    }
+}
+
+/// Lines on their way to one writer thread.
+struct Queue {
+    state: Mutex<State>,
+    /// Signalled when a line is queued and when one has been written.
+    changed: Condvar,
+    capacity: usize,
+}
+
+struct State {
+    lines: VecDeque<String>,
+    /// Lines dropped since the last one queued.
+    dropped: u64,
+    /// The writer thread is writing a line it took off the queue.
+    writing: bool,
+}
+
+impl Queue {
+    /// Starts a writer thread that writes every queued line to `out`. The
+    /// queue lives as long as lockrun, so it is leaked rather than shared.
+    fn start(capacity: usize, out: impl Write + Send + 'static) -> Option<&'static Queue> {
+        let queue: &'static Queue = Box::leak(Box::new(Queue {
+            state: Mutex::new(State {
+                lines: VecDeque::with_capacity(capacity),
+                dropped: 0,
+                writing: false,
+            }),
+            changed: Condvar::new(),
+            capacity,
+        }));
+        std::thread::Builder::new()
+            .name("stderr".into())
+            .spawn(move || {
+                // While the command has the terminal, lockrun is in the
+                // background; with `stty tostop`, its write would stop all of
+                // lockrun (SIGTTOU), deadline included. With SIGTTOU blocked
+                // in the writing thread, the kernel lets the write through.
+                let ttou = SigSet::from(Signal::SIGTTOU);
+                let _ = signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&ttou), None);
+                queue.write_all(out);
+            })
+            .ok()?;
+        Some(queue)
+    }
+
+    /// Queues `text`, or drops and counts it if the queue is full. Never
+    /// blocks on the writer.
+    fn push(&self, text: String) {
+        let mut state = self.lock();
+        if state.lines.len() >= self.capacity {
+            state.dropped += 1;
+            return;
+        }
+        state.note_dropped();
+        state.lines.push_back(text);
+        self.changed.notify_all();
+    }
+
+    /// Waits until the queue is written out, or `limit` passed.
+    fn flush(&self, limit: Duration) {
+        let give_up = Instant::now() + limit;
+        let mut state = self.lock();
+        state.note_dropped();
+        self.changed.notify_all();
+        while !state.lines.is_empty() || state.writing {
+            let left = give_up.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// The writer thread: takes lines off the queue and writes each with
+    /// one `write` (a line up to PIPE_BUF bytes is never torn by the
+    /// command's writes).
+    fn write_all(&self, mut out: impl Write) {
+        let mut state = self.lock();
+        loop {
+            let Some(text) = state.lines.pop_front() else {
+                state = self
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            };
+            state.writing = true;
+            drop(state);
+            // A closed stderr: there is nowhere else to say it.
+            let _ = out.write_all(text.as_bytes());
+            state = self.lock();
+            state.writing = false;
+            self.changed.notify_all();
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while holding the lock; if it did, the lines are
+        // still good.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl State {
+    /// Queues the line that says how many went missing here, if any did. It
+    /// may take the queue one past its capacity.
+    fn note_dropped(&mut self) {
+        let dropped = std::mem::take(&mut self.dropped);
+        if dropped > 0 {
+            self.lines.push_back(format!(
+                "lockrun: {dropped} message{} dropped here: stderr was full (is anyone \
+                 reading it?)\n",
+                if dropped == 1 { " was" } else { "s were" }
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A stderr that blocks until the test opens it, and tells the test when
+    /// a write is waiting.
+    struct Gate {
+        waiting: mpsc::Sender<()>,
+        open: Arc<(Mutex<bool>, Condvar)>,
+        written: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl Write for Gate {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let _ = self.waiting.send(());
+            let (open, opened) = &*self.open;
+            let mut open = open.lock().expect("gate");
+            while !*open {
+                open = opened.wait(open).expect("gate");
+            }
+            self.written.lock().expect("written").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    struct Stuck {
+        queue: &'static Queue,
+        open: Arc<(Mutex<bool>, Condvar)>,
+        written: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl Stuck {
+        /// A queue of `capacity` whose writer took `first` off it and is
+        /// stuck writing it.
+        fn new(capacity: usize, first: &str) -> Self {
+            let (waiting, waits) = mpsc::channel();
+            let open = Arc::new((Mutex::new(false), Condvar::new()));
+            let written = Arc::new(Mutex::new(Vec::new()));
+            let gate = Gate {
+                waiting,
+                open: Arc::clone(&open),
+                written: Arc::clone(&written),
+            };
+            let queue = Queue::start(capacity, gate).expect("writer thread");
+            queue.push(first.into());
+            waits
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the writer tries to write");
+            Stuck {
+                queue,
+                open,
+                written,
+            }
+        }
+
+        fn open(&self) {
+            *self.open.0.lock().expect("gate") = true;
+            self.open.1.notify_all();
+        }
+
+        fn text(&self) -> String {
+            String::from_utf8(self.written.lock().expect("written").clone()).expect("utf-8")
+        }
+    }
+
+    #[test]
+    fn a_stuck_stderr_drops_and_counts_and_keeps_the_order() {
+        let stuck = Stuck::new(3, "one\n");
+        for line in ["two", "three", "four", "five", "six"] {
+            stuck.queue.push(format!("{line}\n"));
+        }
+        let started = Instant::now();
+        stuck.queue.flush(Duration::from_millis(50));
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "flush waited {:?} on a stuck stderr",
+            started.elapsed()
+        );
+        stuck.open();
+        stuck.queue.flush(Duration::from_secs(30));
+        stuck.queue.push("seven\n".into());
+        stuck.queue.flush(Duration::from_secs(30));
+        assert_eq!(
+            stuck.text(),
+            "one\ntwo\nthree\nfour\nlockrun: 2 messages were dropped here: stderr was full \
+             (is anyone reading it?)\nseven\n"
+        );
+    }
+
+    #[test]
+    fn flush_says_what_was_dropped_at_the_end() {
+        let stuck = Stuck::new(1, "one\n");
+        stuck.queue.push("two\n".into());
+        stuck.queue.push("three\n".into());
+        stuck.open();
+        stuck.queue.flush(Duration::from_secs(30));
+        assert_eq!(
+            stuck.text(),
+            "one\ntwo\nlockrun: 1 message was dropped here: stderr was full (is anyone \
+             reading it?)\n"
+        );
+    }
+
+    #[test]
+    fn a_full_pipe_never_blocks_the_caller() {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        let queue = Queue::start(QUEUE_LINES, writer).expect("writer thread");
+        let (done, finished) = mpsc::channel();
+        // 10 MB through a 64 KiB pipe that nobody reads.
+        std::thread::spawn(move || {
+            for i in 0..100_000 {
+                queue.push(format!("{i:>99}\n"));
+            }
+            queue.flush(Duration::from_millis(50));
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(Duration::from_secs(30))
+            .expect("pushing and flushing returned although the pipe is full");
+        drop(reader);
+    }
 }

@@ -4,16 +4,15 @@
 
 use std::time::Duration;
 
-use nix::sys::signal::Signal;
-
 use crate::child::Child;
 use crate::clock::{show, BootInstant};
 use crate::config::RunConfig;
-use crate::error::{Busy, Error};
+use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code;
 use crate::lease::Lease;
 use crate::lock::{Attempt, Grant, Keys, Lock, Me, Released, Taken, Token};
 use crate::report::Report;
+use crate::secrets;
 use crate::signals::{self, Signals};
 use crate::supervise::{Ended, Stop, Supervisor};
 use crate::wait;
@@ -35,6 +34,7 @@ pub(crate) async fn run(
         config.timing.redis_timeout,
         lock_config.keys.clone(),
         token,
+        config.replica_acks,
     );
     let grant = acquire(&config, &mut lock, &mut signals, report).await?;
     let (child, mut child_changes) = match start(&config, grant.fence) {
@@ -69,8 +69,8 @@ pub(crate) async fn run(
     }
     .supervise()
     .await;
-    held.finish(&config, ended.stop, report).await;
-    exit_status(ended, &held.lock)
+    let unreleased = held.finish(&config, ended.stop, report).await;
+    exit_status(ended, &held.lock, unreleased, report)
 }
 
 /// Connects, then takes the lock, waiting for it if asked to. A signal ends
@@ -117,13 +117,17 @@ async fn acquire(
         Ok(Attempt::Acquired(grant)) => return Ok(grant),
         Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) => busy(Some(taken), None),
         Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
+        Ok(Attempt::Foreign(foreign)) => Error::Foreign(foreign),
         Err(err) => err,
     };
     // A run that stops waiting leaves the line; a call that timed out, or
     // the signal, may have come after the lock was taken after all, or a
     // release may have handed it over: give it back.
-    lock.abandon().await;
-    Err(err)
+    let gave_back = lock.abandon().await;
+    Err(match (err, gave_back) {
+        (Error::Redis(err), Err(later)) => Error::Redis(err.then_giving_back(&later)),
+        (err, _) => err,
+    })
 }
 
 /// Starts the command with its fencing token, and the SIGCHLD stream that
@@ -134,10 +138,9 @@ fn start(config: &RunConfig, fence: u64) -> Result<(Child, tokio::signal::unix::
         doing: "install signal handlers",
         source,
     })?;
-    let env = [
-        ("LOCKRUN_KEY", config.lock.name.clone()),
-        ("LOCKRUN_FENCING_TOKEN", fence.to_string()),
-    ];
+    let mut env = secrets::hidden_from_command();
+    env.push(("LOCKRUN_KEY", Some(config.lock.name.clone().into())));
+    env.push(("LOCKRUN_FENCING_TOKEN", Some(fence.to_string().into())));
     let child = Child::spawn(&config.command, &env).map_err(|cause| Error::Spawn {
         program: config.program(),
         cause,
@@ -157,15 +160,26 @@ struct Held {
 
 impl Held {
     /// Stops whatever the command left running, then gives the lock back,
-    /// or keeps it until `--min-hold` is over.
-    async fn finish(&mut self, config: &RunConfig, stop: Option<Stop>, report: Report) {
+    /// or keeps it until `--min-hold` is over. A lock that could not be
+    /// given back is returned, to be said after why the run ended.
+    async fn finish(
+        &mut self,
+        config: &RunConfig,
+        stop: Option<Stop>,
+        report: Report,
+    ) -> Option<Box<Unreleased>> {
         let timing = config.timing;
         // Whatever the command left running must not outlive the lock.
-        if matches!(stop, Some(Stop::Lost(_))) {
-            self.child.signal_group(Signal::SIGKILL);
+        let gone = if matches!(stop, Some(Stop::Lost(_))) {
+            self.child.kill_all().await
         } else {
             let kill_at = (BootInstant::now() + timing.kill_grace).min(self.lease.deadline());
-            self.child.stop_stragglers(kill_at).await;
+            self.child.stop_stragglers(kill_at).await
+        };
+        if !gone {
+            report.error(
+                "a process the command started is still there after SIGKILL (stuck in the kernel?)",
+            );
         }
         let keep = match (stop, config.min_hold) {
             (None | Some(Stop::TimedOut), Some(min_hold)) => {
@@ -185,28 +199,45 @@ impl Held {
                  was removed); another run may have overlapped the end of this one"
             )),
             Ok(Released::NotOurs) => {}
-            Err(err) => report.error(format_args!(
-                "could not release {name}, it will expire within {}: {err}",
-                show(timing.ttl)
-            )),
+            Err(cause) => {
+                return Some(Box::new(Unreleased {
+                    lock: name,
+                    within: timing.ttl,
+                    cause,
+                }))
+            }
         }
+        None
     }
 }
 
-/// lockrun's exit status: the command's, unless lockrun stopped it.
-fn exit_status(ended: Ended, lock: &Lock) -> Result<u8, Error> {
+/// lockrun's exit status: the command's, unless lockrun stopped it. A lock
+/// left unreleased is said after the reason lockrun stopped the command,
+/// within the same line, or alone when the command ended by itself.
+fn exit_status(
+    ended: Ended,
+    lock: &Lock,
+    unreleased: Option<Box<Unreleased>>,
+    report: Report,
+) -> Result<u8, Error> {
     match ended.stop {
-        None => ended
-            .status
-            .map(exit_code::from_child)
-            .map_err(|source| Error::Internal {
-                doing: "wait for the command",
-                source,
-            }),
-        Some(Stop::TimedOut) => Err(Error::TimedOut),
+        None => {
+            if let Some(unreleased) = unreleased {
+                report.error(unreleased);
+            }
+            ended
+                .status
+                .map(exit_code::from_child)
+                .map_err(|source| Error::Internal {
+                    doing: "wait for the command",
+                    source,
+                })
+        }
+        Some(Stop::TimedOut) => Err(Error::TimedOut { unreleased }),
         Some(Stop::Lost(loss)) => Err(Error::LeaseLost {
             lock: lock.keys().name.clone(),
             loss,
+            unreleased,
         }),
     }
 }

@@ -1,13 +1,13 @@
 //! Watching a running command under a lease: renew the lease, forward
-//! signals, follow terminal stops, and stop the command when the lease can no
-//! longer be proven or `--timeout` passes.
+//! signals, follow terminal stops, reap the orphans it leaves, and stop the
+//! command when the lease can no longer be proven or `--timeout` passes.
 
 use std::io;
 use std::process::ExitStatus;
 
 use nix::sys::signal::Signal;
 
-use crate::child::{self, Child};
+use crate::child::Child;
 use crate::clock::{self, show, BootInstant};
 use crate::lease::{Lease, Loss, Timing};
 use crate::lock::Lock;
@@ -36,7 +36,7 @@ pub(crate) struct Supervisor<'a> {
     pub(crate) lease: &'a Lease,
     pub(crate) signals: &'a mut Signals,
     /// SIGCHLD, made before the spawn so that not even an immediate stop is
-    /// missed.
+    /// missed; orphans reparented to lockrun report their exit here too.
     pub(crate) child_changes: &'a mut tokio::signal::unix::Signal,
     pub(crate) timing: Timing,
     /// No later than the grant: the lease, and so its renewals, count from
@@ -67,7 +67,6 @@ impl Supervisor<'_> {
         loop {
             stopping.enforce_deadline(child, lease);
             let wake = stopping.next_wake(lease.deadline());
-            let (group, in_terminal) = (child.group(), child.has_terminal());
             tokio::select! {
                 biased;
                 () = clock::sleep_until_some(wake) => stopping.on_wake(child, lease),
@@ -89,13 +88,16 @@ impl Supervisor<'_> {
                     report.verbose(format_args!("forwarding {signal} to the command"));
                     child.signal_group(signal);
                 }
-                () = child::stopped_from_terminal(group, child_changes), if in_terminal => {
-                    child.stop_along();
-                    // Stopped, lockrun could not renew: a lapsed lease is the
-                    // deadline's to handle, and the command stays stopped for
-                    // its SIGKILL.
-                    if !lease.has_lapsed() {
-                        child.resume();
+                _ = child_changes.recv() => {
+                    child.reap_orphans();
+                    if child.has_terminal() && child.stopped_from_terminal() {
+                        child.stop_along();
+                        // Stopped, lockrun could not renew: a lapsed lease is
+                        // the deadline's to handle, and the command stays
+                        // stopped for its SIGKILL.
+                        if !lease.has_lapsed() {
+                            child.resume();
+                        }
                     }
                 }
             }
@@ -160,7 +162,7 @@ impl Stopping {
         if self.reason.is_none() {
             self.reason = Some(reason);
             self.kill_at = Some(kill_at);
-            child.signal_group(Signal::SIGTERM);
+            child.signal_all(Signal::SIGTERM);
         }
     }
 
@@ -174,7 +176,7 @@ impl Stopping {
 
     fn kill(&mut self, child: &Child) {
         if !std::mem::replace(&mut self.killed, true) {
-            child.signal_group(Signal::SIGKILL);
+            child.signal_all(Signal::SIGKILL);
         }
     }
 

@@ -9,7 +9,9 @@
 //! when the lease could have run out unreleased (its holder died), the
 //! others when the first one's place could have. Once Redis has answered,
 //! losing it while waiting is not the end of the wait: nothing is held yet,
-//! so lockrun keeps trying until the wait runs out.
+//! so lockrun keeps trying until the wait runs out. The same goes for a Redis
+//! that answers "not yet" (loading its data set, busy with a script, a
+//! failover, too few replicas), from the first attempt on.
 
 use std::ops::ControlFlow;
 use std::time::Duration;
@@ -59,8 +61,11 @@ pub(crate) async fn acquire(
     let started = Instant::now();
     let give_up = match wait {
         None => Some(started),
-        Some(wait) => wait.limit().map(|limit| started + limit),
+        // `config` bounds the wait; a moment past the clock's range would
+        // never come, so it is the same as forever.
+        Some(wait) => wait.limit().and_then(|limit| started.checked_add(limit)),
     };
+    let waited_out = || give_up.is_some_and(|t| t <= Instant::now());
     let mode = if give_up.is_none_or(|t| t > started) {
         Mode::Wait {
             listening: false,
@@ -70,18 +75,23 @@ pub(crate) async fn acquire(
     } else {
         Mode::Once
     };
-    let first = lock.try_acquire(timing.ttl, me, mode).await?;
-    let Attempt::Queued { taken, .. } = first else {
-        return Ok(first);
-    };
-    if give_up.is_some_and(|t| t <= Instant::now()) {
-        return Ok(Attempt::Busy(taken));
+    let mut failing = false;
+    match lock.try_acquire(timing.ttl, me, mode).await {
+        Ok(Attempt::Queued { taken, .. }) if waited_out() => return Ok(Attempt::Busy(taken)),
+        Ok(Attempt::Queued { taken, .. }) => report.verbose(format_args!(
+            "{} is busy; waiting, {} in line",
+            lock.keys().lock,
+            taken.waiting
+        )),
+        Ok(done) => return Ok(done),
+        // Loading, busy with a script, a failover, too few replicas: Redis
+        // answered "not yet", which a waiter waits through like a held lock.
+        Err(err) if err.is_transient() && !waited_out() => {
+            report.error(format_args!("{err}; still waiting"));
+            failing = true;
+        }
+        Err(err) => return Err(err),
     }
-    report.verbose(format_args!(
-        "{} is busy; waiting, {} in line",
-        lock.keys().lock,
-        taken.waiting
-    ));
     // The attempt after subscribing catches a hand-over that came before
     // the subscription, and tells Redis this run now listens.
     let wakes = match lock.subscribe_wakes().await {
@@ -97,9 +107,11 @@ pub(crate) async fn acquire(
         me,
         supersede,
         give_up,
+        // A Redis that was not ready may not have taken the subscription
+        // either: try again once it answers.
+        resubscribe: wakes.is_none() && failing,
         wakes,
-        resubscribe: false,
-        failing: false,
+        failing,
         report,
     };
     waiter.until_acquired_or_out().await
@@ -173,11 +185,16 @@ impl Waiter<'_> {
                 }
                 Ok(ControlFlow::Continue(retry))
             }
+            // Acquired, superseded, or a key that is not lockrun's, which
+            // will not go away by waiting.
             Ok(done) => Ok(ControlFlow::Break(done)),
             // Redis has answered before, and nothing is held while waiting:
-            // a restart or a network blip is worth waiting through, as long
-            // as the wait lasts. A wrong password or URL failed long before.
-            Err(err) if err.kind == ErrorKind::Unreachable && !waited_out => {
+            // a restart, a network blip, a data set loading, a long script or
+            // a failover is worth waiting through, as long as the wait lasts.
+            // A wrong password or URL failed long before.
+            Err(err)
+                if (err.kind == ErrorKind::Unreachable || err.is_transient()) && !waited_out =>
+            {
                 if !std::mem::replace(&mut self.failing, true) {
                     self.report.error(format_args!("{err}; still waiting"));
                 }
@@ -231,7 +248,8 @@ impl Waiter<'_> {
     /// A release handed this run the lease. It is counted from this run's
     /// first request; once that is longer ago than a renewal period, the
     /// first renewal would already be late, so the next attempt takes the
-    /// lease afresh instead (the script sees it is ours and renews it).
+    /// lease afresh instead (the script sees it is ours and renews it). So
+    /// does a run whose replicas must acknowledge the lease first.
     fn handed_over(&self, fence: u64) -> Option<Attempt> {
         let grant = self.lock.handed_over(fence)?;
         (grant.sent.elapsed() < self.timing.renew_every).then_some(Attempt::Acquired(grant))

@@ -8,8 +8,18 @@
 # and says why. --timeout stops a deploy that hangs instead, so the bound on
 # the wait means something.
 #
-# When CI cancels the job, the runner's SIGTERM reaches lockrun, which passes
-# it on to the deploy and releases the lock once the deploy has exited.
+# When CI cancels the job it signals this script. A signal that stops only
+# this shell would leave lockrun and the deploy running without it, holding
+# the lock. So lockrun runs in the background and this script waits for it:
+# on SIGTERM, SIGINT or SIGHUP the trap passes the signal to lockrun, which
+# passes it to the deploy, keeps the lock while the deploy shuts down,
+# releases it once the deploy has exited, and exits with the deploy's
+# status; this script then exits with that status too (143 for a deploy
+# that SIGTERM ended). A runner that signals the whole process group reaches
+# lockrun directly as well, so the deploy may get the signal twice. SIGKILL
+# cannot be passed on: if the runner kills only this script, lockrun and the
+# deploy carry on to the end (at most --timeout) and then release the lock.
+# As for any background job, the deploy's stdin is /dev/null.
 #
 # Usage: deploy.sh ENVIRONMENT [ARG]...
 # Needs lockrun on PATH, LOCKRUN_REDIS_URL and (from the CI secret store, so
@@ -19,10 +29,20 @@ set -eu
 env=${1:?usage: deploy.sh ENVIRONMENT [ARG]...}
 shift
 
-status=0
 # --supersede: a newer push that starts waiting ends this one's wait (exit 75),
 # so three quick pushes deploy the first and the last; a running deploy goes on.
-lockrun --key "deploy-$env" --wait 15m --supersede --timeout 45m -- ./scripts/deploy.sh "$env" "$@" || status=$?
+lockrun --key "deploy-$env" --wait 15m --supersede --timeout 45m -- ./scripts/deploy.sh "$env" "$@" &
+lockrun_pid=$!
+for signal in TERM INT HUP; do
+    trap "kill -$signal $lockrun_pid 2>/dev/null" "$signal"
+done
+# A trapped signal ends `wait` early, with lockrun still running: wait again
+# until it has exited, and keep its exit status.
+while :; do
+    status=0
+    wait "$lockrun_pid" || status=$?
+    kill -0 "$lockrun_pid" 2>/dev/null || break
+done
 
 case $status in
 0) ;;

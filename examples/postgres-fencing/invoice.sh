@@ -1,7 +1,10 @@
 #!/bin/sh
 # A billing job that writes only while its fencing token is the newest one.
 #
-#   lockrun --key nightly-billing -- examples/postgres-fencing/invoice.sh
+#   lockrun --key nightly-billing -- /path/to/postgres-fencing/invoice.sh
+#
+# It works from any directory: it reads schema.sql from its own directory
+# (through a symlink too).
 #
 # A lease can lapse while a job is stalled (a GC pause, a frozen VM, a
 # stopped process) and a second run can take the lock meanwhile. When the
@@ -19,7 +22,8 @@ database=${DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/postgres}
 job=${BILLING_JOB:-nightly}
 who=${BILLING_WHO:-$(hostname):$$}
 
-psql "$database" -X -q -v ON_ERROR_STOP=1 -f "$(dirname "$0")/schema.sql"
+here=$(dirname "$(readlink -f "$0")")
+psql "$database" -X -q -v ON_ERROR_STOP=1 -f "$here/schema.sql"
 
 charged=$(psql "$database" -X -q -At -v ON_ERROR_STOP=1 \
     -v fence="$LOCKRUN_FENCING_TOKEN" -v job="$job" -v who="$who" <<'SQL'

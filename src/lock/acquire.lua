@@ -8,15 +8,32 @@
 --         (cut off from Redis too long) gets its place back; '' at first
 -- ARGV[8] '1' when listening on its wake-up channel  ARGV[9] '1' for --supersede
 -- ARGV[10] ms between the refreshes of its place
--- Returns {'acquired', fence}
+-- Returns {'acquired', fence, replicas}
 --      or {'busy', pttl, waiting, {holder fields...}}                  (once)
 --      or {'queued', pttl, waiting, {holder fields...}, arrival, retry}
 --      or {'superseded', 'HOST pid N'}
+--      or wrong_type's reply (guard.lua), changing nothing, when a key is
+--         not lockrun's
 -- retry: ms until the caller should look again even without a message: the
 -- lease's pttl when it is first in line, otherwise until the first waiter's
 -- place runs out (it may have died); -1 for no such moment.
+-- replicas: how many replicas are connected and online, for lockrun to WAIT
+-- for.
+local wrong = wrong_type(OURS)
+if wrong then
+  return wrong
+end
 local me, ttl = ARGV[1], ARGV[2]
 local waits = ARGV[6] == 'wait'
+
+-- Read after the writes: Redis < 7 refuses writes after INFO in a script.
+local function online_replicas()
+  local n = 0
+  for _ in string.gmatch(redis.call('INFO', 'replication'), 'slave%d+:[^\r\n]*state=online') do
+    n = n + 1
+  end
+  return n
+end
 
 -- A run that gives --supersede takes the place of every older waiting run
 -- that gave it too: they are taken out of line and told by whom.
@@ -67,12 +84,20 @@ local before = front()
 drop_expired()
 local lease = redis.call('GET', LEASE)
 if lease == me then
-  -- Handed over while this run was not listening. From now on the lease
-  -- counts from this call, whose send the caller knows.
-  redis.call('PEXPIRE', LEASE, ttl)
-  redis.call('PEXPIRE', HOLDER, ttl)
-  forget(me)
-  return {'acquired', redis.call('HGET', HOLDER, 'fence') or '0'}
+  -- This run's already: a release handed it over (while the run was not
+  -- listening, or to be confirmed and acknowledged by replicas), or an
+  -- earlier attempt took it and its reply was lost (a timeout, a failover).
+  -- From now on the lease counts from this call, whose send the caller knows.
+  local fence = redis.call('HGET', HOLDER, 'fence')
+  if fence then
+    redis.call('PEXPIRE', LEASE, ttl)
+    redis.call('PEXPIRE', HOLDER, ttl)
+    forget(me)
+  else
+    -- Its holder record is gone, and with it the fencing token: a new one.
+    fence = grant(me, ttl, ARGV[3], ARGV[4], ARGV[5])
+  end
+  return {'acquired', fence, online_replicas()}
 end
 local record = redis.call('HGET', WAITERS, me)
 if record then
@@ -93,7 +118,7 @@ end
 if not lease and (not first or first == me) then
   local fence = grant(me, ttl, ARGV[3], ARGV[4], ARGV[5])
   announce(before, me)
-  return {'acquired', fence}
+  return {'acquired', fence, online_replicas()}
 end
 announce(before, me)
 local pttl = redis.call('PTTL', LEASE)

@@ -1,7 +1,13 @@
 -- Remove the lock whoever holds it (lockrun release --force); it goes to the
 -- first waiter, as after a release.
 -- KEYS as in queue.lua
--- Returns {1 if a lock was removed else 0, {holder fields...}}.
+-- Returns {1 if a lock was removed else 0, {holder fields...}}, or
+-- wrong_type's reply (guard.lua), removing nothing, when a key is not
+-- lockrun's.
+local wrong = wrong_type(OURS)
+if wrong then
+  return wrong
+end
 local before = front()
 drop_expired()
 local holder = redis.call('HGETALL', HOLDER)

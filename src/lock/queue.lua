@@ -1,6 +1,6 @@
--- The wait queue of one lock. lock.rs puts this file in front of every
--- script that reads or changes the queue, so that they all agree on one
--- layout and one set of rules.
+-- The wait queue of one lock. lock.rs puts this file (after guard.lua) in
+-- front of every script that reads or changes the queue, so that they all
+-- agree on one layout and one set of rules.
 -- KEYS[1] lease  KEYS[2] holder record  KEYS[3] fence counter
 -- KEYS[4] queue: waiter id -> arrival (server time in us, strictly increasing)
 -- KEYS[5] places: waiter id -> when its place runs out (server time in ms)
@@ -17,6 +17,10 @@ if redis.replicate_commands then
 end
 local LEASE, HOLDER, FENCE = KEYS[1], KEYS[2], KEYS[3]
 local QUEUE, PLACES, WAITERS, SUPERSEDABLE = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+-- The type lockrun keeps in each key, for guard.lua's wrong_type: a script
+-- stops before it touches any of them while one holds someone else's data.
+local OURS = {{LEASE, 'string'}, {HOLDER, 'hash'}, {FENCE, 'string'}, {QUEUE, 'zset'},
+  {PLACES, 'zset'}, {WAITERS, 'hash'}, {SUPERSEDABLE, 'zset'}}
 
 local now_us, now_ms
 do
@@ -108,8 +112,11 @@ end
 
 -- The lease, just freed, goes straight to the first live waiter: its wake-up
 -- message carries the fencing token, so it starts without another call. A
--- waiter that said it listens but whose connection is gone has died (its
--- process ended and the kernel closed its sockets): it is skipped.
+-- waiter that said it listens but that nobody listens for has died (its
+-- process ended and the kernel closed its sockets): it is skipped before
+-- anything is granted, for a grant once announced is never taken back. A
+-- waiter listens on the server that runs this script: the one server, the
+-- primary, or the cluster node that owns the lock's slot.
 local function hand_off()
   while true do
     local id = first_waiter()
@@ -117,18 +124,18 @@ local function hand_off()
       return
     end
     local record = redis.call('HGET', WAITERS, id)
-    if record then
-      local waiter = cjson.decode(record)
-      local fence = grant(id, waiter.ttl, waiter.host, waiter.pid, waiter.command)
-      local heard = redis.call('PUBLISH', channel(id), 'granted ' .. fence)
-      -- One that is not listening yet or any more (it polls) finds the lease
-      -- its own at its next attempt.
-      if heard > 0 or not waiter.listening then
-        return
-      end
-      redis.call('DEL', LEASE, HOLDER)
-    else
-      forget(id)
+    local waiter = record and cjson.decode(record)
+    if waiter and waiter.listening
+        and redis.call('PUBSUB', 'NUMSUB', channel(id))[2] == 0 then
+      waiter = nil
     end
+    if waiter then
+      local fence = grant(id, waiter.ttl, waiter.host, waiter.pid, waiter.command)
+      -- One that is not listening yet (it polls) finds the lease its own
+      -- at its next attempt.
+      redis.call('PUBLISH', channel(id), 'granted ' .. fence)
+      return
+    end
+    forget(id)
   end
 end

@@ -6,14 +6,39 @@
 -- ARGV[1] token  ARGV[2] ms to keep it (0: release now)
 -- Returns 1 when released, 2 when kept for ARGV[2] ms, 0 when not ours.
 local me = ARGV[1]
+local keep = tonumber(ARGV[2])
+-- A key of another type in the lease's place (GET would fail on it) is not
+-- our token.
+local ours = redis.call('TYPE', LEASE).ok == 'string' and redis.call('GET', LEASE) == me
+if wrong_type(OURS) then
+  -- Another of the lock's keys holds someone else's data (guard.lua): only
+  -- our own lease, and a holder record that is one, are given up; the line
+  -- is left as it is.
+  if not ours then
+    return 0
+  end
+  local holder = redis.call('TYPE', HOLDER).ok == 'hash'
+  if keep > 0 then
+    redis.call('PEXPIRE', LEASE, keep)
+    if holder then
+      redis.call('HSET', HOLDER, 'finished_us', int(now_us))
+      redis.call('PEXPIRE', HOLDER, keep)
+    end
+    return 2
+  end
+  redis.call('DEL', LEASE)
+  if holder then
+    redis.call('DEL', HOLDER)
+  end
+  return 1
+end
 local before = front()
 forget(me)
 drop_expired()
-if redis.call('GET', LEASE) ~= me then
+if not ours then
   announce(before, me)
   return 0
 end
-local keep = tonumber(ARGV[2])
 if keep > 0 then
   -- The command is done: status and busy runs say so instead of pointing
   -- at a process that no longer exists.

@@ -1,9 +1,18 @@
 -- Extend the lease, but only while the lock still holds our token.
 -- KEYS[1] lock  KEYS[2] holder record   ARGV[1] token  ARGV[2] ttl in ms
--- Returns 1 when renewed, 0 when the token is gone.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
+-- Returns {1, replicas} when renewed, {0, 0} when the token is gone; replicas
+-- is how many replicas are connected and online, for lockrun to WAIT for.
+-- A key of another type in its place (GET would fail on it) is not our token.
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {0, 0}
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return 1
+if redis.call('TYPE', KEYS[2]).ok == 'hash' then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+-- Read after the writes: Redis < 7 refuses writes after INFO in a script.
+local replicas = 0
+for _ in string.gmatch(redis.call('INFO', 'replication'), 'slave%d+:[^\r\n]*state=online') do
+  replicas = replicas + 1
+end
+return {1, replicas}

@@ -3,7 +3,12 @@
 -- operator asked for all of it.
 -- KEYS as in queue.lua
 -- Returns {pttl, {holder fields...}, server time in us, last fence or '',
---          {arrival, record, arrival, record, ...} of live waiters in order}.
+--          {arrival, record, arrival, record, ...} of live waiters in order},
+-- or wrong_type's reply (guard.lua) when a key is not lockrun's.
+local wrong = wrong_type(OURS)
+if wrong then
+  return wrong
+end
 local waiters = {}
 local line = redis.call('ZRANGE', QUEUE, 0, -1, 'WITHSCORES')
 for i = 1, #line, 2 do

@@ -2,42 +2,34 @@
 //! certificate verification; and lockrun used interactively in a terminal.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use crate::harness::*;
-
-fn output(command: &mut Command) -> Output {
-    command.stdin(Stdio::null()).output().expect("run lockrun")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
 
 #[test]
 fn tcp_url_and_environment_url_both_work() {
     let redis = RedisServer::start_tcp();
-    let run = output(lockrun().args(["--redis", &redis.tcp_url(), "-k", "job", "--", "true"]));
-    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let ran = run_once(lockrun().args(["--redis", &redis.tcp_url(), "-k", "job", "--", "true"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 
-    let run = output(
+    let ran = run_once(
         lockrun()
             .env("LOCKRUN_REDIS_URL", redis.tcp_url())
             .args(["-k", "job", "--", "true"]),
     );
-    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    redis.assert_only_fence("job");
 }
 
 #[test]
 fn invalid_url_is_a_usage_error() {
     for url in ["localhost:6379", "http://example.com", ""] {
-        let run = output(lockrun().args(["--redis", url, "-k", "job", "--", "true"]));
-        assert_eq!(run.status.code(), Some(64), "{url}");
+        let ran = run_once(lockrun().args(["--redis", url, "-k", "job", "--", "true"]));
+        assert_eq!(ran.code, Some(64), "{url}");
         assert!(
-            stderr(&run).starts_with("lockrun: invalid Redis URL"),
+            ran.stderr.starts_with("lockrun: invalid Redis URL"),
             "{}",
-            stderr(&run)
+            ran.stderr
         );
     }
 }
@@ -49,41 +41,41 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
     let url = redis.tcp_url();
 
     // No password: refused, and told where to put one.
-    let run = output(lockrun().args(["--redis", &url, "-k", "job", "--", "true"]));
-    assert_eq!(run.status.code(), Some(69));
+    let ran = run_once(lockrun().args(["--redis", &url, "-k", "job", "--", "true"]));
+    assert_eq!(ran.code, Some(69));
     assert!(
-        stderr(&run).contains("LOCKRUN_REDIS_PASSWORD"),
+        ran.stderr.contains("LOCKRUN_REDIS_PASSWORD"),
         "{}",
-        stderr(&run)
+        ran.stderr
     );
 
     // A wrong password in the URL: refused, and the password is not echoed.
     let wrong = url.replace("redis://", "redis://:wrong-pass@");
-    let run = output(lockrun().args(["--redis", &wrong, "-k", "job", "--", "true"]));
-    assert_eq!(run.status.code(), Some(69));
-    assert!(!stderr(&run).contains("wrong-pass"), "{}", stderr(&run));
+    let ran = run_once(lockrun().args(["--redis", &wrong, "-k", "job", "--", "true"]));
+    assert_eq!(ran.code, Some(69));
+    assert!(!ran.stderr.contains("wrong-pass"), "{}", ran.stderr);
     assert!(
-        stderr(&run).contains("refused authentication"),
+        ran.stderr.contains("refused authentication"),
         "{}",
-        stderr(&run)
+        ran.stderr
     );
 
     // The right password from the environment overrides the URL's.
-    let run = output(
+    let ran = run_once(
         lockrun()
             .env("LOCKRUN_REDIS_PASSWORD", secret)
             .args(["--redis", &wrong, "-k", "job", "--", "true"]),
     );
-    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 
     // And in the URL.
     let right = url.replace("redis://", &format!("redis://:{secret}@"));
-    let run = output(lockrun().args(["--redis", &right, "-k", "job", "--", "true"]));
-    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    let ran = run_once(lockrun().args(["--redis", &right, "-k", "job", "--", "true"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 
     // A lease lost to a Redis that went away names the address, not the secret.
-    let run = output(lockrun().args(["--redis", &right, "-k", "job", "-v", "--", "true"]));
-    assert!(!stderr(&run).contains(secret), "{}", stderr(&run));
+    let ran = run_once(lockrun().args(["--redis", &right, "-k", "job", "-v", "--", "true"]));
+    assert!(!ran.stderr.contains(secret), "{}", ran.stderr);
 }
 
 /// Writes a CA and a server certificate for localhost signed by it.
@@ -174,24 +166,24 @@ fn tls_verifies_the_server_certificate() {
     let url = format!("rediss://localhost:{port}");
 
     // Trusting our CA (rustls reads SSL_CERT_FILE): the lock works over TLS.
-    let run = output(
+    let ran = run_once(
         lockrun()
             .env("SSL_CERT_FILE", &ca)
             .args(["--redis", &url, "-k", "job", "--", "true"]),
     );
-    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    redis.assert_only_fence("job");
 
     // Not trusting it: the certificate is refused and the command never runs.
     let marker = certs.path().join("ran");
-    let run = output(
+    let ran = run_once(
         lockrun()
             .env("SSL_CERT_FILE", "/dev/null")
             .env("SSL_CERT_DIR", certs.path().join("empty"))
             .args(["--redis", &url, "-k", "job", "--", "touch"])
             .arg(&marker),
     );
-    assert_eq!(run.status.code(), Some(69), "{}", stderr(&run));
+    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
     assert!(!marker.exists(), "the command did not run");
 }
 
@@ -259,7 +251,7 @@ fn ctrl_c_in_the_terminal_reaches_the_command() {
         b"\x03",
     );
     assert_eq!(code, Some(130), "{screen}");
-    assert_eq!(redis.keys(), ["lockrun:{tty}:fence"], "released");
+    redis.assert_only_fence("tty");
 }
 
 /// An interactive bash with job control on a pseudo-terminal, typed into.
@@ -344,7 +336,7 @@ fn ctrl_z_stops_lockrun_with_its_command_and_fg_continues_both() {
     shell.type_in("\x03");
     let screen = shell.finish("echo status=$?");
     assert!(screen.contains("status=130"), "{screen}");
-    assert_eq!(redis.keys(), ["lockrun:{tty}:fence"], "released");
+    redis.assert_only_fence("tty");
 }
 
 #[test]

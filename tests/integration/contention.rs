@@ -1,81 +1,75 @@
 //! Many runs on one key: busy with and without --wait, and no two commands ever overlap.
 
-use std::path::Path;
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use crate::harness::*;
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// One attempt on key `job` whose command would leave `ran` behind.
-fn attempt(redis: &RedisServer, args: &[&str], ran: &Path) -> Output {
-    lockrun_at(redis, &[&["-k", "job"], args, &["--", "touch"]].concat())
-        .arg(ran)
-        .output()
-        .expect("run")
-}
 
 #[test]
 fn a_busy_lock_is_refused_as_configured() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let ran = dir.path().join("ran");
-    let mut holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
+    let marker = dir.path().join("ran");
+    let mut holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "2s"])
+        .start();
+    // One attempt on the held lock, whose command would leave `marker` behind.
+    let attempt = |args: &[&str]| {
+        run_once(
+            lockrun_at(&redis, &[&["-k", "job"], args, &["--", "touch"]].concat()).arg(&marker),
+        )
+    };
 
     // No --wait: one attempt, the default busy status, one line naming the holder.
-    let output = attempt(&redis, &[], &ran);
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(75), "{stderr}");
-    assert!(output.stdout.is_empty());
+    let ran = attempt(&[]);
+    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    assert!(ran.stdout.is_empty());
     assert!(
-        stderr.starts_with("lockrun: job is held by ") && stderr.lines().count() == 1,
-        "{stderr:?}"
+        ran.stderr.starts_with("lockrun: job is held by ") && ran.stderr.lines().count() == 1,
+        "{:?}",
+        ran.stderr
     );
     assert!(
-        stderr.contains(&format!("pid {}", holder.run.pid())),
-        "names the holder: {stderr}"
+        ran.stderr.contains(&format!("pid {}", holder.run.pid())),
+        "names the holder: {}",
+        ran.stderr
     );
 
     // For cron: skip quietly.
-    let output = attempt(&redis, &["--busy-exit-code", "0"], &ran);
-    assert_eq!(output.status.code(), Some(0));
+    let ran = attempt(&["--busy-exit-code", "0"]);
+    assert_eq!(ran.code, Some(0));
     assert!(
-        output.stdout.is_empty() && output.stderr.is_empty(),
+        ran.stdout.is_empty() && ran.stderr.is_empty(),
         "{}",
-        text(&output.stderr)
+        ran.stderr
     );
 
-    let output = attempt(&redis, &["--quiet"], &ran);
-    assert_eq!(output.status.code(), Some(75));
+    let ran = attempt(&["--quiet"]);
+    assert_eq!(ran.code, Some(75));
     assert!(
-        output.stdout.is_empty() && output.stderr.is_empty(),
+        ran.stdout.is_empty() && ran.stderr.is_empty(),
         "{}",
-        text(&output.stderr)
+        ran.stderr
     );
 
     // A bounded wait tries until its limit, then gives up the same way.
     let started = Instant::now();
-    let output = attempt(&redis, &["--wait", "500ms"], &ran);
+    let ran = attempt(&["--wait", "500ms"]);
     let waited = started.elapsed();
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(75), "{stderr}");
+    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
     assert!(
         waited >= Duration::from_millis(500),
         "gave up after {waited:?}"
     );
-    assert!(stderr.contains("after waiting 500ms"), "{stderr}");
+    assert!(ran.stderr.contains("after waiting 500ms"), "{}", ran.stderr);
 
-    assert!(!ran.exists(), "a refused run ran its command");
+    assert!(!marker.exists(), "a refused run ran its command");
     assert_eq!(
         redis.lock_value("job").as_deref(),
         Some(holder.token.as_str())
     );
     holder.go();
     assert_eq!(holder.run.wait().code(), Some(0));
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
@@ -102,15 +96,13 @@ fn a_command_that_outlives_several_ttls_keeps_the_lock() {
     let second = r#"[ -e "$1/done" ] || touch "$1/overlap""#;
     let mut refused = Vec::new();
     while !done.exists() {
-        let output = lockrun_sh(&redis, &["-k", "job"], second, dir.path())
-            .output()
-            .expect("run");
+        let ran = run_once(lockrun_sh(&redis, &["-k", "job"], second, dir.path()));
         // Only an attempt that ended before the first command did must have
         // been refused: a later one may rightly find the lock released.
         if done.exists() {
             break;
         }
-        assert_eq!(output.status.code(), Some(75), "{}", text(&output.stderr));
+        assert_eq!(ran.code, Some(75), "{}", ran.stderr);
         refused.push(Instant::now());
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -133,30 +125,29 @@ fn a_command_that_outlives_several_ttls_keeps_the_lock() {
         !dir.path().join("overlap").exists(),
         "a second run overlapped the first"
     );
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
 fn release_leaves_only_the_fencing_counter() {
     let redis = RedisServer::start();
     // Long enough for a few renewals, which touch the holder record too.
-    let output = lockrun_at(
+    let ran = run_once(lockrun_at(
         &redis,
         &["-v", "-k", "job", "--ttl", "2s", "--", "sleep", "1.5"],
-    )
-    .output()
-    .expect("run");
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    ));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert!(
-        stderr.contains("lockrun: renewed lockrun:{job}"),
-        "{stderr}"
+        ran.stderr.contains("lockrun: renewed lockrun:{job}"),
+        "{}",
+        ran.stderr
     );
     assert!(
-        stderr.contains("lockrun: released lockrun:{job}"),
-        "{stderr}"
+        ran.stderr.contains("lockrun: released lockrun:{job}"),
+        "{}",
+        ran.stderr
     );
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
@@ -177,25 +168,12 @@ fn twenty_waiting_runs_never_overlap_and_all_complete() {
             .expect("a run never finished");
         assert_eq!(status.code(), Some(0), "exit 3 means two jobs overlapped");
     }
-    assert!(
-        !dir.path().join("overlaps").exists(),
-        "jobs overlapped: {}",
-        std::fs::read_to_string(dir.path().join("overlaps")).unwrap_or_default()
-    );
-
-    let log = std::fs::read_to_string(dir.path().join("fences")).expect("fences");
-    let fences: Vec<u64> = log
-        .lines()
-        .map(|line| {
-            line.parse()
-                .unwrap_or_else(|_| panic!("{line:?} in the log"))
-        })
-        .collect();
-    assert_eq!(fences.len(), RUNS, "{log}");
+    let fences = no_overlap_fences(dir.path());
+    assert_eq!(fences.len(), RUNS, "{fences:?}");
     // Written inside the lock, so in the order the lock was taken.
     assert!(
         fences.windows(2).all(|w| w[0] < w[1]),
-        "fencing tokens out of order: {log}"
+        "fencing tokens out of order: {fences:?}"
     );
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }

@@ -1,41 +1,15 @@
 //! The PostgreSQL fencing example: a stale holder's late write is rejected by
 //! the database, and the newer holder's write stands.
 //!
-//! Needs PostgreSQL on 127.0.0.1:5432 with trust auth (or
-//! LOCKRUN_TEST_DATABASE_URL) and `psql`; `.ci/run` sets both up.
+//! The database is a PostgreSQL server the test starts for itself (see
+//! `PostgresServer`), or the one `LOCKRUN_TEST_DATABASE_URL` names.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use nix::sys::signal::Signal;
 
 use crate::harness::*;
-
-fn database_url() -> String {
-    std::env::var("LOCKRUN_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgresql://postgres@127.0.0.1:5432/postgres".into())
-}
-
-fn psql(sql: &str) -> String {
-    let output = Command::new("psql")
-        .args([
-            &database_url(),
-            "-X",
-            "-Atq",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-c",
-            sql,
-        ])
-        .output()
-        .expect("psql must be installed (.ci/run installs it)");
-    assert!(
-        output.status.success(),
-        "psql failed (is PostgreSQL running on 127.0.0.1:5432? `bash .ci/run` starts it): {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
 
 fn invoice_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/postgres-fencing/invoice.sh")
@@ -43,6 +17,9 @@ fn invoice_script() -> PathBuf {
 
 #[test]
 fn a_stale_holders_late_write_is_rejected_by_the_database() {
+    let Some(database) = PostgresServer::start() else {
+        return;
+    };
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let ready = dir.path().join("a-ready");
@@ -74,7 +51,7 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
             &redis,
             &["-k", &job, "--ttl", "1s", "--", "sh", "-c", &a_job],
         )
-        .env("DATABASE_URL", database_url())
+        .env("DATABASE_URL", database.url())
         .env("BILLING_JOB", &job)
         .env("BILLING_WHO", "A")
         .stdin(Stdio::null()),
@@ -86,29 +63,14 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
     a.signal(Signal::SIGSTOP);
 
     // Run B takes the lock and charges.
-    let b = lockrun_at(
-        &redis,
-        &[
-            "-k",
-            &job,
-            "--wait",
-            "30s",
-            "--",
-            script.to_str().expect("utf8"),
-        ],
-    )
-    .env("DATABASE_URL", database_url())
-    .env("BILLING_JOB", &job)
-    .env("BILLING_WHO", "B")
-    .stdin(Stdio::null())
-    .output()
-    .expect("run B");
-    assert_eq!(
-        b.status.code(),
-        Some(0),
-        "B charged: {}",
-        String::from_utf8_lossy(&b.stderr)
+    let b = run_once(
+        lockrun_at(&redis, &["-k", &job, "--wait", "30s", "--"])
+            .arg(&script)
+            .env("DATABASE_URL", database.url())
+            .env("BILLING_JOB", &job)
+            .env("BILLING_WHO", "B"),
     );
+    assert_eq!(b.code, Some(0), "B charged: {}", b.stderr);
 
     // A's job wakes up, still believing it holds the lock, and writes late.
     std::fs::write(&go, "").expect("let A go");
@@ -123,7 +85,7 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
     assert_eq!(a.wait().code(), Some(76));
 
     // Only B's invoice exists, and the fence is B's token.
-    let rows = psql(&format!(
+    let rows = database.psql(&format!(
         "select charged_by || ' ' || fence from invoices where job = '{job}' order by id"
     ));
     let (who, b_fence) = rows.split_once(' ').expect("exactly one invoice");
@@ -131,12 +93,12 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
     let b_fence: u64 = b_fence.parse().expect("B's token");
     assert!(b_fence > a_fence, "B's token {b_fence} > A's {a_fence}");
     assert_eq!(
-        psql(&format!(
+        database.psql(&format!(
             "select last_fence from billing_fence where job = '{job}'"
         )),
         b_fence.to_string()
     );
-    psql(&format!(
+    database.psql(&format!(
         "delete from invoices where job = '{job}'; delete from billing_fence where job = '{job}'"
     ));
 }

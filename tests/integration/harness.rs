@@ -1,11 +1,17 @@
-//! The test harness: redis-server processes that each test starts and owns
-//! (so it can kill, pause or restart them), the lockrun binary, and polling
-//! with deadlines instead of fixed sleeps.
+//! The test harness: servers that each test starts and owns (redis-server,
+//! which a test can kill, pause or restart; PostgreSQL for the fencing
+//! example), the lockrun binary run once (`run_once`) or kept running
+//! (`Running`, `Holder`), and polling with deadlines instead of fixed sleeps.
 
-#![allow(dead_code)]
+mod postgres;
 
+pub use postgres::PostgresServer;
+
+use std::borrow::BorrowMut;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -16,6 +22,13 @@ use wait_timeout::ChildExt;
 /// How long any single wait in a test may take before it fails. Generous:
 /// the machine has two cores and runs several tests at once.
 pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// How long a one-shot run may take: some wait up to `PATIENCE` for a lock
+/// themselves, so they get twice that.
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+/// The prefix lockrun puts before every key unless told otherwise.
+const DEFAULT_PREFIX: &str = "lockrun:";
 
 /// A redis-server owned by one test, listening on a unix socket in its own
 /// temporary directory (optionally on a free TCP port as well).
@@ -106,10 +119,6 @@ impl RedisServer {
         )
     }
 
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-
     pub fn pid(&self) -> Pid {
         Pid::from_raw(self.process.as_ref().expect("running").id() as i32)
     }
@@ -155,24 +164,80 @@ impl RedisServer {
         kill(self.pid(), Signal::SIGCONT).expect("SIGCONT redis");
     }
 
-    // --- What lockrun left in Redis, for key NAME under the default prefix.
+    // --- What lockrun left in Redis, for lock NAME under the default prefix.
 
+    /// The lease: the value lockrun set on the lock key, if it is held.
     pub fn lock_value(&self, name: &str) -> Option<String> {
-        redis::cmd("GET")
-            .arg(lock_key(name))
-            .query(&mut self.client())
-            .expect("GET")
+        self.get(&lock_key(DEFAULT_PREFIX, name))
     }
 
     pub fn is_locked(&self, name: &str) -> bool {
         self.lock_value(name).is_some()
     }
 
+    /// The lease's time left in ms (negative: no key, or no expiry).
     pub fn pttl(&self, name: &str) -> i64 {
         redis::cmd("PTTL")
-            .arg(lock_key(name))
+            .arg(lock_key(DEFAULT_PREFIX, name))
             .query(&mut self.client())
             .expect("PTTL")
+    }
+
+    /// Sets the fencing counter of lock `name`, as a long history would.
+    pub fn set_fence(&self, name: &str, value: u64) {
+        let _: () = redis::cmd("SET")
+            .arg(fence_key(name))
+            .arg(value)
+            .query(&mut self.client())
+            .expect("SET");
+    }
+
+    // --- The wait queue of lock NAME (see src/lock/queue.lua).
+
+    /// How many runs wait in line for lock `name`.
+    pub fn in_line(&self, name: &str) -> usize {
+        redis::cmd("ZCARD")
+            .arg(format!("{}:queue", lock_key(DEFAULT_PREFIX, name)))
+            .query(&mut self.client())
+            .expect("ZCARD")
+    }
+
+    /// The records of the runs waiting in line for lock `name` (JSON, in no
+    /// order).
+    pub fn waiter_records(&self, name: &str) -> Vec<String> {
+        redis::cmd("HVALS")
+            .arg(waiters_key(name))
+            .query(&mut self.client())
+            .expect("HVALS")
+    }
+
+    /// How many runs wait in line for lock `name` and listen for their
+    /// wake-up message.
+    pub fn listening_waiters(&self, name: &str) -> usize {
+        listening(&self.waiter_records(name))
+    }
+
+    /// How many wake-up channels of lock `name` Redis has subscribers on:
+    /// one per waiting run whose connection Redis has not seen close.
+    pub fn wake_channels(&self, name: &str) -> usize {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg(wake_channels(name))
+            .query(&mut self.client())
+            .expect("PUBSUB CHANNELS");
+        channels.len()
+    }
+
+    /// Asserts that all this server holds is the fencing counter of lock
+    /// `name`: every run released its lease and holder record, and the
+    /// counter stays so that tokens keep growing.
+    #[track_caller]
+    pub fn assert_only_fence(&self, name: &str) {
+        assert_eq!(
+            self.keys(),
+            [fence_key(name)],
+            "want only the fencing counter of {name} left in Redis"
+        );
     }
 
     /// Every key in this server.
@@ -183,6 +248,13 @@ impl RedisServer {
             .expect("KEYS");
         keys.sort();
         keys
+    }
+
+    fn get(&self, key: &str) -> Option<String> {
+        redis::cmd("GET")
+            .arg(key)
+            .query(&mut self.client())
+            .expect("GET")
     }
 }
 
@@ -197,8 +269,42 @@ impl Drop for RedisServer {
     }
 }
 
-pub fn lock_key(name: &str) -> String {
-    format!("lockrun:{{{name}}}")
+/// The key of lock `name` under `prefix`, as lockrun names it.
+fn lock_key(prefix: &str, name: &str) -> String {
+    format!("{prefix}{{{name}}}")
+}
+
+/// The key of lock `name` under the default prefix, for tests that look at
+/// servers other than a `RedisServer` (Sentinel sets, clusters).
+pub fn default_lock_key(name: &str) -> String {
+    lock_key(DEFAULT_PREFIX, name)
+}
+
+/// The key of the waiting runs' records of lock `name` under the default
+/// prefix, for tests that look at servers other than a `RedisServer`.
+pub fn waiters_key(name: &str) -> String {
+    format!("{}:waiters", lock_key(DEFAULT_PREFIX, name))
+}
+
+/// How many of the waiting runs' `records` (the values at `waiters_key`)
+/// say that their run listens for its wake-up message: a waiter records it
+/// once it has subscribed, right after taking its place.
+pub fn listening(records: &[String]) -> usize {
+    records
+        .iter()
+        .filter(|record| record.contains(r#""listening":true"#))
+        .count()
+}
+
+/// The pattern that matches the wake-up channels of the runs waiting for lock
+/// `name` under the default prefix, for `PUBSUB CHANNELS`.
+pub fn wake_channels(name: &str) -> String {
+    format!("{}:wake:*", lock_key(DEFAULT_PREFIX, name))
+}
+
+/// The key of the fencing counter of lock `name` under the default prefix.
+fn fence_key(name: &str) -> String {
+    format!("{}:fence", lock_key(DEFAULT_PREFIX, name))
 }
 
 pub fn free_port() -> u16 {
@@ -249,6 +355,81 @@ pub fn lockrun_sh(server: &RedisServer, args: &[&str], script: &str, dir: &Path)
     let mut command = lockrun_at(server, args);
     command.args(["--", "sh", "-c", script, "sh"]).arg(dir);
     command
+}
+
+/// What a one-shot run left: how it ended and what it wrote.
+pub struct Ran {
+    /// The exit code; None when a signal ended the process.
+    pub code: Option<i32>,
+    /// stdout as text (invalid UTF-8 replaced); `stdout_bytes` has it exactly.
+    pub stdout: String,
+    pub stderr: String,
+    stdout_bytes: Vec<u8>,
+}
+
+impl Ran {
+    /// lockrun's one line on stderr, without its `lockrun: ` prefix; fails
+    /// the test unless there is exactly one.
+    #[track_caller]
+    pub fn one_line(&self) -> &str {
+        let mut lines = self.stderr.lines();
+        match (lines.next(), lines.next()) {
+            (Some(line), None) => line.strip_prefix("lockrun: ").unwrap_or(line),
+            _ => panic!("want one line on stderr, got {:?}", self.stderr),
+        }
+    }
+
+    /// Exactly the bytes written to stdout.
+    pub fn stdout_bytes(&self) -> &[u8] {
+        &self.stdout_bytes
+    }
+}
+
+impl From<Output> for Ran {
+    fn from(output: Output) -> Self {
+        Ran {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            stdout_bytes: output.stdout,
+        }
+    }
+}
+
+/// Runs `command` (lockrun, usually from `lockrun_at`) to its end, with no
+/// stdin and its output captured; fails the test if it has not ended after
+/// a minute, or if something it started still holds its output open.
+pub fn run_once(mut command: impl BorrowMut<Command>) -> Ran {
+    let command = command.borrow_mut();
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut run = Running::spawn(command);
+    let stdout = read_all(run.child.stdout.take());
+    let stderr = read_all(run.child.stderr.take());
+    let status = run
+        .wait_for(RUN_LIMIT)
+        .unwrap_or_else(|| panic!("{command:?} did not end within {RUN_LIMIT:?}"));
+    let finished = eventually(PATIENCE, || stdout.is_finished() && stderr.is_finished());
+    assert!(finished, "{command:?} ended, but its output was left open");
+    let joined = |reader: JoinHandle<Vec<u8>>| reader.join().expect("output reader");
+    Ran::from(Output {
+        status,
+        stdout: joined(stdout),
+        stderr: joined(stderr),
+    })
+}
+
+/// Reads `pipe` to its end on a thread of its own, so that neither pipe can
+/// fill up and stall the process while the other is read.
+fn read_all(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<Vec<u8>> {
+    let mut pipe = pipe.expect("piped");
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        pipe.read_to_end(&mut bytes).expect("read output");
+        bytes
+    })
 }
 
 /// A spawned lockrun (or any process) that is killed if the test fails.
@@ -344,6 +525,12 @@ pub fn read_pid(path: &Path) -> i32 {
         .unwrap_or_else(|_| panic!("{} holds {text:?}, not a pid", path.display()))
 }
 
+/// What a spawned process has written to its log file at `path` so far
+/// (see `log_file`); empty when there is none yet.
+pub fn read_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
 /// A file for a spawned process's stderr, so a test can read it while the
 /// process runs.
 pub fn log_file(path: &Path) -> std::fs::File {
@@ -376,56 +563,79 @@ pub fn read_fence(path: &Path) -> u64 {
         .unwrap_or_else(|_| panic!("{} holds {text:?}, not a fencing token", path.display()))
 }
 
+/// The fencing token that one more run on lock `name` gets, with `args`
+/// before the `--`.
+pub fn next_fence(server: &RedisServer, name: &str, args: &[&str]) -> u64 {
+    let echo = ["--", "sh", "-c", "echo $LOCKRUN_FENCING_TOKEN"];
+    let ran = run_once(lockrun_at(server, &[&["-k", name], args, &echo].concat()));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{:?} is not a fencing token", ran.stdout))
+}
+
 /// Holds the lock until the test creates `go` in the directory given as $1.
 /// The fencing token is written before the pid, so a readable pid file means
 /// both are there.
 pub const HOLD_UNTIL_GO: &str = r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; echo $$ > "$1/pid"
 while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
 
-/// A run that keeps a lock busy for as long as a test needs: lockrun running
-/// `HOLD_UNTIL_GO` in a scratch directory of its own, its stderr in `stderr`
-/// there.
+/// A run that keeps a lock busy for as long as a test needs, in a scratch
+/// directory of its own with its stderr in `stderr` there. Made with
+/// `Holder::builder`; by default its command is `HOLD_UNTIL_GO`.
 pub struct Holder {
     /// lockrun itself.
     pub run: Running,
-    /// The command's pid.
-    pub child: i32,
     /// The lock's value while this run holds it.
     pub token: String,
+    child: Option<i32>,
     // Declared last so that it is removed after `run` is stopped.
     dir: TempDir,
 }
 
+/// What a `Holder` runs under the lock.
+enum Held {
+    /// `SHELL -c SCRIPT SHELL DIR`; the script writes its pid to `$1/pid`
+    /// once it runs.
+    Script(&'static str, String),
+    /// A plain command; it counts as started once the lock is taken.
+    Command(Vec<String>),
+}
+
+/// How to start a `Holder`: `Holder::builder(&redis, "job")`, then any of
+/// `args`, `prefix`, `sh`, `bash`, `command`, then `start`.
+pub struct HolderBuilder<'a> {
+    server: &'a RedisServer,
+    name: String,
+    prefix: String,
+    args: Vec<String>,
+    held: Held,
+}
+
 impl Holder {
-    /// Starts `lockrun -k NAME ARGS -- sh -c HOLD_UNTIL_GO` and returns once
-    /// its command runs, that is once it holds the lock.
-    pub fn start(server: &RedisServer, name: &str, args: &[&str]) -> Self {
-        let dir = scratch();
-        let stderr = dir.path().join("stderr");
-        let mut run = Running::spawn(
-            lockrun_sh(
-                server,
-                &[&["-k", name], args].concat(),
-                HOLD_UNTIL_GO,
-                dir.path(),
-            )
-            .stderr(log_file(&stderr)),
-        );
-        let child = read_pid_of(&mut run, &dir.path().join("pid"), &stderr);
-        let token = server.lock_value(name).expect("the holder has the lock");
-        Holder {
-            run,
-            child,
-            token,
-            dir,
+    /// A holder of lock `name` in `server`.
+    pub fn builder<'a>(server: &'a RedisServer, name: &str) -> HolderBuilder<'a> {
+        HolderBuilder {
+            server,
+            name: name.to_string(),
+            prefix: DEFAULT_PREFIX.to_string(),
+            args: Vec::new(),
+            held: Held::Script("sh", HOLD_UNTIL_GO.to_string()),
         }
     }
 
+    /// The command's pid, as its script wrote it.
+    pub fn child(&self) -> i32 {
+        self.child.expect("only a script writes its pid")
+    }
+
+    /// The fencing token `HOLD_UNTIL_GO` was given.
     pub fn fence(&self) -> u64 {
         read_fence(&self.dir.path().join("fence"))
     }
 
-    /// Lets the command finish, and so lockrun release the lock.
+    /// Lets `HOLD_UNTIL_GO` finish, and so lockrun release the lock.
     pub fn go(&self) {
         std::fs::write(self.dir.path().join("go"), "").expect("write go");
     }
@@ -434,13 +644,94 @@ impl Holder {
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
     }
+
+    /// The scratch directory, the script's `$1`.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl HolderBuilder<'_> {
+    /// lockrun's flags, after `--redis URL -k NAME`.
+    pub fn args(mut self, args: &[&str]) -> Self {
+        self.args.extend(args.iter().map(|arg| arg.to_string()));
+        self
+    }
+
+    /// Keys under `prefix` instead of the default one (`--prefix`).
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        self.prefix = prefix.to_string();
+        self.args(&["--prefix", prefix])
+    }
+
+    /// Runs the sh `script` instead of `HOLD_UNTIL_GO`; it must write its
+    /// pid to `$1/pid` once it runs.
+    pub fn sh(mut self, script: &str) -> Self {
+        self.held = Held::Script("sh", script.to_string());
+        self
+    }
+
+    /// Like `sh`, with bash.
+    pub fn bash(mut self, script: &str) -> Self {
+        self.held = Held::Script("bash", script.to_string());
+        self
+    }
+
+    /// Runs `argv`, which writes no pid: it counts as started once the lock
+    /// is taken.
+    pub fn command(mut self, argv: &[&str]) -> Self {
+        self.held = Held::Command(argv.iter().map(|arg| arg.to_string()).collect());
+        self
+    }
+
+    /// Starts lockrun and returns once its command runs, that is once it
+    /// holds the lock.
+    pub fn start(self) -> Holder {
+        let dir = scratch();
+        let stderr = dir.path().join("stderr");
+        let mut command = lockrun_at(self.server, &["-k", &self.name]);
+        command
+            .args(&self.args)
+            .arg("--")
+            .stdin(Stdio::null())
+            .stderr(log_file(&stderr));
+        match &self.held {
+            Held::Script(shell, script) => command
+                .args([*shell, "-c", script.as_str(), *shell])
+                .arg(dir.path()),
+            Held::Command(argv) => command.args(argv),
+        };
+        let mut run = Running::spawn(&mut command);
+        let key = lock_key(&self.prefix, &self.name);
+        let child = match &self.held {
+            Held::Script(..) => Some(read_pid_of(&mut run, &dir.path().join("pid"), &stderr)),
+            Held::Command(_) => {
+                let locked = eventually(PATIENCE, || {
+                    self.server.get(&key).is_some() || !run.running()
+                });
+                assert!(
+                    locked && run.running(),
+                    "the holder never took {key}: {}",
+                    std::fs::read_to_string(&stderr).unwrap_or_default()
+                );
+                None
+            }
+        };
+        let token = self.server.get(&key).expect("the holder has the lock");
+        Holder {
+            run,
+            token,
+            child,
+            dir,
+        }
+    }
 }
 
 /// A job that must never run alongside another: mkdir is atomic, so it fails
 /// while another job is inside. Inside, it appends its fencing token to
 /// `fences` in $1 and stays $2 seconds; a job that finds another inside
 /// appends its pid to `overlaps` and exits 3.
-pub const NO_OVERLAP_JOB: &str = r#"mkdir "$1/inside" 2>/dev/null || { echo $$ >> "$1/overlaps"; exit 3; }
+const NO_OVERLAP_JOB: &str = r#"mkdir "$1/inside" 2>/dev/null || { echo $$ >> "$1/overlaps"; exit 3; }
 echo "$LOCKRUN_FENCING_TOKEN" >> "$1/fences"
 sleep "$2"
 rmdir "$1/inside""#;
@@ -459,16 +750,35 @@ pub fn spawn_no_overlap_jobs(
         .collect()
 }
 
-/// How many runs wait in line for lock `name` and listen for their wake-up
-/// message, as their records in the queue say (a waiter records it once it
-/// has subscribed, right after taking its place).
-pub fn listening_waiters(server: &RedisServer, name: &str) -> usize {
-    let records: Vec<String> = redis::cmd("HVALS")
-        .arg(format!("{}:waiters", lock_key(name)))
-        .query(&mut server.client())
-        .expect("HVALS");
-    records
-        .iter()
-        .filter(|record| record.contains(r#""listening":true"#))
-        .count()
+/// The fencing tokens that the `NO_OVERLAP_JOB` runs in `dir` logged, in the
+/// order they got inside, once it is clear that none found another inside.
+pub fn no_overlap_fences(dir: &Path) -> Vec<u64> {
+    assert!(
+        !dir.join("overlaps").exists(),
+        "jobs overlapped: {}",
+        std::fs::read_to_string(dir.join("overlaps")).unwrap_or_default()
+    );
+    std::fs::read_to_string(dir.join("fences"))
+        .expect("fences")
+        .lines()
+        .map(|line| {
+            line.parse()
+                .unwrap_or_else(|_| panic!("{line:?} in the log of fencing tokens"))
+        })
+        .collect()
+}
+
+impl RedisServer {
+    /// Kills the server and starts it again with the same arguments, from
+    /// the snapshot that `SAVE` left in its directory (unlike
+    /// `restart_empty`, which has none to read). Returns as soon as it
+    /// accepts connections, which it does while still loading the snapshot.
+    pub fn restart_from_snapshot(&mut self) {
+        assert!(
+            self.dir.path().join("dump.rdb").exists(),
+            "no snapshot to restart from: SAVE first"
+        );
+        self.kill();
+        self.launch();
+    }
 }

@@ -8,13 +8,20 @@
 mod harness;
 
 mod basics;
+mod completion;
 mod connection;
 mod contention;
+mod examples;
 mod faults;
 mod fencing_pg;
 mod generated;
+mod hardening;
 mod operator;
+mod process;
 mod queue;
+mod repeated_flags;
 mod signals;
 mod supervision;
+mod topology;
+mod topology_harness;
 mod wakeup;

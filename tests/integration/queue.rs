@@ -12,52 +12,33 @@ use nix::sys::signal::Signal;
 
 use crate::harness::*;
 
-/// Appends the run's name ($1) and fencing token to `order` in the
-/// directory given as $0, so a test sees in which order the lock was granted.
-const NOTE_ORDER: &str = r#"echo "$1 $LOCKRUN_FENCING_TOKEN" >> "$0/order""#;
+/// Appends the run's name ($2) and fencing token to `order` in the
+/// directory given as $1, so a test sees in which order the lock was granted.
+const NOTE_ORDER: &str = r#"echo "$2 $LOCKRUN_FENCING_TOKEN" >> "$1/order""#;
 
-/// Starts `lockrun -k job ARGS -- sh -c NOTE_ORDER DIR NAME`, its stderr in
-/// `NAME.stderr` in `dir`.
+/// Starts a run of `NOTE_ORDER` for lock `job` as `name`, with `args`
+/// before the `--`, its stderr in `NAME.stderr` in `dir`.
 fn spawn_run(redis: &RedisServer, args: &[&str], dir: &Path, name: &str) -> Running {
-    let stderr = std::fs::File::create(dir.join(format!("{name}.stderr"))).expect("stderr file");
-    let mut command = lockrun_at(redis, &[&["-k", "job"], args].concat());
-    command
-        .args(["--", "sh", "-c", NOTE_ORDER])
-        .arg(dir)
-        .arg(name)
-        .stdin(Stdio::null())
-        .stderr(stderr);
-    Running::spawn(&mut command)
+    Running::spawn(
+        lockrun_sh(redis, &[&["-k", "job"], args].concat(), NOTE_ORDER, dir)
+            .arg(name)
+            .stdin(Stdio::null())
+            .stderr(log_file(&dir.join(format!("{name}.stderr")))),
+    )
 }
 
 fn stderr_of(dir: &Path, name: &str) -> String {
-    std::fs::read_to_string(dir.join(format!("{name}.stderr"))).unwrap_or_default()
-}
-
-/// The records of the runs waiting in line for `job` (JSON, in no order).
-fn records(redis: &RedisServer) -> Vec<String> {
-    redis::cmd("HVALS")
-        .arg("lockrun:{job}:waiters")
-        .query(&mut redis.client())
-        .expect("HVALS")
-}
-
-/// How many runs wait in line for `job`.
-fn in_line(redis: &RedisServer) -> usize {
-    redis::cmd("ZCARD")
-        .arg("lockrun:{job}:queue")
-        .query(&mut redis.client())
-        .expect("ZCARD")
+    read_log(&dir.join(format!("{name}.stderr")))
 }
 
 /// Starts a waiting run and returns once it has its place in line and
 /// listens for its wake-up message, so that runs started one after the
 /// other arrive in that order.
 fn wait_in_line(redis: &RedisServer, args: &[&str], dir: &Path, name: &str) -> Running {
-    let before = in_line(redis);
+    let before = redis.in_line("job");
     let mut run = spawn_run(redis, args, dir, name);
     let queued = eventually(PATIENCE, || {
-        !run.running() || (in_line(redis) > before && listening_waiters(redis, "job") > before)
+        !run.running() || (redis.in_line("job") > before && redis.listening_waiters("job") > before)
     });
     assert!(
         queued && run.running(),
@@ -111,14 +92,14 @@ fn only_run_within(
     let took = since.elapsed();
     assert!(took < bound, "{name} started {took:?} after {what}");
     assert_eq!(grant_order(dir), [name]);
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
 fn the_lock_goes_to_waiters_in_arrival_order() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Holder::start(&redis, "job", &[]);
+    let mut holder = Holder::builder(&redis, "job").start();
     let names = ["w1", "w2", "w3", "w4", "w5", "w6"];
     let mut runs: Vec<Running> = names
         .iter()
@@ -130,14 +111,14 @@ fn the_lock_goes_to_waiters_in_arrival_order() {
     assert!(holder.run.wait().success());
     finish_all(&mut runs, dir.path(), &names);
     assert_eq!(grant_order(dir.path()), names);
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
 fn status_lists_the_waiters_in_order() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Holder::start(&redis, "job", &[]);
+    let mut holder = Holder::builder(&redis, "job").start();
     let names = ["w1", "w2", "w3"];
     let mut runs: Vec<Running> = names
         .iter()
@@ -151,14 +132,11 @@ fn status_lists_the_waiters_in_order() {
     ));
 
     let status = |args: &[&str]| {
-        lockrun()
-            .args([&["status", "-k", "job", "--redis", &redis.url()], args].concat())
-            .output()
-            .expect("lockrun status")
+        run_once(lockrun().args([&["status", "-k", "job", "--redis", &redis.url()], args].concat()))
     };
-    let output = status(&["--json"]);
-    assert_eq!(output.status.code(), Some(0), "held");
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let ran = status(&["--json"]);
+    assert_eq!(ran.code, Some(0), "held: {}", ran.stderr);
+    let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("JSON");
     let waiters = json["waiters"].as_array().expect("a waiters array");
     let pids: Vec<u64> = waiters
         .iter()
@@ -182,7 +160,7 @@ fn status_lists_the_waiters_in_order() {
     assert_eq!(waiters[3]["supersede"], true);
     assert_eq!(waiters[0]["supersede"], false);
 
-    let text = String::from_utf8_lossy(&status(&[]).stdout).into_owned();
+    let text = status(&[]).stdout;
     assert!(text.contains("4 waiting, first come first:"), "{text}");
     let first = text.find("1. ").expect("numbered");
     let line_of = |pid: u64| {
@@ -198,8 +176,7 @@ fn status_lists_the_waiters_in_order() {
     holder.go();
     assert!(holder.run.wait().success());
     finish_all(&mut runs, dir.path(), &["w1", "w2", "w3", "w4"]);
-    let output = status(&["--json"]);
-    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let json: serde_json::Value = serde_json::from_str(&status(&["--json"]).stdout).expect("JSON");
     assert_eq!(json["waiters"], serde_json::json!([]), "{json}");
 }
 
@@ -207,7 +184,9 @@ fn status_lists_the_waiters_in_order() {
 fn a_run_without_wait_does_not_overtake_the_line() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Holder::start(&redis, "job", &["--ttl", "1s"]);
+    let mut holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "1s"])
+        .start();
     let mut first = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "first");
     // Held up between the lock coming free and taking it: the lock is free
     // while a live waiter is first in line.
@@ -219,15 +198,13 @@ fn a_run_without_wait_does_not_overtake_the_line() {
         "the dead holder's lease never ran out"
     );
 
-    let output = lockrun_at(&redis, &["-k", "job", "--", "touch"])
-        .arg(dir.path().join("overtook"))
-        .output()
-        .expect("run");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(75), "{stderr}");
-    assert!(
-        stderr.contains("job is free, but 1 run waiting in line came first"),
-        "{stderr}"
+    let ran = run_once(
+        lockrun_at(&redis, &["-k", "job", "--", "touch"]).arg(dir.path().join("overtook")),
+    );
+    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    assert_eq!(
+        ran.one_line(),
+        "job is free, but 1 run waiting in line came first; not running touch (exit 75)"
     );
     assert!(!dir.path().join("overtook").exists());
 
@@ -239,7 +216,7 @@ fn a_run_without_wait_does_not_overtake_the_line() {
         stderr_of(dir.path(), "first")
     );
     assert_eq!(grant_order(dir.path()), ["first"]);
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
@@ -248,7 +225,7 @@ fn supersede_ends_older_waiting_runs_but_never_the_holder() {
     let dir = scratch();
     let supersede = ["--wait", "1m", "--supersede"];
     // Three pushes of a deploy, and a run of something else in between.
-    let mut first = Holder::start(&redis, "job", &supersede);
+    let mut first = Holder::builder(&redis, "job").args(&supersede).start();
     let mut second = wait_in_line(&redis, &supersede, dir.path(), "second");
     let other = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "other");
     // Its place replaces the second's, so the line does not grow.
@@ -273,17 +250,17 @@ fn supersede_ends_older_waiting_runs_but_never_the_holder() {
     finish_all(&mut [other, third], dir.path(), &["other", "third"]);
     // `other` came before `third`, and did not give --supersede.
     assert_eq!(grant_order(dir.path()), ["other", "third"]);
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
 fn a_waiter_interrupted_by_sigint_leaves_the_line() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Holder::start(&redis, "job", &[]);
+    let mut holder = Holder::builder(&redis, "job").start();
     let mut quitter = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "quitter");
     let stayer = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "stayer");
-    assert_eq!(in_line(&redis), 2);
+    assert_eq!(redis.in_line("job"), 2);
 
     quitter.signal(Signal::SIGINT);
     assert_eq!(
@@ -293,39 +270,32 @@ fn a_waiter_interrupted_by_sigint_leaves_the_line() {
         stderr_of(dir.path(), "quitter")
     );
     // Gone from line by the time it exited, not when its place runs out.
-    assert_eq!(in_line(&redis), 1);
-    assert_eq!(records(&redis).len(), 1, "{:?}", records(&redis));
+    assert_eq!(redis.in_line("job"), 1);
+    let records = redis.waiter_records("job");
+    assert_eq!(records.len(), 1, "{records:?}");
 
     holder.go();
     assert!(holder.run.wait().success());
     finish_all(&mut [stayer], dir.path(), &["stayer"]);
     assert_eq!(grant_order(dir.path()), ["stayer"]);
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
 fn a_release_skips_a_first_waiter_that_was_killed() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Holder::start(&redis, "job", &[]);
+    let mut holder = Holder::builder(&redis, "job").start();
     // A place that lasts 30s: only skipping it lets the next run in sooner.
     let mut dead = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "dead");
     let next = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "next");
     dead.signal(Signal::SIGKILL);
     dead.wait();
     // Redis has seen its connections close: only one waiter listens now.
-    let listening = || {
-        let channels: Vec<String> = redis::cmd("PUBSUB")
-            .arg("CHANNELS")
-            .arg("lockrun:{job}:wake:*")
-            .query(&mut redis.client())
-            .expect("PUBSUB CHANNELS");
-        channels.len()
-    };
     assert!(
-        eventually(PATIENCE, || listening() == 1),
+        eventually(PATIENCE, || redis.wake_channels("job") == 1),
         "still {}",
-        listening()
+        redis.wake_channels("job")
     );
 
     let released = Instant::now();
@@ -345,7 +315,9 @@ fn a_release_skips_a_first_waiter_that_was_killed() {
 fn a_dead_first_waiter_blocks_the_line_no_longer_than_its_ttl() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
+    let mut holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "2s"])
+        .start();
     let mut dead = wait_in_line(&redis, &["--wait", "1m", "--ttl", "2s"], dir.path(), "dead");
     let next = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "next");
     // No release, and no hand-over to notice it by: the holder's lease and
@@ -370,7 +342,9 @@ fn a_dead_first_waiter_blocks_the_line_no_longer_than_its_ttl() {
 fn a_lease_that_runs_out_unreleased_goes_to_the_first_waiter() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
+    let mut holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "2s"])
+        .start();
     let names = ["w1", "w2", "w3"];
     let mut runs: Vec<Running> = names
         .iter()
@@ -380,14 +354,16 @@ fn a_lease_that_runs_out_unreleased_goes_to_the_first_waiter() {
     holder.run.wait();
     finish_all(&mut runs, dir.path(), &names);
     assert_eq!(grant_order(dir.path()), names);
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
 fn a_waiter_that_becomes_first_notices_a_lease_shorter_than_its_own_refresh() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
+    let mut holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "2s"])
+        .start();
     let mut ahead = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "ahead");
     // It refreshes its place every 20s: only being told that it is first,
     // and how long the lease has left, lets it notice the lease run out.

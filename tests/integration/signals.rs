@@ -27,25 +27,10 @@ fn stderr(dir: &Path) -> String {
 #[test]
 fn every_forwarded_signal_reaches_the_command_once_and_lockrun_waits_for_it() {
     let redis = RedisServer::start();
-    let dir = scratch();
-    let mut run = Running::spawn(
-        lockrun_at(
-            &redis,
-            &[
-                "-k", "job", "--ttl", "2s", "--", "bash", "-c", TRAPS, "bash",
-            ],
-        )
-        .arg(dir.path())
-        .stderr(log_file(&dir.path().join("stderr"))),
-    );
-    read_pid_of(
-        &mut run,
-        &dir.path().join("pid"),
-        &dir.path().join("stderr"),
-    );
-    let token = redis
-        .lock_value("job")
-        .expect("locked while the command runs");
+    let mut holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "2s"])
+        .bash(TRAPS)
+        .start();
 
     let forwarded = [
         (Signal::SIGINT, "INT"),
@@ -56,23 +41,26 @@ fn every_forwarded_signal_reaches_the_command_once_and_lockrun_waits_for_it() {
         (Signal::SIGUSR2, "USR2"),
         (Signal::SIGWINCH, "WINCH"),
     ];
-    let log = dir.path().join("log");
+    let log = holder.dir().join("log");
     for (signal, name) in forwarded {
         // One at a time: signals of one kind that arrive together merge.
-        run.signal(signal);
+        holder.run.signal(signal);
         assert!(
             wait_for_text(&log, &format!("{name}\n")),
             "{signal} never reached the command"
         );
         assert!(
-            run.running(),
+            holder.run.running(),
             "lockrun exited on {signal} instead of forwarding it"
         );
     }
-    assert_eq!(redis.lock_value("job").as_deref(), Some(token.as_str()));
+    assert_eq!(
+        redis.lock_value("job").as_deref(),
+        Some(holder.token.as_str())
+    );
 
-    std::fs::write(dir.path().join("stop"), "").expect("write stop");
-    assert_eq!(run.wait().code(), Some(42), "{}", stderr(dir.path()));
+    std::fs::write(holder.dir().join("stop"), "").expect("write stop");
+    assert_eq!(holder.run.wait().code(), Some(42), "{}", holder.stderr());
     let got = std::fs::read_to_string(&log).expect("log");
     let want: Vec<&str> = forwarded.iter().map(|(_, name)| *name).collect();
     assert_eq!(
@@ -80,7 +68,7 @@ fn every_forwarded_signal_reaches_the_command_once_and_lockrun_waits_for_it() {
         want,
         "each signal exactly once, in order"
     );
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 /// Starts `lockrun -k job --wait forever -- touch RAN` against a held lock
@@ -105,7 +93,9 @@ fn start_waiting(redis: &RedisServer, dir: &Path, ran: &Path) -> Running {
 #[test]
 fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
     let redis = RedisServer::start();
-    let mut holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
+    let mut holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "2s"])
+        .start();
 
     for signal in [Signal::SIGTERM, Signal::SIGINT] {
         let dir = scratch();
@@ -134,13 +124,15 @@ fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
 
     holder.go();
     assert_eq!(holder.run.wait().code(), Some(0));
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
 fn a_terminal_resize_does_not_end_a_wait() {
     let redis = RedisServer::start();
-    let holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
+    let holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "2s"])
+        .start();
     let dir = scratch();
     let ran = dir.path().join("ran");
     let mut waiter = start_waiting(&redis, dir.path(), &ran);
@@ -155,24 +147,12 @@ fn a_terminal_resize_does_not_end_a_wait() {
 #[test]
 fn sigterm_from_a_service_manager_stops_the_command_and_releases_the_lock() {
     let redis = RedisServer::start();
-    let dir = scratch();
-    let mut run = Running::spawn(
-        lockrun_sh(
-            &redis,
-            &["-k", "job"],
-            r#"echo $$ > "$1/pid"; exec sleep 60"#,
-            dir.path(),
-        )
-        .stderr(log_file(&dir.path().join("stderr"))),
-    );
-    let child = read_pid_of(
-        &mut run,
-        &dir.path().join("pid"),
-        &dir.path().join("stderr"),
-    );
-    run.signal(Signal::SIGTERM);
+    let mut holder = Holder::builder(&redis, "job")
+        .sh(r#"echo $$ > "$1/pid"; exec sleep 60"#)
+        .start();
+    holder.run.signal(Signal::SIGTERM);
     // The command died of the forwarded SIGTERM, and lockrun says so.
-    assert_eq!(run.wait().code(), Some(143), "{}", stderr(dir.path()));
-    assert!(!alive(child));
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    assert_eq!(holder.run.wait().code(), Some(143), "{}", holder.stderr());
+    assert!(!alive(holder.child()));
+    redis.assert_only_fence("job");
 }

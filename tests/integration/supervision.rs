@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use crate::harness::*;
@@ -22,16 +22,12 @@ fn noise(len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// lockrun's own message: exactly one line, prefixed `lockrun:`.
-fn assert_one_line(output: &Output, what: &str) {
-    let stderr = text(&output.stderr);
+fn assert_one_line(ran: &Ran, what: &str) {
     assert!(
-        stderr.starts_with("lockrun: ") && stderr.lines().count() == 1,
-        "{what}: want one `lockrun:` line on stderr, got {stderr:?}"
+        ran.stderr.starts_with("lockrun: ") && ran.stderr.lines().count() == 1,
+        "{what}: want one `lockrun:` line on stderr, got {:?}",
+        ran.stderr
     );
 }
 
@@ -49,15 +45,15 @@ fn stdin_reaches_the_command_unchanged() {
     let input = data.clone();
     // Written from another thread: cat's output must be drained meanwhile.
     let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let output = child.wait_with_output().expect("run");
+    let ran = Ran::from(child.wait_with_output().expect("run"));
     writer.join().expect("writer").expect("write stdin");
-    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert!(
-        output.stdout == data,
+        ran.stdout_bytes() == data,
         "stdin came out changed ({} bytes)",
-        output.stdout.len()
+        ran.stdout_bytes().len()
     );
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
@@ -68,23 +64,23 @@ fn large_stdout_carries_only_the_commands_bytes() {
     let data = noise(20 << 20);
     std::fs::write(&file, &data).expect("write data");
     // --verbose makes lockrun talk during the run: all of it must go to stderr.
-    let output = lockrun_at(&redis, &["-v", "-k", "job", "--", "head", "-c"])
-        .arg((20 << 20).to_string())
-        .arg(&file)
-        .output()
-        .expect("run");
-    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    let ran = run_once(
+        lockrun_at(&redis, &["-v", "-k", "job", "--", "head", "-c"])
+            .arg((20 << 20).to_string())
+            .arg(&file),
+    );
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert!(
-        output.stdout == data,
+        ran.stdout_bytes() == data,
         "stdout differs from the command's output ({} bytes, want {})",
-        output.stdout.len(),
+        ran.stdout_bytes().len(),
         data.len()
     );
-    let stderr = text(&output.stderr);
-    assert!(stderr.contains("lockrun: acquired"), "{stderr}");
+    assert!(ran.stderr.contains("lockrun: acquired"), "{}", ran.stderr);
     assert!(
-        stderr.lines().all(|line| line.starts_with("lockrun: ")),
-        "{stderr}"
+        ran.stderr.lines().all(|line| line.starts_with("lockrun: ")),
+        "{}",
+        ran.stderr
     );
 }
 
@@ -92,26 +88,23 @@ fn large_stdout_carries_only_the_commands_bytes() {
 fn a_command_killed_by_a_signal_gives_128_plus_n() {
     let redis = RedisServer::start();
     for (script, want) in [("kill -9 $$", 137), ("kill -TERM $$", 143)] {
-        let output = lockrun_at(&redis, &["-k", "job", "--", "sh", "-c", script])
-            .output()
-            .expect("run");
-        assert_eq!(
-            output.status.code(),
-            Some(want),
-            "{script}: {}",
-            text(&output.stderr)
-        );
+        let ran = run_once(lockrun_at(&redis, &["-k", "job", "--", "sh", "-c", script]));
+        assert_eq!(ran.code, Some(want), "{script}: {}", ran.stderr);
     }
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
 fn a_command_that_cannot_start_gives_126_or_127_and_releases_the_lock() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let ran = dir.path().join("ran");
+    let marker = dir.path().join("ran");
     let script = dir.path().join("not-executable");
-    std::fs::write(&script, format!("#!/bin/sh\ntouch '{}'\n", ran.display())).expect("write");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\ntouch '{}'\n", marker.display()),
+    )
+    .expect("write");
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).expect("chmod");
 
     let cases: [(&Path, u8, &str); 4] = [
@@ -129,39 +122,31 @@ fn a_command_that_cannot_start_gives_126_or_127_and_releases_the_lock() {
         ),
     ];
     for (program, want, why) in cases {
-        let output = lockrun_at(&redis, &["-k", "job", "--"])
-            .arg(program)
-            .output()
-            .expect("run");
+        let ran = run_once(lockrun_at(&redis, &["-k", "job", "--"]).arg(program));
         let what = program.display();
-        assert_eq!(
-            output.status.code(),
-            Some(want.into()),
-            "{what}: {}",
-            text(&output.stderr)
-        );
-        assert_one_line(&output, &what.to_string());
-        assert!(text(&output.stderr).contains(why), "{what}: says {why:?}");
+        assert_eq!(ran.code, Some(want.into()), "{what}: {}", ran.stderr);
+        assert_one_line(&ran, &what.to_string());
+        assert!(ran.stderr.contains(why), "{what}: says {why:?}");
         assert!(
-            output.stdout.is_empty(),
+            ran.stdout.is_empty(),
             "{what}: stdout belongs to the command"
         );
         assert!(!redis.is_locked("job"), "{what}: the lock was left behind");
     }
-    assert!(!ran.exists(), "the non-executable script ran");
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    assert!(!marker.exists(), "the non-executable script ran");
+    redis.assert_only_fence("job");
 }
 
 #[test]
 fn usage_errors_exit_64_and_touch_nothing() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let ran = dir.path().join("ran");
-    let ran = ran.to_str().expect("utf-8 temp path");
+    let marker = dir.path().join("ran");
+    let marker = marker.to_str().expect("utf-8 temp path");
     let cases: [&[&str]; 6] = [
-        &["-k", "job", "--no-such-flag", "--", "touch", ran],
-        &["-k", "job", "--ttl", "30", "--", "touch", ran],
-        &["--", "touch", ran],
+        &["-k", "job", "--no-such-flag", "--", "touch", marker],
+        &["-k", "job", "--ttl", "30", "--", "touch", marker],
+        &["--", "touch", marker],
         &["-k", "job"],
         &[
             "-k",
@@ -172,23 +157,19 @@ fn usage_errors_exit_64_and_touch_nothing() {
             "5s",
             "--",
             "touch",
-            ran,
+            marker,
         ],
-        &["-k", "", "--", "touch", ran],
+        &["-k", "", "--", "touch", marker],
     ];
     for args in cases {
-        let output = lockrun_at(&redis, args).output().expect("run");
-        let stderr = text(&output.stderr);
-        assert_eq!(output.status.code(), Some(64), "{args:?}: {stderr}");
-        assert!(
-            output.stdout.is_empty(),
-            "{args:?}: usage errors go to stderr"
-        );
+        let ran = run_once(lockrun_at(&redis, args));
+        assert_eq!(ran.code, Some(64), "{args:?}: {}", ran.stderr);
+        assert!(ran.stdout.is_empty(), "{args:?}: usage errors go to stderr");
         // Also clap's own errors: one line, like every other lockrun error.
-        assert_one_line(&output, &format!("{args:?}"));
+        assert_one_line(&ran, &format!("{args:?}"));
     }
     assert!(
-        !std::path::Path::new(ran).exists(),
+        !Path::new(marker).exists(),
         "a command ran despite a usage error"
     );
     assert!(
@@ -201,7 +182,7 @@ fn usage_errors_exit_64_and_touch_nothing() {
 #[test]
 fn unsafe_timing_says_what_would_fit() {
     let redis = RedisServer::start();
-    let output = lockrun_at(
+    let ran = run_once(lockrun_at(
         &redis,
         &[
             "-k",
@@ -213,15 +194,17 @@ fn unsafe_timing_says_what_would_fit() {
             "--",
             "true",
         ],
-    )
-    .output()
-    .expect("run");
-    assert_eq!(output.status.code(), Some(64));
-    let stderr = text(&output.stderr);
-    assert!(stderr.starts_with("lockrun: unsafe timing:"), "{stderr}");
+    ));
+    assert_eq!(ran.code, Some(64));
     assert!(
-        stderr.contains("--ttl") && stderr.contains("or more"),
-        "{stderr}"
+        ran.stderr.starts_with("lockrun: unsafe timing:"),
+        "{}",
+        ran.stderr
+    );
+    assert!(
+        ran.stderr.contains("--ttl") && ran.stderr.contains("or more"),
+        "{}",
+        ran.stderr
     );
 }
 
@@ -249,5 +232,5 @@ fn stragglers_in_the_commands_group_are_stopped_when_it_exits() {
             "the {name} grandchild outlived the command and the lock"
         );
     }
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }

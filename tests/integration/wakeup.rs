@@ -10,10 +10,11 @@ use nix::sys::signal::Signal;
 
 use crate::harness::*;
 
+/// Waits until `count` runs wait in line for lock `name`, listening.
 fn wait_for_subscribers(redis: &RedisServer, name: &str, count: usize) {
     let mut seen = 0;
     let subscribed = eventually(PATIENCE, || {
-        seen = listening_waiters(redis, name);
+        seen = redis.listening_waiters(name);
         seen == count
     });
     assert!(
@@ -28,7 +29,9 @@ fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
     let dir = scratch();
     // A long lease, so that only the release, not its expiry, can let the
     // waiter in before the deadline checked below.
-    let mut holder = Holder::start(&redis, "job", &["--ttl", "30s"]);
+    let mut holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "30s"])
+        .start();
     let mut waiter = Running::spawn(&mut lockrun_sh(
         &redis,
         &["-k", "job", "--wait", "forever"],
@@ -56,14 +59,16 @@ fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
     );
     assert!(holder.run.wait().success());
     assert!(waiter.wait().success());
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
 fn a_waiter_acquires_after_the_holder_is_killed_and_its_lease_runs_out() {
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Holder::start(&redis, "job", &["--ttl", "3s"]);
+    let mut holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "3s"])
+        .start();
     let first = holder.fence();
     let mut waiter = Running::spawn(&mut lockrun_sh(
         &redis,
@@ -98,7 +103,9 @@ fn each_release_lets_one_waiter_through_and_all_complete() {
     const WAITERS: usize = 6;
     let redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Holder::start(&redis, "job", &["--ttl", "30s"]);
+    let mut holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "30s"])
+        .start();
     let mut waiters = spawn_no_overlap_jobs(
         &redis,
         WAITERS,
@@ -115,27 +122,20 @@ fn each_release_lets_one_waiter_through_and_all_complete() {
         assert!(waiter.wait().success());
     }
 
-    assert!(
-        !dir.path().join("overlaps").exists(),
-        "jobs overlapped: {}",
-        std::fs::read_to_string(dir.path().join("overlaps")).unwrap_or_default()
-    );
-    let fences: Vec<u64> = std::fs::read_to_string(dir.path().join("fences"))
-        .expect("fences")
-        .lines()
-        .map(|line| line.parse().expect("fencing token"))
-        .collect();
+    let fences = no_overlap_fences(dir.path());
     assert_eq!(fences.len(), WAITERS, "{fences:?}");
     // Appended while holding the lock, so in the order of acquisition.
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 #[test]
 fn a_waiter_keeps_waiting_through_a_redis_restart() {
     let mut redis = RedisServer::start();
     let dir = scratch();
-    let mut holder = Holder::start(&redis, "job", &["--ttl", "2s"]);
+    let mut holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "2s"])
+        .start();
     let stderr = dir.path().join("stderr");
     let mut waiter = Running::spawn(
         lockrun_sh(
@@ -166,5 +166,5 @@ fn a_waiter_keeps_waiting_through_a_redis_restart() {
         std::fs::read_to_string(&stderr).unwrap_or_default()
     );
     assert!(dir.path().join("started").exists());
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }

@@ -1,0 +1,19 @@
+-- Put in front of the scripts that work on a lock and its line (see lock.rs),
+-- before queue.lua. Each of a lock's keys holds one type: the lease and the
+-- fence counter a string, the holder record a hash, the line's keys sorted
+-- sets and a hash (queue.lua). A key of another type is someone else's data
+-- under lockrun's name: a list at the lease's name is not a busy lock, and
+-- must be neither read as one nor removed. `checks` is a list of
+-- {key, type}; the first key that exists with another type is returned as
+-- {'wrongtype', key, its type}, for the script to return before touching
+-- anything; nil when every key is as lockrun keeps it or absent.
+local function wrong_type(checks)
+  for _, check in ipairs(checks) do
+    local holds = redis.call('TYPE', check[1]).ok
+    if holds ~= 'none' and holds ~= check[2] then
+      return {'wrongtype', check[1], holds}
+    end
+  end
+  return nil
+end
+

@@ -1,0 +1,229 @@
+//! Redis Cluster: the redis crate's cluster client follows MOVED and ASK and
+//! retries through failovers; lockrun caps its retries so that every call
+//! still ends within --redis-timeout, and routes `WAIT` to the one primary
+//! that took the write.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
+
+use super::hosts::MultiHost;
+use super::InvalidUrl;
+
+/// How many times the cluster client may retry one call: enough for a
+/// MOVED followed by an ASK during resharding, and a few short pauses.
+const RETRIES: u32 = 5;
+
+/// The nodes a cluster URL lists; any one that answers tells the client
+/// where every slot lives.
+#[derive(Clone)]
+pub(super) struct Seeds {
+    addrs: Vec<ConnectionAddr>,
+    /// The URL without credentials, for messages.
+    shown: String,
+}
+
+impl fmt::Display for Seeds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl Seeds {
+    /// The nodes of a `redis+cluster://` URL, and the credentials and TLS
+    /// for every node.
+    pub(super) fn from_url(url: &MultiHost<'_>) -> Result<(Self, ConnectionInfo), InvalidUrl> {
+        // A cluster has only database 0.
+        if !url.path.is_empty() && url.path != "0" {
+            return Err(InvalidUrl);
+        }
+        let (addrs, info) = url.addrs_and_info(0)?;
+        let seeds = Seeds {
+            addrs,
+            shown: url.show(),
+        };
+        Ok((seeds, info))
+    }
+
+    fn nodes(&self, settings: &RedisConnectionInfo) -> redis::RedisResult<Vec<ConnectionInfo>> {
+        self.addrs
+            .iter()
+            .map(|addr| {
+                Ok(addr
+                    .clone()
+                    .into_connection_info()?
+                    .set_redis_settings(settings.clone()))
+            })
+            .collect()
+    }
+
+    /// Connects to the cluster and learns its slots.
+    pub(super) async fn connect(
+        &self,
+        settings: &RedisConnectionInfo,
+        timeout: Duration,
+    ) -> redis::RedisResult<ClusterConnection> {
+        let (min_wait, max_wait) = retry_waits(timeout);
+        ClusterClientBuilder::new(self.nodes(settings)?)
+            // The crate's default, 16 retries at least 1.28 s apart, would
+            // outlast any lease; lockrun's renewals do the longer retrying.
+            .retries(RETRIES)
+            .min_retry_wait(min_wait)
+            .max_retry_wait(max_wait)
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .overall_response_timeout(Some(timeout))
+            .build()?
+            .get_async_connection()
+            .await
+    }
+
+    /// How to reach `node` (`host:port`, as `CLUSTER NODES` names it) with
+    /// `settings`, and with TLS as the listed nodes are reached.
+    pub(super) fn node_info(
+        &self,
+        node: &str,
+        settings: &RedisConnectionInfo,
+    ) -> Option<ConnectionInfo> {
+        let (host, port) = node.rsplit_once(':')?;
+        let mut addr = self.addrs.first()?.clone();
+        if let ConnectionAddr::Tcp(to, at)
+        | ConnectionAddr::TcpTls {
+            host: to, port: at, ..
+        } = &mut addr
+        {
+            host.trim_start_matches('[')
+                .trim_end_matches(']')
+                .clone_into(to);
+            *at = port.parse().ok()?;
+        }
+        let info = addr.into_connection_info().ok()?;
+        Some(info.set_redis_settings(settings.clone()))
+    }
+}
+
+/// The shortest and longest pause between the cluster client's retries, in
+/// ms: all `RETRIES` pauses together take at most 5/16 of `timeout`, so
+/// that a call that keeps failing, even on a slow machine, reports the
+/// cluster's own error (CLUSTERDOWN, TRYAGAIN) rather than a timeout.
+fn retry_waits(timeout: Duration) -> (u64, u64) {
+    let max = u64::try_from(timeout.as_millis() / 16)
+        .unwrap_or(u64::MAX)
+        .max(2);
+    ((max / 10).max(1), max)
+}
+
+fn route_to_owner(key: &str) -> RoutingInfo {
+    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
+        key,
+        SlotAddr::Master,
+    )))
+}
+
+/// Sends `wait` (a `WAIT` command) to the primary that owns `key`.
+pub(super) async fn wait(
+    conn: &mut ClusterConnection,
+    key: &str,
+    wait: redis::Cmd,
+) -> redis::RedisResult<i64> {
+    let acked = conn.route_command(wait, route_to_owner(key)).await?;
+    Ok(redis::from_redis_value(acked)?)
+}
+
+/// `host:port` of the primary that owns `key`, as that node itself says
+/// (`CLUSTER NODES`, the line flagged `myself`).
+pub(super) async fn node_for(conn: &mut ClusterConnection, key: &str) -> Option<String> {
+    let nodes = conn
+        .route_command(
+            redis::cmd("CLUSTER").arg("NODES").clone(),
+            route_to_owner(key),
+        )
+        .await
+        .ok()?;
+    let nodes: String = redis::from_redis_value(nodes).ok()?;
+    myself(&nodes)
+}
+
+/// The address in the `myself` line of `CLUSTER NODES` output:
+/// `<id> <ip:port@cport[,hostname]> <flags> …`.
+fn myself(nodes: &str) -> Option<String> {
+    nodes.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let (_, addr, flags) = (fields.next()?, fields.next()?, fields.next()?);
+        flags
+            .split(',')
+            .any(|flag| flag == "myself")
+            .then(|| addr.split(['@', ',']).next().unwrap_or(addr).to_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_fit_inside_the_call_limit() {
+        for ms in [10, 100, 200, 2000, 60_000] {
+            let timeout = Duration::from_millis(ms);
+            let (min, max) = retry_waits(timeout);
+            assert!(min < max, "{ms}: {min} {max}");
+            assert!(
+                u128::from(max) * u128::from(RETRIES) <= (timeout.as_millis() / 3).max(10),
+                "{ms}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_answering_node_is_the_myself_line() {
+        let nodes = "\
+07c3 127.0.0.1:30004@40004 slave e7d1 0 1 4 connected
+e7d1 127.0.0.1:30001@40001,host-a myself,master - 0 0 1 connected 0-5460
+";
+        assert_eq!(myself(nodes).as_deref(), Some("127.0.0.1:30001"));
+        assert_eq!(myself("x 1.2.3.4:5@6 master - 0 0 1 connected"), None);
+    }
+
+    #[test]
+    fn a_node_is_reached_as_the_listed_ones_are() {
+        let settings = RedisConnectionInfo::default().set_password("pw");
+        for (url, tls) in [
+            ("redis+cluster://a:1", false),
+            ("rediss+cluster://a:1", true),
+        ] {
+            let multi = MultiHost::parse(url).expect("multi-host").expect("parses");
+            let (seeds, _) = Seeds::from_url(&multi).expect("valid");
+            let info = seeds
+                .node_info("10.0.0.6:7001", &settings)
+                .expect("an address");
+            match info.addr() {
+                ConnectionAddr::Tcp(host, port) if !tls => {
+                    assert_eq!((host.as_str(), *port), ("10.0.0.6", 7001));
+                }
+                ConnectionAddr::TcpTls { host, port, .. } if tls => {
+                    assert_eq!((host.as_str(), *port), ("10.0.0.6", 7001));
+                }
+                other => panic!("{url}: {other:?}"),
+            }
+            assert_eq!(info.redis_settings().password(), Some("pw"));
+            assert!(seeds.node_info("no port", &settings).is_none());
+        }
+    }
+
+    #[test]
+    fn only_database_zero() {
+        let multi = MultiHost::parse("redis+cluster://a:1/1")
+            .expect("multi-host")
+            .expect("parses");
+        assert!(Seeds::from_url(&multi).is_err());
+        let multi = MultiHost::parse("redis+cluster://a:1,b:2")
+            .expect("multi-host")
+            .expect("parses");
+        let (seeds, _) = Seeds::from_url(&multi).expect("valid");
+        assert_eq!(seeds.to_string(), "redis+cluster://a:1,b:2");
+    }
+}

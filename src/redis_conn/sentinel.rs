@@ -1,0 +1,323 @@
+//! The primary behind Redis Sentinel: every listed sentinel is asked at once
+//! which server is the primary of the service, and the first named server
+//! that confirms with `ROLE` that it is a primary wins.
+//!
+//! The redis crate has a Sentinel client, but it takes the sentinels'
+//! answers in list order, with its own fixed connect and response limits,
+//! and opens a second connection to the primary only to check its role. A
+//! hung first sentinel would then cost more than a short --redis-timeout
+//! allows; asking all at once costs nothing on a healthy set and keeps a run
+//! going while any one sentinel answers.
+
+use std::fmt;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use redis::aio::MultiplexedConnection;
+use redis::{
+    Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Role,
+};
+
+use super::hosts::{self, MultiHost};
+use super::{call_limits, is_auth_error, ErrorKind, InvalidUrl, RedisError, Target, Unready};
+
+/// The sentinels of one service.
+#[derive(Clone)]
+pub(super) struct Sentinels {
+    addrs: Vec<ConnectionAddr>,
+    /// The sentinels' own password, not the data nodes'.
+    password: Option<String>,
+    service: String,
+    tls: bool,
+    /// The URL without credentials, for messages.
+    shown: String,
+}
+
+impl fmt::Display for Sentinels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+/// A primary that confirmed its role, and the connection that asked.
+pub(super) struct Found {
+    pub(super) conn: MultiplexedConnection,
+    pub(super) info: ConnectionInfo,
+}
+
+/// Why no primary was found, and how much that says about the cause: the
+/// most telling failure among all the sentinels' is the one reported.
+#[derive(Debug)]
+pub(super) struct Failure {
+    kind: ErrorKind,
+    detail: String,
+    /// The named primary, when the failure is its.
+    node: Option<String>,
+    rank: u8,
+}
+
+impl Failure {
+    /// A sentinel could not be reached: says least, another may answer.
+    const SENTINEL_DOWN: u8 = 0;
+    /// A sentinel does not know the service.
+    const UNKNOWN_SERVICE: u8 = 1;
+    /// The named primary is down or not a primary (yet): a failover.
+    const PRIMARY_DOWN: u8 = 2;
+    /// A password or address is wrong: no retry will help.
+    const MISCONFIGURED: u8 = 3;
+
+    pub(super) fn into_error(self, target: &Target) -> RedisError {
+        target.failure(self.kind, &self.detail, self.node.as_deref())
+    }
+}
+
+impl Sentinels {
+    /// The sentinels of a `redis+sentinel://…/SERVICE[/DB]` URL, and the
+    /// credentials, database and TLS for the primary.
+    pub(super) fn from_url(url: &MultiHost<'_>) -> Result<(Self, ConnectionInfo), InvalidUrl> {
+        let (service, db) = match url.path.split_once('/') {
+            Some((service, db)) => (service, db.parse::<i64>().map_err(|_| InvalidUrl)?),
+            None => (url.path, 0),
+        };
+        if service.is_empty() || db < 0 {
+            return Err(InvalidUrl);
+        }
+        let (addrs, info) = url.addrs_and_info(db)?;
+        let sentinels = Sentinels {
+            addrs,
+            password: None,
+            service: service.to_owned(),
+            tls: url.tls,
+            shown: format!("{}/{service}", url.show()),
+        };
+        Ok((sentinels, info))
+    }
+
+    pub(super) fn set_password(&mut self, password: String) {
+        self.password = Some(password);
+    }
+
+    pub(super) fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    /// Finds the primary and connects to it, with `settings` for the primary
+    /// and `timeout` on every connect and call. The caller bounds the whole.
+    pub(super) async fn primary(
+        &self,
+        settings: &RedisConnectionInfo,
+        timeout: Duration,
+    ) -> Result<Found, Failure> {
+        let mut answers: FuturesUnordered<_> = self
+            .addrs
+            .iter()
+            .map(|addr| self.ask(addr, timeout))
+            .collect();
+        let mut tried: Vec<(String, u16)> = Vec::new();
+        let mut worst: Option<Failure> = None;
+        while let Some(answer) = answers.next().await {
+            let outcome = match answer {
+                Ok(named) if tried.contains(&named) => continue,
+                Ok(named) => {
+                    tried.push(named.clone());
+                    self.confirm(named, settings, timeout).await
+                }
+                Err(failure) => Err(failure),
+            };
+            match outcome {
+                Ok(found) => return Ok(found),
+                Err(failure) if worst.as_ref().is_none_or(|w| failure.rank >= w.rank) => {
+                    worst = Some(failure);
+                }
+                Err(_) => {}
+            }
+        }
+        Err(worst.unwrap_or(Failure {
+            kind: ErrorKind::Unreachable,
+            detail: "no sentinel listed".into(),
+            node: None,
+            rank: Failure::SENTINEL_DOWN,
+        }))
+    }
+
+    /// The primary the first answering sentinel names, `host:port`, without
+    /// connecting to it; `None` when no sentinel answers.
+    pub(super) async fn named(&self, timeout: Duration) -> Option<String> {
+        let mut answers: FuturesUnordered<_> = self
+            .addrs
+            .iter()
+            .map(|addr| self.ask(addr, timeout))
+            .collect();
+        while let Some(answer) = answers.next().await {
+            if let Ok((host, port)) = answer {
+                return Some(hosts::authority(&host, port));
+            }
+        }
+        None
+    }
+
+    /// Asks the sentinel at `addr` for the service's primary.
+    async fn ask(
+        &self,
+        addr: &ConnectionAddr,
+        timeout: Duration,
+    ) -> Result<(String, u16), Failure> {
+        let at = super::show_addr(addr, false);
+        let failed = |err: &redis::RedisError| sentinel_failure(&at, err);
+        let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
+        if let Some(password) = &self.password {
+            settings = settings.set_password(password);
+        }
+        let info = addr
+            .clone()
+            .into_connection_info()
+            .map_err(|err| failed(&err))?
+            .set_redis_settings(settings);
+        let mut conn = Client::open(info)
+            .map_err(|err| failed(&err))?
+            .get_multiplexed_async_connection_with_config(&call_limits(timeout))
+            .await
+            .map_err(|err| failed(&err))?;
+        let named: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.service)
+            .query_async(&mut conn)
+            .await
+            .map_err(|err| failed(&err))?;
+        named.ok_or_else(|| Failure {
+            kind: ErrorKind::Server,
+            detail: format!(
+                "the sentinel at {at} does not know the service {:?}; check the name after \
+                 the hosts in --redis",
+                self.service
+            ),
+            node: None,
+            rank: Failure::UNKNOWN_SERVICE,
+        })
+    }
+
+    /// Connects to the server a sentinel named and checks that it is the
+    /// primary: during a failover a sentinel may still name the old one.
+    async fn confirm(
+        &self,
+        (host, port): (String, u16),
+        settings: &RedisConnectionInfo,
+        timeout: Duration,
+    ) -> Result<Found, Failure> {
+        let node = hosts::authority(&host, port);
+        let failed = |err: &redis::RedisError| {
+            let kind = if is_auth_error(err) {
+                ErrorKind::Auth
+            } else {
+                ErrorKind::Unreachable
+            };
+            Failure {
+                rank: if kind == ErrorKind::Auth {
+                    Failure::MISCONFIGURED
+                } else {
+                    Failure::PRIMARY_DOWN
+                },
+                kind,
+                detail: one_line(err),
+                node: Some(node.clone()),
+            }
+        };
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        let info = format!("{scheme}://{node}")
+            .into_connection_info()
+            .map_err(|err| failed(&err))?
+            .set_redis_settings(settings.clone());
+        let mut conn = Client::open(info.clone())
+            .map_err(|err| failed(&err))?
+            .get_multiplexed_async_connection_with_config(&call_limits(timeout))
+            .await
+            .map_err(|err| failed(&err))?;
+        let role: Role = redis::cmd("ROLE")
+            .query_async(&mut conn)
+            .await
+            .map_err(|err| failed(&err))?;
+        if !matches!(role, Role::Primary { .. }) {
+            return Err(Failure {
+                kind: ErrorKind::Transient(Unready::Failover),
+                detail: "the sentinels name it, but it is not a primary (a failover is under \
+                         way)"
+                    .into(),
+                node: Some(node),
+                rank: Failure::PRIMARY_DOWN,
+            });
+        }
+        Ok(Found { conn, info })
+    }
+}
+
+/// What went wrong asking the sentinel at `at`.
+fn sentinel_failure(at: &str, err: &redis::RedisError) -> Failure {
+    let detail = one_line(err);
+    if is_auth_error(err) {
+        return Failure {
+            kind: ErrorKind::Server,
+            detail: format!(
+                "the sentinel at {at} refused authentication: {detail}; set the sentinels' \
+                 password in LOCKRUN_SENTINEL_PASSWORD"
+            ),
+            node: None,
+            rank: Failure::MISCONFIGURED,
+        };
+    }
+    if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
+        return Failure {
+            kind: ErrorKind::Unreachable,
+            detail: format!("no sentinel answered; the sentinel at {at}: {detail}"),
+            node: None,
+            rank: Failure::SENTINEL_DOWN,
+        };
+    }
+    Failure {
+        kind: ErrorKind::Server,
+        detail: format!(
+            "{at} does not answer as a sentinel ({detail}); redis+sentinel:// lists Sentinel \
+             addresses (port 26379 by default), not Redis servers"
+        ),
+        node: None,
+        rank: Failure::MISCONFIGURED,
+    }
+}
+
+fn one_line(err: &redis::RedisError) -> String {
+    err.to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sentinels(url: &str) -> Result<(Sentinels, ConnectionInfo), InvalidUrl> {
+        let multi = MultiHost::parse(url).expect("multi-host")?;
+        Sentinels::from_url(&multi)
+    }
+
+    #[test]
+    fn service_and_database_follow_the_hosts() {
+        let (s, info) = sentinels("redis+sentinel://:pw@a,b:26380/jobs/3").expect("valid");
+        assert_eq!(s.service, "jobs");
+        assert_eq!(s.to_string(), "redis+sentinel://a:26379,b:26380/jobs");
+        assert_eq!(info.redis_settings().db(), 3);
+        assert_eq!(info.redis_settings().password(), Some("pw"));
+        assert_eq!(s.addrs.len(), 2);
+    }
+
+    #[test]
+    fn a_service_name_is_required() {
+        for url in [
+            "redis+sentinel://a",
+            "redis+sentinel://a/",
+            "redis+sentinel://a/svc/x",
+            "redis+sentinel://a/svc/-1",
+        ] {
+            assert!(sentinels(url).is_err(), "{url}");
+        }
+    }
+}

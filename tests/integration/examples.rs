@@ -1,0 +1,174 @@
+//! The examples do what their comments say, run for real with the lockrun
+//! just built: `examples/ci/deploy.sh` passes the exit status through (69
+//! when Redis is unreachable), and a SIGTERM to the script alone (a CI runner
+//! cancelling the job) stops the deploy and frees the lock before the script
+//! exits.
+
+use std::fs::Permissions;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use wait_timeout::ChildExt;
+
+use crate::harness::{eventually, scratch, RedisServer, PATIENCE};
+
+/// Stands in for the project's own deploy script, which deploy.sh runs as
+/// `./scripts/deploy.sh ENV ARG...`: it writes its pid, then either hangs
+/// (ARG `hang`) or exits with status ARG.
+const STAND_IN: &str = r#"#!/bin/sh
+echo $$ > deploy.pid.part && mv deploy.pid.part deploy.pid
+[ "$2" = hang ] && exec sleep 600
+exit "$2"
+"#;
+
+/// The lock deploy.sh takes for environment `staging`.
+const LOCK: &str = "lockrun:{deploy-staging}";
+
+/// `sh examples/ci/deploy.sh staging ARG` in a directory of its own, with the
+/// lockrun just built first on PATH, pointed at the Redis at `url`.
+struct Deploy {
+    script: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Deploy {
+    fn start(url: &str, arg: &str) -> Self {
+        let dir = scratch();
+        let scripts = dir.path().join("scripts");
+        std::fs::create_dir(&scripts).expect("scripts dir");
+        let stand_in = scripts.join("deploy.sh");
+        std::fs::write(&stand_in, STAND_IN).expect("write the stand-in deploy");
+        std::fs::set_permissions(&stand_in, Permissions::from_mode(0o755)).expect("chmod");
+        let bin = Path::new(env!("CARGO_BIN_EXE_lockrun"))
+            .parent()
+            .expect("bin dir");
+        let path = std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(
+            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+        ))
+        .expect("PATH");
+        let script = Command::new("sh")
+            .arg(repo().join("examples/ci/deploy.sh"))
+            .args(["staging", arg])
+            .current_dir(dir.path())
+            .env("PATH", path)
+            .env("LOCKRUN_REDIS_URL", url)
+            .env_remove("LOCKRUN_REDIS_PASSWORD")
+            .env_remove("LOCKRUN_PREFIX")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("run deploy.sh");
+        Deploy { script, dir }
+    }
+
+    /// The stand-in deploy's pid, once it runs (under the lock).
+    fn deploy_pid(&mut self) -> i32 {
+        let file = self.dir.path().join("deploy.pid");
+        let mut pid = None;
+        let started = eventually(PATIENCE, || {
+            pid = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|text| text.trim().parse().ok());
+            pid.is_some() || !matches!(self.script.try_wait(), Ok(None))
+        });
+        assert!(started, "the deploy never started");
+        pid.unwrap_or_else(|| panic!("deploy.sh exited first: {:?}", self.script.try_wait()))
+    }
+
+    fn wait(&mut self) -> ExitStatus {
+        self.script
+            .wait_timeout(PATIENCE)
+            .expect("wait")
+            .unwrap_or_else(|| panic!("deploy.sh still running after {PATIENCE:?}"))
+    }
+}
+
+impl Drop for Deploy {
+    fn drop(&mut self) {
+        // A failed test may leave lockrun and the stand-in behind: lockrun
+        // stops the stand-in when it gets SIGTERM.
+        if let Ok(pid) = std::fs::read_to_string(self.dir.path().join("deploy.pid")) {
+            if let Some(lockrun) = pid.trim().parse().ok().and_then(parent_of) {
+                let _ = kill(Pid::from_raw(lockrun), Signal::SIGTERM);
+            }
+        }
+        let _ = self.script.kill();
+        let _ = self.script.wait();
+    }
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The parent of process `pid`, while it exists.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses: state, ppid.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether process `pid` exists and has not exited (a zombie has).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.trim_start().chars().next()
+        })
+        .is_some_and(|state| state != 'Z')
+}
+
+fn locked(redis: &RedisServer) -> bool {
+    redis::cmd("EXISTS")
+        .arg(LOCK)
+        .query(&mut redis.client())
+        .expect("EXISTS")
+}
+
+#[test]
+fn deploy_sh_exits_with_the_deploys_status() {
+    let redis = RedisServer::start();
+    let mut deploy = Deploy::start(&redis.url(), "3");
+    assert_eq!(deploy.wait().code(), Some(3));
+    assert!(!locked(&redis), "the lock outlived the deploy");
+
+    let mut deploy = Deploy::start("redis://127.0.0.1:1", "0");
+    assert_eq!(
+        deploy.wait().code(),
+        Some(i32::from(lockrun::exit_code::REDIS_UNAVAILABLE)),
+        "Redis unreachable"
+    );
+    assert!(
+        !deploy.dir.path().join("deploy.pid").exists(),
+        "the deploy ran without the lock"
+    );
+}
+
+#[test]
+fn sigterm_to_deploy_sh_alone_stops_the_deploy_and_frees_the_lock() {
+    let redis = RedisServer::start();
+    let mut deploy = Deploy::start(&redis.url(), "hang");
+    let deploy_pid = deploy.deploy_pid();
+    assert!(locked(&redis), "the deploy runs without the lock");
+    let lockrun_pid = parent_of(deploy_pid).expect("the deploy's parent, lockrun");
+
+    // The signal a CI runner sends when the job is cancelled, to the
+    // script's pid only.
+    kill(Pid::from_raw(deploy.script.id() as i32), Signal::SIGTERM).expect("SIGTERM deploy.sh");
+    let status = deploy.wait();
+
+    // deploy.sh waited for lockrun, which waited for the deploy (ended by the
+    // SIGTERM passed on to it) and released the lock.
+    assert_eq!(
+        status.code(),
+        Some(128 + Signal::SIGTERM as i32),
+        "{status}"
+    );
+    assert!(!running(deploy_pid), "the deploy is still running");
+    assert!(!running(lockrun_pid), "lockrun is still running");
+    assert!(!locked(&redis), "the lock is still held");
+}

@@ -1,0 +1,354 @@
+//! Input and Redis replies that must never break the lease promise: durations
+//! past any clock, keys of the wrong type, Redis loading or busy, servers that
+//! are not Redis or want a password, and the order in which lockrun explains a
+//! failure.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::harness::*;
+
+/// lockrun on key `job` with `args`, its command touching `ran`.
+fn touch(redis: &RedisServer, args: &[&str], ran: &Path) -> Command {
+    let mut command = lockrun_at(redis, &[&["-k", "job"], args].concat());
+    command.arg("--").arg("touch").arg(ran);
+    command
+}
+
+/// Whether the server answers a PING with the error `code`.
+fn answers(redis: &RedisServer, code: &str) -> bool {
+    let reply: redis::RedisResult<String> = redis::cmd("PING").query(&mut redis.client());
+    matches!(reply, Err(err) if err.code() == Some(code))
+}
+
+#[test]
+fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let ran = dir.path().join("ran");
+    let cases: [&[&str]; 8] = [
+        // Wrapped to a 5 s lease in Redis while the local deadline was
+        // centuries away.
+        &["--ttl", "18446744073709556s616ms"],
+        &["--ttl", "18446744073709551615s"],
+        &["--renew-every", "584000000000y"],
+        &["--redis-timeout", "584000000000y"],
+        &["--kill-grace", "2y"],
+        &["--wait", "500000000000y"],
+        &["--timeout", "18446744073709551615s"],
+        &["--min-hold", "584000000000y"],
+    ];
+    for args in cases {
+        let run = run_once(touch(&redis, args, &ran));
+        assert_eq!(run.code, Some(64), "{args:?}: {}", run.stderr);
+        let line = run.one_line();
+        assert!(
+            line.starts_with(&format!("{} ", args[0]))
+                && line.ends_with("is too long; use 1y (365.25 days) or less"),
+            "{args:?}: {line}"
+        );
+        assert!(!ran.exists(), "{args:?}: the command ran");
+        assert!(redis.keys().is_empty(), "{args:?}: {:?}", redis.keys());
+    }
+
+    // The bound itself is accepted.
+    let run = run_once(touch(
+        &redis,
+        &["--ttl", "1y", "--timeout", "1y", "--wait", "1y"],
+        &ran,
+    ));
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(ran.exists(), "the command did not run");
+    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+}
+
+/// Runs `command` (a write), which stores a value of another type than
+/// lockrun keeps under one of the lock's names.
+fn plant(redis: &RedisServer, command: &[&str]) {
+    let mut cmd = redis::cmd(command[0]);
+    for arg in &command[1..] {
+        cmd.arg(*arg);
+    }
+    let _: () = cmd.query(&mut redis.client()).expect("plant a foreign key");
+}
+
+#[test]
+fn a_lock_key_of_another_type_is_named_and_left_alone() {
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["RPUSH", "lockrun:{job}", "a", "b"],
+            "lockrun:{job} holds a list, not a lockrun lease; remove it or choose another \
+             --key/--prefix",
+        ),
+        (
+            &["SADD", "lockrun:{job}:holder", "x"],
+            "lockrun:{job}:holder holds a set, not a lockrun holder record; remove it or \
+             choose another --key/--prefix",
+        ),
+        (
+            &["HSET", "lockrun:{job}:fence", "n", "1"],
+            "lockrun:{job}:fence holds a hash, not a lockrun fencing counter; remove it or \
+             choose another --key/--prefix",
+        ),
+        (
+            &["SET", "lockrun:{job}:queue", "x"],
+            "lockrun:{job}:queue holds a string, not a lockrun wait queue; remove it or choose \
+             another --key/--prefix",
+        ),
+        (
+            &["RPUSH", "lockrun:{job}:waiters", "x"],
+            "lockrun:{job}:waiters holds a list, not the records of a lockrun wait queue; \
+             remove it or choose another --key/--prefix",
+        ),
+    ];
+    for (planted, want) in cases {
+        let redis = RedisServer::start();
+        plant(&redis, planted);
+        let before = redis.keys();
+        let dir = scratch();
+        let ran = dir.path().join("ran");
+
+        // Neither a busy lock (75) nor one worth waiting for.
+        for wait in [&[][..], &["--wait", "forever"]] {
+            let run = run_once(touch(&redis, wait, &ran));
+            assert_eq!(run.code, Some(69), "{planted:?} {wait:?}");
+            assert_eq!(run.one_line(), want, "{planted:?} {wait:?}");
+            assert!(!ran.exists(), "{planted:?}: the command ran");
+            assert_eq!(redis.keys(), before, "{planted:?}: Redis was changed");
+        }
+
+        let status = run_once(lockrun().args(["status", "--redis", &redis.url(), "-k", "job"]));
+        assert_eq!(status.code, Some(69), "{planted:?}");
+        assert_eq!(status.one_line(), want, "{planted:?}");
+        assert!(status.stdout.is_empty(), "{planted:?}");
+
+        // A forced release may hand the lock to a waiter, with a new
+        // fencing token: every key counts.
+        let release =
+            run_once(lockrun().args(["release", "--redis", &redis.url(), "-k", "job", "--force"]));
+        assert_eq!(release.code, Some(69), "{planted:?}");
+        assert_eq!(release.one_line(), want, "{planted:?}");
+        assert_eq!(redis.keys(), before, "{planted:?}: Redis was changed");
+    }
+}
+
+#[test]
+fn a_holder_gives_back_its_lease_and_leaves_a_queue_key_of_another_type_alone() {
+    let redis = RedisServer::start();
+    let mut holder = Holder::builder(&redis, "job").start();
+    // Someone else's data appears where the lock's line would be.
+    plant(&redis, &["SET", "lockrun:{job}:queue", "theirs"]);
+    holder.go();
+    assert!(holder.run.wait().success(), "{}", holder.stderr());
+    assert!(!redis.is_locked("job"), "the lease was not given back");
+    assert_eq!(
+        redis.keys(),
+        ["lockrun:{job}:fence", "lockrun:{job}:queue"],
+        "the holder record goes, the foreign key stays"
+    );
+}
+
+#[test]
+fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so() {
+    // 20,000 keys read at 100 µs each keep Redis loading for about 4 s
+    // (measured: 3.8 s), answering LOADING every 1 KiB read meanwhile;
+    // both runs below start within milliseconds of the restart.
+    let mut redis = RedisServer::start_with(
+        None,
+        &[
+            "--key-load-delay",
+            "100",
+            "--loading-process-events-interval-bytes",
+            "1024",
+        ],
+    );
+    let mut fill = redis::cmd("MSET");
+    for n in 0..20_000 {
+        fill.arg(format!("filler:{n}")).arg(n);
+    }
+    let mut client = redis.client();
+    let _: () = fill.query(&mut client).expect("MSET");
+    let _: () = redis::cmd("SAVE").query(&mut client).expect("SAVE");
+    redis.restart_from_snapshot();
+    assert!(
+        eventually(PATIENCE, || answers(&redis, "LOADING")),
+        "Redis never answered LOADING"
+    );
+    let dir = scratch();
+    let ran = dir.path().join("ran");
+
+    let run = run_once(touch(&redis, &[], &ran));
+    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    let line = run.one_line();
+    assert!(
+        line.starts_with("Redis at unix://")
+            && line.ends_with(
+                "is loading its data set into memory (LOADING); it cannot \
+                 serve the lock yet"
+            ),
+        "{line}"
+    );
+    assert!(!ran.exists(), "the command ran without the lock");
+
+    let waiter = run_once(touch(&redis, &["--wait", "30s"], &ran));
+    assert_eq!(waiter.code, Some(0), "{}", waiter.stderr);
+    assert!(ran.exists(), "the waiter never ran its command");
+    assert!(
+        waiter
+            .one_line()
+            .ends_with("it cannot serve the lock yet; still waiting"),
+        "{}",
+        waiter.stderr
+    );
+    assert!(!answers(&redis, "LOADING") && !redis.is_locked("job"));
+}
+
+#[test]
+fn a_waiter_waits_while_a_script_keeps_redis_busy() {
+    let redis = RedisServer::start_with(None, &["--lua-time-limit", "50"]);
+    let script = {
+        let mut client = redis.client();
+        std::thread::spawn(move || {
+            // Runs until SCRIPT KILL; every other client gets BUSY meanwhile.
+            let _: redis::RedisResult<()> = redis::cmd("EVAL")
+                .arg("while true do end")
+                .arg(0)
+                .query(&mut client);
+        })
+    };
+    assert!(
+        eventually(PATIENCE, || answers(&redis, "BUSY")),
+        "Redis never answered BUSY"
+    );
+    let dir = scratch();
+    let ran = dir.path().join("ran");
+
+    let run = run_once(touch(&redis, &[], &ran));
+    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    assert!(
+        run.one_line().ends_with(
+            "is busy running a script or function (BUSY) and serves nothing else until it \
+             ends or is killed; it cannot serve the lock yet"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(!ran.exists(), "the command ran without the lock");
+
+    let log = dir.path().join("stderr");
+    let mut waiter = Running::spawn(touch(&redis, &["--wait", "30s"], &ran).stderr(log_file(&log)));
+    assert!(
+        wait_for_text(&log, "(BUSY)"),
+        "the waiter never said Redis is busy"
+    );
+    assert!(waiter.running(), "the waiter gave up on a busy Redis");
+    let _: () = redis::cmd("SCRIPT")
+        .arg("KILL")
+        .query(&mut redis.client())
+        .expect("SCRIPT KILL");
+    script.join().expect("the script's client");
+    assert_eq!(waiter.wait().code(), Some(0), "{}", read_log(&log));
+    assert!(ran.exists(), "the waiter never ran its command");
+    assert!(!redis.is_locked("job"));
+}
+
+#[test]
+fn a_server_that_is_not_redis_is_named_as_such() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    // Answers every connection as a web server would; lives as long as the
+    // test binary.
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut request = [0u8; 1024];
+            let _ = std::io::Read::read(&mut conn, &mut request);
+            let _ = std::io::Write::write_all(
+                &mut conn,
+                b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    let url = format!("redis://127.0.0.1:{port}");
+    let dir = scratch();
+    let ran = dir.path().join("ran");
+
+    let run = run_once(
+        lockrun()
+            .args(["--redis", &url, "-k", "job", "--", "touch"])
+            .arg(&ran),
+    );
+    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    assert_eq!(
+        run.one_line(),
+        format!(
+            "the server at {url} does not speak the Redis protocol; check --redis (or \
+             LOCKRUN_REDIS_URL)"
+        )
+    );
+    assert!(!ran.exists(), "the command ran without the lock");
+}
+
+#[test]
+fn a_server_that_wants_a_password_says_so() {
+    let redis = RedisServer::start_with(None, &["--requirepass", "s3cret"]);
+    let want = format!(
+        "Redis at {} requires a password; give it in LOCKRUN_REDIS_PASSWORD, --redis-password-file or the URL",
+        redis.url()
+    );
+    let run = run_once(lockrun_at(&redis, &["-k", "job", "--", "true"]));
+    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    assert_eq!(run.one_line(), want);
+    let status = run_once(lockrun().args(["status", "--redis", &redis.url(), "-k", "job"]));
+    assert_eq!(status.code, Some(69), "{}", status.stderr);
+    assert_eq!(status.one_line(), want);
+}
+
+#[test]
+fn an_unanswered_acquire_says_how_long_lockrun_waited_in_all() {
+    let redis = RedisServer::start();
+    redis.pause();
+    let began = std::time::Instant::now();
+    let run = run_once(lockrun_at(
+        &redis,
+        &["-k", "job", "--redis-timeout", "1s", "--", "true"],
+    ));
+    let took = began.elapsed();
+    redis.resume();
+    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    let line = run.one_line();
+    // One timeout for the acquire, one for giving back what it may have
+    // taken: the line accounts for both, so for all the time that passed.
+    assert!(
+        line.contains(
+            ": no answer within 1s, nor within 1s more to giving back a lock that call may \
+             have taken;"
+        ),
+        "{line}"
+    );
+    assert!(
+        took >= std::time::Duration::from_secs(2),
+        "the line claims longer than the run took: {took:?}"
+    );
+}
+
+#[test]
+fn when_redis_dies_mid_run_the_lost_lease_is_said_before_the_failed_release() {
+    let mut redis = RedisServer::start();
+    let mut holder = Holder::builder(&redis, "job")
+        .args(&["--ttl", "2s"])
+        .start();
+    redis.kill();
+    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
+    let text = holder.stderr();
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("lockrun: lost the lock job: the lease could not be renewed in time; stopped the command; could not release job, it will expire within 2s: cannot reach Redis"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .all(|line| !line.starts_with("lockrun: could not release")),
+        "{text}"
+    );
+}

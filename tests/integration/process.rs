@@ -1,0 +1,385 @@
+//! What a run leaves behind and lets through: a stderr nobody reads does not
+//! hold up the deadline; the Redis password stays with lockrun; everything the
+//! command started, setsid daemons included, is stopped and reaped before the
+//! lock is released.
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::harness::*;
+
+const PASSWORD: &str = "s3cret-Pw";
+
+/// lockrun pointed at `redis` with `args`, running the sh `script` with `dir`
+/// as its `$1`.
+fn sh(redis: &RedisServer, args: &[&str], script: &str, dir: &Path) -> Command {
+    let mut command = lockrun_at(redis, args);
+    command.args(["--", "sh", "-c", script, "sh"]).arg(dir);
+    command
+}
+
+/// Fields of `/proc/PID/stat` after the command name: state, parent, group,
+/// session. None once the process is gone (reaped).
+fn stat(pid: i32) -> Option<(char, i32, i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let number = |i: usize| fields.get(i).and_then(|f| f.parse().ok());
+    Some((
+        fields.first()?.chars().next()?,
+        number(1)?,
+        number(2)?,
+        number(3)?,
+    ))
+}
+
+fn parent(pid: i32) -> Option<i32> {
+    stat(pid).map(|(_, parent, _, _)| parent)
+}
+
+/// Not even a zombie is left: the process was reaped.
+fn reaped(pid: i32) -> bool {
+    stat(pid).is_none()
+}
+
+// --- stderr ---
+
+#[test]
+fn a_stderr_nobody_reads_does_not_hold_up_the_deadline() {
+    let mut redis = RedisServer::start();
+    let dir = scratch();
+    // The command fills the stderr it shares with lockrun and blocks there,
+    // deaf to SIGTERM: only the SIGKILL at the deadline ends it. --verbose
+    // has lockrun say something at every renewal.
+    let script = r#"trap '' TERM; echo $$ > "$1/pid"; exec head -c 1048576 /dev/zero >&2"#;
+    let mut run = Running::spawn(
+        sh(
+            &redis,
+            &["-v", "-k", "job", "--ttl", "2s"],
+            script,
+            dir.path(),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped()),
+    );
+    let pid = read_pid(&dir.path().join("pid"));
+    redis.kill();
+    let killed = Instant::now();
+    assert!(
+        eventually(PATIENCE, || !alive(pid)),
+        "the command outlived its lease: lockrun was stuck writing to a full stderr"
+    );
+    println!(
+        "command killed {:?} after Redis died (ttl 2s)",
+        killed.elapsed()
+    );
+    // Nobody has read the pipe yet: lockrun's last lines wait only so long.
+    let status = run
+        .wait_for(PATIENCE)
+        .expect("lockrun never exited: its last lines waited forever on a full stderr");
+    assert_eq!(status.code(), Some(76));
+    let mut stderr = Vec::new();
+    run.child
+        .stderr
+        .take()
+        .expect("piped")
+        .read_to_end(&mut stderr)
+        .expect("drain stderr");
+    // Less than the MiB the command meant to write: it blocked on a full pipe.
+    assert!(
+        (16 << 10..1 << 20).contains(&stderr.len()),
+        "the command did not fill the pipe: {} bytes",
+        stderr.len()
+    );
+}
+
+/// `program` on PATH, if it is there.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+#[test]
+fn a_background_lockrun_is_not_stopped_by_its_own_messages() {
+    if !on_path("script") || !on_path("bash") {
+        println!("note: script(1) or bash is missing; the tostop terminal was not tried");
+        return;
+    }
+    let redis = RedisServer::start();
+    // In a terminal, the command's group takes the foreground and lockrun
+    // goes to the background; with `stty tostop`, a background write to the
+    // terminal would stop lockrun (SIGTTOU), and with it the renewals and the
+    // deadline. bash -i gives the job control an operator's shell has.
+    let line = format!(
+        "stty tostop; {} --redis {} -v -k job --ttl 1s -- sleep 1; echo rc=$?; exit",
+        env!("CARGO_BIN_EXE_lockrun"),
+        redis.url()
+    );
+    let mut script = Command::new("script");
+    script
+        .args([
+            "-qec",
+            &format!("bash --norc --noprofile -ic '{line}'"),
+            "/dev/null",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("LOCKRUN_") {
+            script.env_remove(name);
+        }
+    }
+    let mut run = Running::spawn(&mut script);
+    assert!(
+        run.wait_for(PATIENCE).is_some(),
+        "lockrun never finished in the terminal"
+    );
+    let mut terminal = String::new();
+    run.child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut terminal)
+        .expect("read the terminal");
+    assert!(!terminal.contains("Stopped"), "{terminal}");
+    assert!(terminal.contains("lockrun: renewed"), "{terminal}");
+    assert!(terminal.contains("rc=0"), "{terminal}");
+    assert!(!redis.is_locked("job"));
+}
+
+// --- the Redis password ---
+
+/// Runs `env` under lockrun as `command` sets it up; returns what `env`
+/// printed after checking that the run succeeded, so the password worked.
+fn env_of(command: &mut Command) -> String {
+    let ran = run_once(command.args(["-k", "job", "--", "env"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.stdout
+}
+
+#[test]
+fn the_command_never_sees_the_redis_password() {
+    let port = free_port();
+    let redis = RedisServer::start_with(Some(port), &["--requirepass", PASSWORD]);
+    let socket = redis.url().replacen("unix://", "", 1);
+
+    let env = env_of(lockrun_at(&redis, &[]).env("LOCKRUN_REDIS_PASSWORD", PASSWORD));
+    assert!(env.contains("LOCKRUN_KEY=job"), "{env}");
+    assert!(!env.contains(PASSWORD), "the password leaked: {env}");
+    assert!(!env.contains("LOCKRUN_REDIS_PASSWORD="), "{env}");
+
+    // In the URL: the command keeps the rest of it, for a nested lockrun.
+    for (url, kept) in [
+        (
+            format!("redis+unix://{socket}?db=0&pass={PASSWORD}"),
+            format!("LOCKRUN_REDIS_URL=redis+unix://{socket}?db=0\n"),
+        ),
+        (
+            format!("redis://:{PASSWORD}@127.0.0.1:{port}/0"),
+            format!("LOCKRUN_REDIS_URL=redis://127.0.0.1:{port}/0\n"),
+        ),
+    ] {
+        let env = env_of(lockrun().env("LOCKRUN_REDIS_URL", &url));
+        assert!(!env.contains(PASSWORD), "the password leaked: {env}");
+        assert!(env.contains(&kept), "{url}: want {kept:?} in {env}");
+    }
+}
+
+/// A file holding the password, with `mode`.
+fn password_file(dir: &Path, mode: u32) -> String {
+    let file = dir.join(format!("password-{mode:o}"));
+    std::fs::write(&file, format!("{PASSWORD}\n")).expect("write");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    file.to_str().expect("utf-8 temp path").to_string()
+}
+
+fn admin(redis: &RedisServer, args: &[&str]) -> Ran {
+    run_once(
+        lockrun()
+            .args(args)
+            .args(["--key", "job", "--redis", &redis.url()]),
+    )
+}
+
+#[test]
+fn a_password_file_serves_runs_status_and_release() {
+    let redis = RedisServer::start_with(None, &["--requirepass", PASSWORD]);
+    let dir = scratch();
+    let file = password_file(dir.path(), 0o600);
+    let flag = ["--redis-password-file", file.as_str()];
+
+    let ran = run_once(lockrun_at(
+        &redis,
+        &[&flag[..], &["-k", "job", "--", "true"]].concat(),
+    ));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let env = env_of(lockrun_at(&redis, &[]).env("LOCKRUN_REDIS_PASSWORD_FILE", &file));
+    assert!(
+        env.contains(&format!("LOCKRUN_REDIS_PASSWORD_FILE={file}\n")),
+        "a nested lockrun needs it: {env}"
+    );
+
+    // status: 1 is "free", 69 "cannot ask Redis" (here: no password).
+    assert_eq!(admin(&redis, &["status"]).code, Some(69));
+    let status = admin(&redis, &[&["status"], &flag[..]].concat());
+    assert_eq!(status.code, Some(1), "{}", status.stderr);
+    let release = admin(&redis, &[&["release", "--force"], &flag[..]].concat());
+    assert_eq!(release.code, Some(0), "{}", release.stderr);
+
+    // Two passwords: which one was meant cannot be guessed.
+    let both = run_once(
+        lockrun_at(&redis, &[&flag[..], &["-k", "job", "--", "true"]].concat())
+            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD),
+    );
+    assert_eq!(both.code, Some(64), "{}", both.stderr);
+    assert!(!both.stderr.contains(PASSWORD));
+}
+
+#[test]
+fn a_password_file_every_user_can_read_is_refused() {
+    let redis = RedisServer::start_with(None, &["--requirepass", PASSWORD]);
+    let dir = scratch();
+    let ran = dir.path().join("ran");
+    let run = |file: &str| {
+        run_once(
+            lockrun_at(&redis, &["--redis-password-file", file, "-k", "job", "--"])
+                .arg("touch")
+                .arg(&ran),
+        )
+    };
+
+    let open = password_file(dir.path(), 0o644);
+    let output = run(&open);
+    let stderr = output.stderr;
+    assert_eq!(output.code, Some(64), "{stderr}");
+    assert!(
+        stderr.contains(&open) && stderr.contains("every user") && stderr.contains("chmod"),
+        "says which file and what to do: {stderr}"
+    );
+    assert!(!stderr.contains(PASSWORD), "{stderr}");
+    assert!(!ran.exists(), "the command ran");
+    assert!(redis.keys().is_empty(), "{:?}", redis.keys());
+
+    // The file's group may read it: a secret shared with a service account.
+    let output = run(&password_file(dir.path(), 0o640));
+    assert_eq!(output.code, Some(0), "{}", output.stderr);
+    assert!(ran.exists());
+}
+
+// --- what the command leaves running ---
+
+#[test]
+fn daemons_that_left_the_group_are_stopped_before_the_lock_is_released() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    // Two daemons in sessions of their own: an orphan, and one whose parent
+    // waits for it; that one ignores SIGTERM and needs the SIGKILL after the
+    // kill grace (500ms at this ttl).
+    let script = r#"
+        setsid sh -c 'sleep 300 & echo $! > "$1/orphan"' sh "$1" &
+        setsid sh -c 'trap "" TERM; sleep 300 & echo $! > "$1/stubborn"; wait' sh "$1" &
+        while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
+    let mut run = Running::spawn(
+        sh(&redis, &["-k", "job", "--ttl", "2s"], script, dir.path())
+            // A daemon holding the test's pipe open would hang it.
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let lockrun = run.pid().as_raw();
+    let orphan = read_pid(&dir.path().join("orphan"));
+    let stubborn = read_pid(&dir.path().join("stubborn"));
+    let (_, _, _, lockrun_session) = stat(lockrun).expect("lockrun runs");
+    for daemon in [orphan, stubborn] {
+        let (_, _, _, session) = stat(daemon).expect("the daemon runs");
+        assert_ne!(session, lockrun_session, "the daemon left the session");
+    }
+    assert!(
+        eventually(PATIENCE, || parent(orphan) == Some(lockrun)),
+        "the orphan was not reparented to lockrun, its subreaper"
+    );
+
+    std::fs::write(dir.path().join("go"), "").expect("write go");
+    let status = run.wait_for(PATIENCE).expect("lockrun exits");
+    assert_eq!(status.code(), Some(0));
+    for (name, pid) in [("orphan", orphan), ("stubborn", stubborn)] {
+        assert!(!alive(pid), "the {name} daemon outlived the run");
+    }
+    assert!(reaped(orphan), "lockrun left its orphan a zombie");
+    assert!(!redis.is_locked("job"));
+}
+
+#[test]
+fn a_daemon_is_killed_when_the_lease_is_lost() {
+    let mut redis = RedisServer::start();
+    let dir = scratch();
+    let script = r#"trap '' TERM
+        setsid sh -c 'sleep 300 & echo $! > "$1/daemon"' sh "$1" &
+        while :; do sleep 0.05; done"#;
+    let mut run = Running::spawn(
+        sh(&redis, &["-k", "job", "--ttl", "2s"], script, dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let daemon = read_pid(&dir.path().join("daemon"));
+    assert!(alive(daemon));
+    redis.kill();
+    let status = run.wait_for(PATIENCE).expect("lockrun exits");
+    assert_eq!(status.code(), Some(76));
+    assert!(!alive(daemon), "the daemon outlived the lease");
+}
+
+#[test]
+fn an_orphan_left_running_does_not_hold_up_the_exit() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let started = Instant::now();
+    let mut run = Running::spawn(
+        sh(
+            &redis,
+            &["-k", "job"],
+            r#"sleep 30 & echo $! > "$1/orphan"; exit 0"#,
+            dir.path(),
+        )
+        .stdout(Stdio::null()),
+    );
+    let status = run.wait_for(PATIENCE).expect("lockrun exits");
+    let took = started.elapsed();
+    println!("lockrun returned {took:?} after starting `sleep 30 & exit 0`");
+    assert_eq!(status.code(), Some(0));
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    let orphan = read_pid(&dir.path().join("orphan"));
+    assert!(reaped(orphan), "left a zombie: {:?}", stat(orphan));
+    assert!(!redis.is_locked("job"));
+}
+
+#[test]
+fn orphans_are_reaped_while_the_command_runs() {
+    let redis = RedisServer::start();
+    let dir = scratch();
+    let script = r#"(sleep 300 & echo $! > "$1/orphan")
+        while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
+    let mut run =
+        Running::spawn(sh(&redis, &["-k", "job"], script, dir.path()).stdout(Stdio::null()));
+    let lockrun = run.pid().as_raw();
+    let orphan = read_pid(&dir.path().join("orphan"));
+    assert!(
+        eventually(PATIENCE, || parent(orphan) == Some(lockrun)),
+        "the orphan was not reparented to lockrun: {:?}",
+        stat(orphan)
+    );
+    kill(Pid::from_raw(orphan), Signal::SIGKILL).expect("kill the orphan");
+    assert!(
+        eventually(PATIENCE, || reaped(orphan)),
+        "lockrun left its orphan a zombie while the command ran: {:?}",
+        stat(orphan)
+    );
+    std::fs::write(dir.path().join("go"), "").expect("write go");
+    assert_eq!(run.wait_for(PATIENCE).expect("exits").code(), Some(0));
+}
