@@ -31,6 +31,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io;
 
+use nix::errno::Errno;
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag};
 use nix::unistd::Pid;
 
@@ -56,6 +57,12 @@ pub(crate) fn reap_orphans(leader: Option<Pid>) {
     }
 }
 
+/// Whether lockrun has no child process at all, running or exited.
+fn has_no_children() -> bool {
+    let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    waitid(Id::All, peek) == Err(Errno::ECHILD)
+}
+
 /// A live process below lockrun.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Descendant {
@@ -68,6 +75,13 @@ pub(crate) struct Descendant {
 /// the ancestry, so that its members are never missed, even were they
 /// reparented elsewhere.
 pub(crate) fn live(group: Pid) -> Option<Vec<Descendant>> {
+    // As subreaper, lockrun is an ancestor of every live descendant through
+    // live processes only, so with no child at all there is none: skip the
+    // walk through /proc, which costs a read per process on the machine and
+    // would otherwise be paid by every run, however simple its command.
+    if has_no_children() && nix::sys::signal::killpg(group, None) == Err(Errno::ESRCH) {
+        return Some(Vec::new());
+    }
     // lockrun's pid as this /proc sees it, which may be another pid
     // namespace's.
     let me: i32 = std::fs::read_link("/proc/self")
