@@ -216,7 +216,10 @@ impl Quorum {
                 Ok(true) => yes += 1,
                 Ok(false) => {
                     gone += 1;
-                    why.push(format!("{} no longer holds this run's token", member.target()));
+                    why.push(format!(
+                        "{} no longer holds this run's token",
+                        member.target()
+                    ));
                 }
                 Err(err) => why.push(err.to_string()),
             }
