@@ -215,3 +215,79 @@ fn two_redis_urls_are_refused_and_four_warn() {
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert!(ran.one_line().contains("even number"), "{}", ran.stderr);
 }
+
+/// `lockrun status` or `release` on every server of `servers`.
+fn admin_on(servers: &[RedisServer], args: &[&str]) -> Command {
+    let mut command = lockrun();
+    command.args(args);
+    for server in servers {
+        command.arg("--redis").arg(server.url());
+    }
+    command.args(["--key", NAME]);
+    command
+}
+
+#[test]
+fn status_shows_each_member_and_release_force_works_on_all() {
+    let mut servers = five();
+    let dir = scratch();
+    let mut holder = Running::spawn(
+        lockrun_on(&servers, &TIMING)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; sleep 30"#,
+                "sh",
+            ])
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let fence: u64 = read_when_ready(&dir.path().join("fence"))
+        .trim()
+        .parse()
+        .expect("a token");
+    servers[4].kill();
+
+    let ran = run_once(admin_on(&servers, &["status", "--json"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("JSON");
+    assert_eq!(json["held"], true, "{json}");
+    assert_eq!(json["majority_agrees"], true, "{json}");
+    assert_eq!(json["holder"]["fencing_token"], fence, "{json}");
+    let members = json["members"].as_array().expect("members");
+    assert_eq!(members.len(), 5);
+    for member in &members[..4] {
+        assert_eq!(member["reachable"], true, "{member}");
+        assert_eq!(member["holder"]["fencing_token"], fence, "{member}");
+    }
+    assert_eq!(members[4]["reachable"], false);
+
+    let ran = run_once(admin_on(&servers, &["status"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(
+        ran.stdout.contains("4 of 5 servers, a majority agrees"),
+        "{}",
+        ran.stdout
+    );
+    assert!(ran.stdout.contains("unreachable"), "{}", ran.stdout);
+
+    let ran = run_once(admin_on(&servers, &["release", "--force"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(
+        ran.stdout.starts_with("released q on 4 of 5 servers"),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(holder.wait().code(), Some(76));
+
+    let ran = run_once(admin_on(&servers, &["status"]));
+    assert_eq!(ran.code, Some(1), "{}", ran.stdout);
+    assert!(
+        ran.stdout
+            .starts_with(&format!("q: free (last fencing token {fence})")),
+        "{}",
+        ran.stdout
+    );
+}
