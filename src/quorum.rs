@@ -171,7 +171,11 @@ impl Quorum {
                 Err(err) => why.push(err.to_string()),
             }
         }
-        if yes >= self.majority() && self.raise_fences(fence).await {
+        if yes >= self.majority() {
+            if let Err(err) = self.raise_fences(fence).await {
+                let _ = self.abandon().await;
+                return Err(err);
+            }
             let left = timing.deadline_after(sent).remaining();
             if left > timing.renew_every + timing.kill_grace {
                 return Ok(Attempt::Acquired(Grant { fence, sent }));
@@ -196,10 +200,27 @@ impl Quorum {
     }
 
     /// The second phase of fencing: every member's counter raised to at
-    /// least `fence`; whether a majority confirmed it.
-    async fn raise_fences(&mut self, fence: u64) -> bool {
+    /// least `fence`; an error unless a majority confirmed it.
+    async fn raise_fences(&mut self, fence: u64) -> Result<(), RedisError> {
+        let of = self.len();
         let raised = join_all(self.members.iter_mut().map(|m| m.raise_fence(fence))).await;
-        raised.iter().filter(|r| matches!(r, Ok(true))).count() >= self.majority()
+        let mut why = Vec::new();
+        for (result, member) in raised.into_iter().zip(&self.members) {
+            match result {
+                Ok(true) => {}
+                Ok(false) => why.push(format!(
+                    "{}: a key of the lock holds another type",
+                    member.target()
+                )),
+                Err(err) => why.push(err.to_string()),
+            }
+        }
+        let confirmed = of - why.len();
+        if confirmed >= self.majority() {
+            Ok(())
+        } else {
+            Err(RedisError::no_majority(confirmed, of, &why))
+        }
     }
 
     /// Renews on every member at once. `Ok(true)` when a majority renewed;
@@ -293,5 +314,14 @@ mod tests {
         assert_eq!(majority(5), 3);
         assert_eq!(majority(6), 4);
         assert_eq!(majority(7), 4);
+    }
+
+    #[test]
+    fn no_majority_says_how_many_and_why_the_others_did_not() {
+        let err = RedisError::no_majority(2, 5, &["one is down".into(), "one restarted".into()]);
+        assert_eq!(
+            err.to_string(),
+            "no majority of the Redis servers agrees, only 2 of 5: one is down; one restarted"
+        );
     }
 }

@@ -480,7 +480,7 @@ impl fmt::Display for RedisError {
             ErrorKind::Server => write!(f, "Redis at {target} failed: {}", self.detail),
             ErrorKind::NoMajority => write!(
                 f,
-                "no majority of the Redis servers can vote, only {target}: {}",
+                "no majority of the Redis servers agrees, only {target}: {}",
                 self.detail
             ),
         }
