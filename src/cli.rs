@@ -28,7 +28,8 @@ gets a fencing token in LOCKRUN_FENCING_TOKEN that grows with every acquisition,
 the resource it writes to can reject a stale holder.
 
 Durations take a unit: 500ms, 30s, 2m, 1h30m; none may be longer than 1y (365.25 days). \
-A flag given twice takes its last value.";
+A flag given twice takes its last value, except --redis: three or more \
+--redis make a quorum, a lock held on a majority of independent servers.";
 
 // Each line fits an 80-column terminal.
 const EXAMPLES: &str = "\
@@ -230,16 +231,20 @@ pub(crate) struct RedisArgs {
     /// redis+cluster://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]...]. rediss+sentinel://
     /// and rediss+cluster:// use TLS. Give the password in LOCKRUN_REDIS_PASSWORD
     /// or --redis-password-file instead, so that it stays out of ps and out of
-    /// the command's environment.
+    /// the command's environment. Given three or more times: a quorum of
+    /// independent servers, the lock held on a majority of them (Redlock),
+    /// with fencing tokens that grow across the quorum; an odd count
+    /// survives as many failures as the next even one.
     #[arg(
         long = "redis",
         value_name = "URL",
         env = "LOCKRUN_REDIS_URL",
         default_value = "redis://127.0.0.1:6379",
         hide_env_values = true,
+        action = clap::ArgAction::Append,
         value_hint = ValueHint::Other
     )]
-    pub(crate) url: String,
+    pub(crate) url: Vec<String>,
 
     /// File holding the Redis password, on one line
     ///

@@ -71,8 +71,16 @@ pub(crate) struct LockConfig {
     /// The name given to `--key`.
     pub(crate) name: String,
     pub(crate) keys: Keys,
+    /// The server (or Sentinel service, or cluster) holding the lock; in a
+    /// quorum, the first member.
     pub(crate) target: Target,
+    /// With `--redis` given three or more times, every member of the
+    /// quorum, `target` first; empty for one server.
+    pub(crate) quorum: Vec<Target>,
 }
+
+/// The fewest `--redis` that make a quorum.
+const MIN_QUORUM: usize = 3;
 
 impl Invocation {
     /// Validates the parsed command line; `passwords` come from the
@@ -152,13 +160,33 @@ impl LockConfig {
             return Err(Error::Usage("--key must not be empty".into()));
         }
         let password = secrets::password(passwords.redis, redis.password_file.as_deref())?;
-        let target = Target::parse(&redis.url, password)
-            .map_err(|err| Error::Usage(err.to_string()))?
-            .with_sentinel_password(passwords.sentinel);
+        let mut targets = redis
+            .url
+            .iter()
+            .map(|url| {
+                Target::parse(url, password.clone())
+                    .map(|target| target.with_sentinel_password(passwords.sentinel.clone()))
+                    .map_err(|err| Error::Usage(err.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if targets.len() == 2 {
+            return Err(Error::Usage(
+                "--redis given twice: a quorum needs 3 or more servers (5 survives two \
+                 failures); give one URL for a single server"
+                    .into(),
+            ));
+        }
+        let Some(target) = targets.first().cloned() else {
+            return Err(Error::Usage("--redis needs a URL".into()));
+        };
+        if targets.len() < MIN_QUORUM {
+            targets.clear();
+        }
         Ok(LockConfig {
             keys: Keys::new(&redis.prefix, &name),
             name,
             target,
+            quorum: targets,
         })
     }
 }

@@ -65,6 +65,15 @@ static RENEW: Lua = Lua::new(include_str!("lock/renew.lua"));
 static RELEASE: Lua = queue_script!("lock/release.lua");
 static FORCE_RELEASE: Lua = queue_script!("lock/force_release.lua");
 static STATUS: Lua = queue_script!("lock/status.lua");
+/// A quorum member's acquire: `lock/fresh.lua` first, so that a member that
+/// restarted too recently does not vote.
+static VOTE: Lua = Lua::new(concat!(
+    include_str!("lock/guard.lua"),
+    include_str!("lock/queue.lua"),
+    include_str!("lock/fresh.lua"),
+    include_str!("lock/acquire.lua")
+));
+static RAISE_FENCE: Lua = queue_script!("lock/raise_fence.lua");
 
 /// The longest command line recorded as the holder.
 const MAX_COMMAND_CHARS: usize = 200;
@@ -354,6 +363,17 @@ pub(crate) enum Attempt {
     Foreign(Foreign),
 }
 
+/// A quorum member's answer to one acquisition attempt.
+#[derive(Debug)]
+pub(crate) enum Vote {
+    /// Granted, with this member's own next fencing token.
+    Yes(u64),
+    Busy(Taken),
+    /// Up for only this many seconds: too recently restarted to vote.
+    Restarted(u64),
+    Foreign(Foreign),
+}
+
 /// What a release did.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Released {
@@ -442,12 +462,8 @@ impl Lock {
         Ok(Wakes(pubsub.into_on_message()))
     }
 
-    pub(crate) async fn try_acquire(
-        &mut self,
-        ttl: Duration,
-        me: &Me,
-        mode: Mode,
-    ) -> Result<Attempt, RedisError> {
+    /// The acquire script's call, its arguments filled in.
+    fn acquire_call(&self, lua: &'static Lua, ttl: Duration, me: &Me, mode: Mode) -> Call {
         let (how, listening, supersede, refresh) = match mode {
             Mode::Once => ("once", false, false, Duration::ZERO),
             Mode::Wait {
@@ -456,7 +472,7 @@ impl Lock {
                 refresh,
             } => ("wait", listening, supersede, refresh),
         };
-        let mut call = ACQUIRE.call();
+        let mut call = lua.call();
         self.keys.add_to(&mut call);
         call.arg(&self.token.0)
             .arg(millis(ttl))
@@ -468,6 +484,16 @@ impl Lock {
             .arg(u8::from(listening))
             .arg(u8::from(supersede))
             .arg(millis(refresh));
+        call
+    }
+
+    pub(crate) async fn try_acquire(
+        &mut self,
+        ttl: Duration,
+        me: &Me,
+        mode: Mode,
+    ) -> Result<Attempt, RedisError> {
+        let call = self.acquire_call(&ACQUIRE, ttl, me, mode);
         let sent = BootInstant::now();
         let started = Instant::now();
         self.first_sent.get_or_insert(sent);
@@ -539,6 +565,63 @@ impl Lock {
             return None;
         }
         self.first_sent.map(|sent| Grant { fence, sent })
+    }
+
+    /// One quorum member's vote on an acquisition: a queue-less attempt
+    /// that a member up for less than `min_uptime` refuses. A member that
+    /// votes yes returns its own next fencing token.
+    pub(crate) async fn vote(
+        &mut self,
+        ttl: Duration,
+        me: &Me,
+        min_uptime: Duration,
+    ) -> Result<Vote, RedisError> {
+        let mut call = self.acquire_call(&VOTE, ttl, me, Mode::Once);
+        let seconds = min_uptime.as_secs() + u64::from(min_uptime.subsec_nanos() > 0);
+        call.arg(seconds);
+        let started = Instant::now();
+        // A call whose reply never came may have taken the lease.
+        self.in_redis = true;
+        let reply = self.session.invoke(&call).await?;
+        let reply: Vec<Value> = match self.keys.foreign(reply) {
+            Ok(reply) => reply,
+            Err(foreign) => {
+                self.in_redis = false;
+                return Ok(Vote::Foreign(foreign));
+            }
+        };
+        if element::<String>(&reply, 0).as_deref() == Some("restarted") {
+            self.in_redis = false;
+            return Ok(Vote::Restarted(element(&reply, 1).unwrap_or(0)));
+        }
+        match self.attempt_from(&reply, BootInstant::now())? {
+            Attempt::Acquired(grant) => {
+                let replicas = element(&reply, 2)
+                    .ok_or_else(|| self.protocol("acquire", &format!("{reply:?}")))?;
+                self.replicated(replicas, started).await?;
+                Ok(Vote::Yes(grant.fence))
+            }
+            Attempt::Busy(taken) => {
+                self.in_redis = false;
+                Ok(Vote::Busy(taken))
+            }
+            _ => Err(self.protocol("acquire", &format!("{reply:?}"))),
+        }
+    }
+
+    /// Raises this member's fence counter to at least `to`, the token a
+    /// quorum run takes. `Ok(false)` when a key is not lockrun's.
+    pub(crate) async fn raise_fence(&mut self, to: u64) -> Result<bool, RedisError> {
+        let mut call = RAISE_FENCE.call();
+        self.keys.add_to(&mut call);
+        call.arg(&self.token.0).arg(to);
+        let reply: Guarded<u64> = self.session.invoke(&call).await?;
+        Ok(reply.0.is_ok())
+    }
+
+    /// Where this handle's server is, for messages.
+    pub(crate) fn target(&self) -> &Target {
+        self.session.target()
     }
 
     /// Gives back what an interrupted, failed or given-up acquisition may

@@ -359,6 +359,9 @@ pub(crate) enum ErrorKind {
     ReadOnly,
     /// The server answered with an error.
     Server,
+    /// In a quorum, too few servers could vote for a majority: unreachable,
+    /// failing, or restarted too recently.
+    NoMajority,
 }
 
 /// Why a Redis that answers cannot serve the lock yet.
@@ -395,6 +398,17 @@ impl RedisError {
     /// while nothing is held yet.
     pub(crate) fn is_transient(&self) -> bool {
         matches!(self.kind, ErrorKind::Transient(_))
+    }
+
+    /// A quorum of `of` servers in which only `able` could vote; `why`
+    /// says what became of the others, one reason each.
+    pub(crate) fn no_majority(able: usize, of: usize, why: &[String]) -> RedisError {
+        RedisError {
+            kind: ErrorKind::NoMajority,
+            target: format!("{able} of {of}"),
+            detail: why.join("; "),
+            timed_out: None,
+        }
     }
 
     /// This failure, followed by `later`, which giving back a lock the
@@ -464,6 +478,11 @@ impl fmt::Display for RedisError {
                  redis+sentinel://SENTINEL[,SENTINEL...]/SERVICE"
             ),
             ErrorKind::Server => write!(f, "Redis at {target} failed: {}", self.detail),
+            ErrorKind::NoMajority => write!(
+                f,
+                "no majority of the Redis servers agrees, only {target}: {}",
+                self.detail
+            ),
         }
     }
 }

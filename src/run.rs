@@ -11,6 +11,7 @@ use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code;
 use crate::lease::Lease;
 use crate::lock::{Attempt, Grant, Keys, Lock, Me, Released, Taken, Token};
+use crate::quorum::{Locks, Quorum};
 use crate::report::Report;
 use crate::secrets;
 use crate::signals::{self, Signals};
@@ -29,13 +30,31 @@ pub(crate) async fn run(
     token: Token,
 ) -> Result<u8, Error> {
     let lock_config = &config.lock;
-    let mut lock = Lock::new(
-        lock_config.target.clone(),
-        config.timing.redis_timeout,
-        lock_config.keys.clone(),
-        token,
-        config.replica_acks,
-    );
+    let mut lock = if lock_config.quorum.is_empty() {
+        Locks::One(Box::new(Lock::new(
+            lock_config.target.clone(),
+            config.timing.redis_timeout,
+            lock_config.keys.clone(),
+            token,
+            config.replica_acks,
+        )))
+    } else {
+        let of = lock_config.quorum.len();
+        if of.is_multiple_of(2) {
+            report.error(format_args!(
+                "--redis given {of} times: an even number of servers survives no more \
+                 failures than {} would; use an odd number",
+                of - 1
+            ));
+        }
+        Locks::Quorum(Quorum::new(
+            lock_config.quorum.clone(),
+            config.timing.redis_timeout,
+            &lock_config.keys,
+            &token,
+            config.replica_acks,
+        ))
+    };
     let grant = acquire(&config, &mut lock, &mut signals, report).await?;
     let (child, mut child_changes) = match start(&config, grant.fence) {
         Ok(started) => started,
@@ -77,18 +96,26 @@ pub(crate) async fn run(
 /// the wait.
 async fn acquire(
     config: &RunConfig,
-    lock: &mut Lock,
+    lock: &mut Locks,
     signals: &mut Signals,
     report: Report,
 ) -> Result<Grant, Error> {
     let me = Me::new(&config.command);
     let timing = config.timing;
+    // Only the first connection gets longer than a Redis call may take:
+    // nothing is held yet, and a slow handshake is no reason to give up.
+    let within = timing.redis_timeout.max(FIRST_CONNECT_TIMEOUT);
     let attempt = async {
-        // Only the first connection gets longer than a Redis call may take:
-        // nothing is held yet, and a slow handshake is no reason to give up.
-        lock.connect(timing.redis_timeout.max(FIRST_CONNECT_TIMEOUT))
-            .await?;
-        wait::acquire(lock, timing, &me, config.wait, config.supersede, report).await
+        match &mut *lock {
+            Locks::One(lock) => {
+                lock.connect(within).await?;
+                wait::acquire(lock, timing, &me, config.wait, config.supersede, report).await
+            }
+            Locks::Quorum(quorum) => {
+                quorum.connect(within).await?;
+                wait::acquire_quorum(quorum, timing, &me, config.wait, report).await
+            }
+        }
     };
     let outcome = tokio::select! {
         signal = signals.recv_interrupt() => Err(Error::Interrupted(signal)),
@@ -150,7 +177,7 @@ fn start(config: &RunConfig, fence: u64) -> Result<(Child, tokio::signal::unix::
 
 /// What a run holds once its command started.
 struct Held {
-    lock: Lock,
+    lock: Locks,
     lease: Lease,
     /// When the command started: `--timeout` and `--min-hold` count from
     /// here (a lease handed over counts from earlier).
@@ -216,7 +243,7 @@ impl Held {
 /// within the same line, or alone when the command ended by itself.
 fn exit_status(
     ended: Ended,
-    lock: &Lock,
+    lock: &Locks,
     unreleased: Option<Box<Unreleased>>,
     report: Report,
 ) -> Result<u8, Error> {

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::lease::Timing;
 use crate::lock::{Attempt, Lock, Me, Mode, Wake, Wakes};
+use crate::quorum::Quorum;
 use crate::redis_conn::{ErrorKind, RedisError};
 use crate::report::Report;
 
@@ -115,6 +116,59 @@ pub(crate) async fn acquire(
         report,
     };
     waiter.until_acquired_or_out().await
+}
+
+/// Tries once on a quorum, then, if `wait` allows, again after a jittered
+/// pause until the wait runs out. The queue is per server, so a quorum run
+/// does not take a place in line: it polls, and is not served in arrival
+/// order. Safety never depends on how soon it looks again.
+pub(crate) async fn acquire_quorum(
+    quorum: &mut Quorum,
+    timing: Timing,
+    me: &Me,
+    wait: Option<Wait>,
+    report: Report,
+) -> Result<Attempt, RedisError> {
+    let started = Instant::now();
+    let give_up = match wait {
+        None => Some(started),
+        Some(wait) => wait.limit().and_then(|limit| started.checked_add(limit)),
+    };
+    let mut failing = false;
+    loop {
+        let attempt = quorum.try_acquire(timing, me).await;
+        let now = Instant::now();
+        let waited_out = give_up.is_some_and(|t| t <= now);
+        match attempt {
+            Ok(Attempt::Busy(taken)) if waited_out => return Ok(Attempt::Busy(taken)),
+            Ok(Attempt::Busy(taken)) => {
+                if std::mem::take(&mut failing) {
+                    report.error("a majority of the Redis servers answers again; still waiting");
+                } else {
+                    report.verbose(format_args!(
+                        "{} is busy{}; trying again",
+                        quorum.keys().lock,
+                        if taken.held { "" } else { " (no majority)" }
+                    ));
+                }
+            }
+            Ok(done) => return Ok(done),
+            Err(err)
+                if matches!(err.kind, ErrorKind::Unreachable | ErrorKind::NoMajority)
+                    || err.is_transient() =>
+            {
+                if waited_out {
+                    return Err(err);
+                }
+                if !std::mem::replace(&mut failing, true) {
+                    report.error(format_args!("{err}; still waiting"));
+                }
+            }
+            Err(err) => return Err(err),
+        }
+        let due = now + jitter(POLL_UNSUBSCRIBED.min(timing.renew_every));
+        tokio::time::sleep_until(give_up.map_or(due, |t| t.max(now).min(due))).await;
+    }
 }
 
 /// A run waiting for the lock.

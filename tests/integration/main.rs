@@ -19,6 +19,7 @@ mod hardening;
 mod operator;
 mod process;
 mod queue;
+mod quorum;
 mod repeated_flags;
 mod signals;
 mod supervision;

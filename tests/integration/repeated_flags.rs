@@ -1,5 +1,6 @@
 //! A flag given twice takes its last value, as wrappers that append their own
-//! flags to the caller's expect: `--wait forever --wait 1s` waits 1s.
+//! flags to the caller's expect: `--wait forever --wait 1s` waits 1s. Not
+//! `--redis`: given three or more times it names a quorum.
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -42,17 +43,32 @@ fn finish(command: &mut Command) -> Output {
 }
 
 #[test]
-fn the_last_key_and_redis_url_win() {
+fn the_last_key_wins_but_two_redis_urls_are_refused() {
     let redis = RedisServer::start();
     let output = finish(
         lockrun()
-            .args(["--redis", "unix:///nonexistent/redis.sock", "--redis"])
+            .arg("--redis")
             .arg(redis.url())
             .args(["-k", "first", "--key", "last", "-q", "--quiet", "--"])
             .args(["sh", "-c", r#"echo "$LOCKRUN_KEY""#]),
     );
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert_eq!(text(&output.stdout), "last\n");
+
+    // --redis given again does not replace the first: three or more make a
+    // quorum (quorum.rs), and two are neither.
+    let output = finish(
+        lockrun()
+            .args(["--redis", "unix:///nonexistent/redis.sock", "--redis"])
+            .arg(redis.url())
+            .args(["-k", "job", "--", "true"]),
+    );
+    assert_eq!(output.status.code(), Some(64), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("a quorum needs 3 or more servers"),
+        "{}",
+        text(&output.stderr)
+    );
 
     // The subcommands too.
     let output = finish(

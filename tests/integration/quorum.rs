@@ -1,0 +1,293 @@
+//! `--redis` given three or more times: the lock held on a majority of five
+//! independent servers, which the tests kill, restart empty and fence.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{
+    eventually, lockrun, read_when_ready, run_once, scratch, RedisServer, Running, PATIENCE,
+};
+
+const NAME: &str = "q";
+/// Short enough that a member restarted empty votes again after a second
+/// (one ttl plus the drift allowance, rounded up to whole seconds), with
+/// room for an acquisition of both phases on a busy machine.
+const TIMING: [&str; 6] = [
+    "--ttl",
+    "900ms",
+    "--redis-timeout",
+    "200ms",
+    "--kill-grace",
+    "100ms",
+];
+
+fn five() -> Vec<RedisServer> {
+    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    until_voting(&servers, 1);
+    servers
+}
+
+fn uptime(server: &RedisServer) -> Option<u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut server.client())
+        .ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Waits until every server of `servers` has been up `seconds`, so that it
+/// votes.
+fn until_voting(servers: &[RedisServer], seconds: u64) {
+    let voting = eventually(PATIENCE, || {
+        servers
+            .iter()
+            .all(|s| uptime(s).is_some_and(|up| up >= seconds))
+    });
+    assert!(voting, "the servers did not come up");
+}
+
+/// lockrun on every server of `servers`, with `args` before the `--`.
+fn lockrun_on(servers: &[RedisServer], args: &[&str]) -> Command {
+    let mut command = lockrun();
+    for server in servers {
+        command.arg("--redis").arg(server.url());
+    }
+    command.args(["--key", NAME]).args(args);
+    command
+}
+
+fn fence_of(server: &RedisServer) -> Option<u64> {
+    redis::cmd("GET")
+        .arg(format!("lockrun:{{{NAME}}}:fence"))
+        .query::<Option<u64>>(&mut server.client())
+        .expect("GET the fence")
+}
+
+/// A run that prints its fencing token.
+fn token_run(servers: &[RedisServer]) -> u64 {
+    let ran = run_once(lockrun_on(servers, &TIMING).args([
+        "--",
+        "sh",
+        "-c",
+        r#"echo "$LOCKRUN_FENCING_TOKEN""#,
+    ]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.stdout.trim().parse().expect("a fencing token")
+}
+
+#[test]
+fn two_of_five_down_still_runs_and_raises_the_fence_on_the_rest() {
+    let mut servers = five();
+    servers[0].kill();
+    servers[3].kill();
+    let fence = token_run(&servers);
+    for at in [1, 2, 4] {
+        assert!(!servers[at].is_locked(NAME), "released on member {at}");
+        assert_eq!(fence_of(&servers[at]), Some(fence), "member {at}");
+    }
+}
+
+#[test]
+fn three_of_five_down_exits_69_without_running_the_command() {
+    let mut servers = five();
+    for at in [0, 2, 4] {
+        servers[at].kill();
+    }
+    let dir = scratch();
+    let started = Instant::now();
+    let ran = run_once(
+        lockrun_on(&servers, &TIMING)
+            .args(["--", "sh", "-c", r#"touch "$1/ran""#, "sh"])
+            .arg(dir.path()),
+    );
+    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(ran.one_line().contains("no majority"), "{}", ran.stderr);
+    assert!(!dir.path().join("ran").exists(), "the command ran");
+    for at in [1, 3] {
+        assert!(!servers[at].is_locked(NAME), "given back on member {at}");
+    }
+}
+
+#[test]
+fn a_held_quorum_lock_is_busy_for_another_run() {
+    let servers = five();
+    let dir = scratch();
+    let mut holder = Running::spawn(
+        lockrun_on(&servers, &TIMING)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                r#"echo go > "$1/started"; sleep 30"#,
+                "sh",
+            ])
+            .arg(dir.path())
+            .stdin(Stdio::null()),
+    );
+    read_when_ready(&dir.path().join("started"));
+    let ran = run_once(lockrun_on(&servers, &TIMING).args(["--", "true"]));
+    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    // A run that waits gets it once the holder is gone.
+    holder.signal(nix::sys::signal::Signal::SIGTERM);
+    holder.wait();
+    let ran = run_once(lockrun_on(&servers, &TIMING).args(["--wait", "20s", "--", "true"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+}
+
+#[test]
+fn losing_the_majority_mid_run_stops_the_command_and_exits_76() {
+    let mut servers = five();
+    let dir = scratch();
+    let mut run = Running::spawn(
+        lockrun_on(&servers, &TIMING)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                r#"trap 'echo term > "$1/term"; exit 1' TERM; echo $$ > "$1/pid"; while :; do sleep 0.05; done"#,
+                "sh",
+            ])
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    read_when_ready(&dir.path().join("pid"));
+    for at in [1, 2, 3] {
+        servers[at].kill();
+    }
+    let status = run.wait();
+    assert_eq!(status.code(), Some(76));
+    assert_eq!(read_when_ready(&dir.path().join("term")).trim(), "term");
+}
+
+#[test]
+fn tokens_grow_across_the_quorum_with_a_member_restarted_empty() {
+    let mut servers = five();
+    // One member's counter far ahead of the others (a clock ahead, say).
+    let ahead = fence_of(&servers[0]).unwrap_or(0).max(1) + 4_000_000_000_000_000;
+    redis::cmd("SET")
+        .arg(format!("lockrun:{{{NAME}}}:fence"))
+        .arg(ahead)
+        .exec(&mut servers[0].client())
+        .expect("SET the fence");
+    let first = token_run(&servers);
+    assert!(first > ahead, "{first} after {ahead}");
+    // The member that knew the highest token loses it; the others were
+    // raised to it before the command started.
+    servers[0].restart_empty();
+    let second = token_run(&servers);
+    assert!(second > first, "{second} after {first}");
+    until_voting(&servers, 1);
+    let third = token_run(&servers);
+    assert!(third > second, "{third} after {second}");
+}
+
+#[test]
+fn a_member_restarted_recently_does_not_vote() {
+    let mut servers = five();
+    servers[0].kill();
+    servers[1].kill();
+    // A longer ttl: the member restarted now votes only after 4s.
+    let timing = ["--ttl", "3s"];
+    servers[2].restart_empty();
+    let ran = run_once(lockrun_on(&servers, &timing).args(["--", "true"]));
+    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
+    assert!(ran.one_line().contains("restarted"), "{}", ran.stderr);
+    // Once it has been up for a ttl, it votes again.
+    let voted = eventually(PATIENCE, || {
+        run_once(lockrun_on(&servers, &timing).args(["--", "true"])).code == Some(0)
+    });
+    assert!(voted, "the restarted member never voted again");
+    assert!(uptime(&servers[2]).is_some_and(|up| up >= 4));
+}
+
+#[test]
+fn two_redis_urls_are_refused_and_four_warn() {
+    let servers: Vec<RedisServer> = (0..4).map(|_| RedisServer::start()).collect();
+    let ran = run_once(lockrun_on(&servers[..2], &[]).args(["--", "true"]));
+    assert_eq!(ran.code, Some(64), "{}", ran.stderr);
+    assert!(ran.one_line().contains("3 or more"), "{}", ran.stderr);
+    until_voting(&servers, 1);
+    let ran = run_once(lockrun_on(&servers, &TIMING).args(["--", "true"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(ran.one_line().contains("even number"), "{}", ran.stderr);
+}
+
+/// `lockrun status` or `release` on every server of `servers`.
+fn admin_on(servers: &[RedisServer], args: &[&str]) -> Command {
+    let mut command = lockrun();
+    command.args(args);
+    for server in servers {
+        command.arg("--redis").arg(server.url());
+    }
+    command.args(["--key", NAME]);
+    command
+}
+
+#[test]
+fn status_shows_each_member_and_release_force_works_on_all() {
+    let mut servers = five();
+    let dir = scratch();
+    let mut holder = Running::spawn(
+        lockrun_on(&servers, &TIMING)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; sleep 30"#,
+                "sh",
+            ])
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let fence: u64 = read_when_ready(&dir.path().join("fence"))
+        .trim()
+        .parse()
+        .expect("a token");
+    servers[4].kill();
+
+    let ran = run_once(admin_on(&servers, &["status", "--json"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("JSON");
+    assert_eq!(json["held"], true, "{json}");
+    assert_eq!(json["majority_agrees"], true, "{json}");
+    assert_eq!(json["holder"]["fencing_token"], fence, "{json}");
+    let members = json["members"].as_array().expect("members");
+    assert_eq!(members.len(), 5);
+    for member in &members[..4] {
+        assert_eq!(member["reachable"], true, "{member}");
+        assert_eq!(member["holder"]["fencing_token"], fence, "{member}");
+    }
+    assert_eq!(members[4]["reachable"], false);
+
+    let ran = run_once(admin_on(&servers, &["status"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(
+        ran.stdout.contains("4 of 5 servers, a majority agrees"),
+        "{}",
+        ran.stdout
+    );
+    assert!(ran.stdout.contains("unreachable"), "{}", ran.stdout);
+
+    let ran = run_once(admin_on(&servers, &["release", "--force"]));
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(
+        ran.stdout.starts_with("released q on 4 of 5 servers"),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(holder.wait().code(), Some(76));
+
+    let ran = run_once(admin_on(&servers, &["status"]));
+    assert_eq!(ran.code, Some(1), "{}", ran.stdout);
+    assert!(
+        ran.stdout
+            .starts_with(&format!("q: free (last fencing token {fence})")),
+        "{}",
+        ran.stdout
+    );
+}
