@@ -189,24 +189,7 @@ async fn quorum_status(lock: LockConfig, json: bool) -> Result<u8, Error> {
         return Err(RedisError::no_majority(answered, of, &why).into());
     }
     let free = members.iter().filter(|m| m.reachable && !m.held).count();
-    let agreed = members
-        .iter()
-        .filter_map(|m| m.holder.as_ref())
-        .find(|h| {
-            members
-                .iter()
-                .filter(|m| m.holder.as_ref().is_some_and(|o| same_holder(o, h)))
-                .count()
-                >= majority(of)
-        })
-        .cloned();
-    let ttl_left = agreed.as_ref().and_then(|h| {
-        members
-            .iter()
-            .filter(|m| m.holder.as_ref().is_some_and(|o| same_holder(o, h)))
-            .filter_map(|m| m.ttl_left_ms)
-            .min()
-    });
+    let (agreed, ttl_left) = majority_holder(&members, of);
     let state = StatusJson {
         key: lock.name,
         redis_key: lock.keys.lock.clone(),
@@ -221,6 +204,30 @@ async fn quorum_status(lock: LockConfig, json: bool) -> Result<u8, Error> {
     };
     print_status(&state, json)?;
     Ok(if state.held { 0 } else { FREE })
+}
+
+/// The holder that a majority of `members` (of `of`) show, and the least
+/// lease time left among them.
+fn majority_holder(members: &[MemberJson], of: usize) -> (Option<HolderJson>, Option<u64>) {
+    let agreed = members
+        .iter()
+        .filter_map(|m| m.holder.as_ref())
+        .find(|h| showing(members, h).count() >= majority(of))
+        .cloned();
+    let ttl_left = agreed
+        .as_ref()
+        .and_then(|h| showing(members, h).filter_map(|m| m.ttl_left_ms).min());
+    (agreed, ttl_left)
+}
+
+/// The members that show `holder`.
+fn showing<'a>(
+    members: &'a [MemberJson],
+    holder: &'a HolderJson,
+) -> impl Iterator<Item = &'a MemberJson> + 'a {
+    members
+        .iter()
+        .filter(move |m| m.holder.as_ref().is_some_and(|o| same_holder(o, holder)))
 }
 
 fn unreachable_member(redis: String, error: String) -> MemberJson {

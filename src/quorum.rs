@@ -30,7 +30,9 @@ use futures_util::future::join_all;
 
 use crate::clock::BootInstant;
 use crate::lease::Timing;
-use crate::lock::{Attempt, Grant, Keys, Lock, Me, Released, ReplicaAcks, Taken, Token, Vote};
+use crate::lock::{
+    Attempt, Foreign, Grant, Keys, Lock, Me, Released, ReplicaAcks, Taken, Token, Vote,
+};
 use crate::redis_conn::{RedisError, Target};
 
 /// The lock a run holds: on one server (or Sentinel service, or cluster),
@@ -146,31 +148,13 @@ impl Quorum {
                 .map(|m| m.vote(timing.ttl, me, min_uptime)),
         )
         .await;
-        let mut yes = 0;
-        let mut fence = 0;
-        let mut taken: Option<Taken> = None;
-        let mut foreign = None;
-        let mut why = Vec::new();
-        for (vote, member) in votes.into_iter().zip(&self.members) {
-            match vote {
-                Ok(Vote::Yes(granted)) => {
-                    yes += 1;
-                    fence = fence.max(granted);
-                }
-                Ok(Vote::Busy(found)) => {
-                    if taken.as_ref().is_none_or(|t| !t.held && found.held) {
-                        taken = Some(found);
-                    }
-                }
-                Ok(Vote::Restarted(uptime)) => why.push(format!(
-                    "{} restarted {uptime}s ago and does not vote until it has been up \
-                     for one ttl",
-                    member.target()
-                )),
-                Ok(Vote::Foreign(found)) => foreign = Some(found),
-                Err(err) => why.push(err.to_string()),
-            }
-        }
+        let Tally {
+            yes,
+            fence,
+            taken,
+            foreign,
+            why,
+        } = Tally::count(votes, &self.members);
         if yes >= self.majority() {
             if let Err(err) = self.raise_fences(fence).await {
                 let _ = self.abandon().await;
@@ -301,6 +285,46 @@ impl Quorum {
 /// How many of `of` members make a majority.
 pub(crate) fn majority(of: usize) -> usize {
     of / 2 + 1
+}
+
+/// What the members answered to one acquisition round.
+#[derive(Default)]
+struct Tally {
+    yes: usize,
+    /// The highest fencing token a member that said yes handed out.
+    fence: u64,
+    /// The most telling busy answer: a member that shows a holder.
+    taken: Option<Taken>,
+    foreign: Option<Foreign>,
+    /// Why the members that could not vote did not.
+    why: Vec<String>,
+}
+
+impl Tally {
+    fn count(votes: Vec<Result<Vote, RedisError>>, members: &[Lock]) -> Tally {
+        let mut tally = Tally::default();
+        for (vote, member) in votes.into_iter().zip(members) {
+            match vote {
+                Ok(Vote::Yes(granted)) => {
+                    tally.yes += 1;
+                    tally.fence = tally.fence.max(granted);
+                }
+                Ok(Vote::Busy(found)) => {
+                    if tally.taken.as_ref().is_none_or(|t| !t.held && found.held) {
+                        tally.taken = Some(found);
+                    }
+                }
+                Ok(Vote::Restarted(uptime)) => tally.why.push(format!(
+                    "{} restarted {uptime}s ago and does not vote until it has been up for \
+                     one ttl",
+                    member.target()
+                )),
+                Ok(Vote::Foreign(found)) => tally.foreign = Some(found),
+                Err(err) => tally.why.push(err.to_string()),
+            }
+        }
+        tally
+    }
 }
 
 #[cfg(test)]

@@ -29,32 +29,7 @@ pub(crate) async fn run(
     mut signals: Signals,
     token: Token,
 ) -> Result<u8, Error> {
-    let lock_config = &config.lock;
-    let mut lock = if lock_config.quorum.is_empty() {
-        Locks::One(Box::new(Lock::new(
-            lock_config.target.clone(),
-            config.timing.redis_timeout,
-            lock_config.keys.clone(),
-            token,
-            config.replica_acks,
-        )))
-    } else {
-        let of = lock_config.quorum.len();
-        if of.is_multiple_of(2) {
-            report.error(format_args!(
-                "--redis given {of} times: an even number of servers survives no more \
-                 failures than {} would; use an odd number",
-                of - 1
-            ));
-        }
-        Locks::Quorum(Quorum::new(
-            lock_config.quorum.clone(),
-            config.timing.redis_timeout,
-            &lock_config.keys,
-            &token,
-            config.replica_acks,
-        ))
-    };
+    let mut lock = locks(&config, token, report);
     let grant = acquire(&config, &mut lock, &mut signals, report).await?;
     let (child, mut child_changes) = match start(&config, grant.fence) {
         Ok(started) => started,
@@ -90,6 +65,37 @@ pub(crate) async fn run(
     .await;
     let unreleased = held.finish(&config, ended.stop, report).await;
     exit_status(ended, &held.lock, unreleased, report)
+}
+
+/// The lock on one server, or on a quorum of them when `--redis` was given
+/// three times or more.
+fn locks(config: &RunConfig, token: Token, report: Report) -> Locks {
+    let lock_config = &config.lock;
+    let redis_timeout = config.timing.redis_timeout;
+    if lock_config.quorum.is_empty() {
+        return Locks::One(Box::new(Lock::new(
+            lock_config.target.clone(),
+            redis_timeout,
+            lock_config.keys.clone(),
+            token,
+            config.replica_acks,
+        )));
+    }
+    let of = lock_config.quorum.len();
+    if of.is_multiple_of(2) {
+        report.error(format_args!(
+            "--redis given {of} times: an even number of servers survives no more failures \
+             than {} would; use an odd number",
+            of - 1
+        ));
+    }
+    Locks::Quorum(Quorum::new(
+        lock_config.quorum.clone(),
+        redis_timeout,
+        &lock_config.keys,
+        &token,
+        config.replica_acks,
+    ))
 }
 
 /// Connects, then takes the lock, waiting for it if asked to. A signal ends

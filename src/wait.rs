@@ -60,12 +60,7 @@ pub(crate) async fn acquire(
     report: Report,
 ) -> Result<Attempt, RedisError> {
     let started = Instant::now();
-    let give_up = match wait {
-        None => Some(started),
-        // `config` bounds the wait; a moment past the clock's range would
-        // never come, so it is the same as forever.
-        Some(wait) => wait.limit().and_then(|limit| started.checked_add(limit)),
-    };
+    let give_up = give_up_at(wait, started);
     let waited_out = || give_up.is_some_and(|t| t <= Instant::now());
     let mode = if give_up.is_none_or(|t| t > started) {
         Mode::Wait {
@@ -102,7 +97,7 @@ pub(crate) async fn acquire(
             None
         }
     };
-    let mut waiter = Waiter {
+    Waiter {
         lock,
         timing,
         me,
@@ -114,8 +109,9 @@ pub(crate) async fn acquire(
         wakes,
         failing,
         report,
-    };
-    waiter.until_acquired_or_out().await
+    }
+    .until_acquired_or_out()
+    .await
 }
 
 /// Tries once on a quorum, then, if `wait` allows, again after a jittered
@@ -129,11 +125,7 @@ pub(crate) async fn acquire_quorum(
     wait: Option<Wait>,
     report: Report,
 ) -> Result<Attempt, RedisError> {
-    let started = Instant::now();
-    let give_up = match wait {
-        None => Some(started),
-        Some(wait) => wait.limit().and_then(|limit| started.checked_add(limit)),
-    };
+    let give_up = give_up_at(wait, Instant::now());
     let mut failing = false;
     loop {
         let attempt = quorum.try_acquire(timing, me).await;
@@ -168,6 +160,16 @@ pub(crate) async fn acquire_quorum(
         }
         let due = now + jitter(POLL_UNSUBSCRIBED.min(timing.renew_every));
         tokio::time::sleep_until(give_up.map_or(due, |t| t.max(now).min(due))).await;
+    }
+}
+
+/// When a wait that began at `started` runs out; `None` waits forever.
+fn give_up_at(wait: Option<Wait>, started: Instant) -> Option<Instant> {
+    match wait {
+        None => Some(started),
+        // `config` bounds the wait; a moment past the clock's range would
+        // never come, so it is the same as forever.
+        Some(wait) => wait.limit().and_then(|limit| started.checked_add(limit)),
     }
 }
 
