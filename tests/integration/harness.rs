@@ -731,7 +731,7 @@ impl HolderBuilder<'_> {
 /// while another job is inside. Inside, it appends its fencing token to
 /// `fences` in $1 and stays $2 seconds; a job that finds another inside
 /// appends its pid to `overlaps` and exits 3.
-const NO_OVERLAP_JOB: &str = r#"mkdir "$1/inside" 2>/dev/null || { echo $$ >> "$1/overlaps"; exit 3; }
+pub const NO_OVERLAP_JOB: &str = r#"mkdir "$1/inside" 2>/dev/null || { echo $$ >> "$1/overlaps"; exit 3; }
 echo "$LOCKRUN_FENCING_TOKEN" >> "$1/fences"
 sleep "$2"
 rmdir "$1/inside""#;
