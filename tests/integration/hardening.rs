@@ -59,7 +59,7 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
     ));
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(ran.exists(), "the command did not run");
-    assert_eq!(redis.keys(), ["lockrun:{job}:fence"]);
+    redis.assert_only_fence("job");
 }
 
 /// Runs `command` (a write), which stores a value of another type than

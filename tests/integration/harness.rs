@@ -184,6 +184,14 @@ impl RedisServer {
     }
 
     /// Sets the fencing counter of lock `name`, as a long history would.
+    /// The fencing counter of lock `name`, if there is one.
+    pub fn fence(&self, name: &str) -> Option<u64> {
+        self.get(&fence_key(name)).map(|text| {
+            text.parse()
+                .unwrap_or_else(|_| panic!("{text:?} is not a fencing counter"))
+        })
+    }
+
     pub fn set_fence(&self, name: &str, value: u64) {
         let _: () = redis::cmd("SET")
             .arg(fence_key(name))
@@ -539,7 +547,7 @@ pub fn log_file(path: &Path) -> std::fs::File {
 
 /// Like `read_pid`, but if `run` exits before the pid appears, fails at once
 /// with its exit status and what it wrote to `stderr`.
-pub fn read_pid_of(run: &mut Running, path: &Path, stderr: &Path) -> i32 {
+fn read_pid_of(run: &mut Running, path: &Path, stderr: &Path) -> i32 {
     let written = || std::fs::read_to_string(path).is_ok_and(|text| text.ends_with('\n'));
     eventually(PATIENCE, || written() || !run.running());
     if !written() {
@@ -578,7 +586,7 @@ pub fn next_fence(server: &RedisServer, name: &str, args: &[&str]) -> u64 {
 /// Holds the lock until the test creates `go` in the directory given as $1.
 /// The fencing token is written before the pid, so a readable pid file means
 /// both are there.
-pub const HOLD_UNTIL_GO: &str = r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; echo $$ > "$1/pid"
+const HOLD_UNTIL_GO: &str = r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; echo $$ > "$1/pid"
 while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
 
 /// A run that keeps a lock busy for as long as a test needs, in a scratch
@@ -587,7 +595,8 @@ while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
 pub struct Holder {
     /// lockrun itself.
     pub run: Running,
-    /// The lock's value while this run holds it.
+    /// The lock's value while this run holds it; empty for a holder made
+    /// with `builder_at`, whose servers the harness cannot read.
     pub token: String,
     child: Option<i32>,
     // Declared last so that it is removed after `run` is stopped.
@@ -606,7 +615,10 @@ enum Held {
 /// How to start a `Holder`: `Holder::builder(&redis, "job")`, then any of
 /// `args`, `prefix`, `sh`, `bash`, `command`, then `start`.
 pub struct HolderBuilder<'a> {
-    server: &'a RedisServer,
+    /// The server the test started, when it did: a plain command's start
+    /// and the token are read from it.
+    server: Option<&'a RedisServer>,
+    url: String,
     name: String,
     prefix: String,
     args: Vec<String>,
@@ -616,8 +628,15 @@ pub struct HolderBuilder<'a> {
 impl Holder {
     /// A holder of lock `name` in `server`.
     pub fn builder<'a>(server: &'a RedisServer, name: &str) -> HolderBuilder<'a> {
+        Self::builder_at(&server.url(), name).on(server)
+    }
+
+    /// A holder of lock `name` through any `--redis` URL: a Sentinel set, a
+    /// cluster. It runs a script (the default), which says when it started.
+    pub fn builder_at(url: &str, name: &str) -> HolderBuilder<'static> {
         HolderBuilder {
-            server,
+            server: None,
+            url: url.to_string(),
             name: name.to_string(),
             prefix: DEFAULT_PREFIX.to_string(),
             args: Vec::new(),
@@ -651,7 +670,12 @@ impl Holder {
     }
 }
 
-impl HolderBuilder<'_> {
+impl<'a> HolderBuilder<'a> {
+    fn on(mut self, server: &'a RedisServer) -> Self {
+        self.server = Some(server);
+        self
+    }
+
     /// lockrun's flags, after `--redis URL -k NAME`.
     pub fn args(mut self, args: &[&str]) -> Self {
         self.args.extend(args.iter().map(|arg| arg.to_string()));
@@ -689,7 +713,11 @@ impl HolderBuilder<'_> {
     pub fn start(self) -> Holder {
         let dir = scratch();
         let stderr = dir.path().join("stderr");
-        let mut command = lockrun_at(self.server, &["-k", &self.name]);
+        let mut command = lockrun();
+        command
+            .arg("--redis")
+            .arg(&self.url)
+            .args(["-k", &self.name]);
         command
             .args(&self.args)
             .arg("--")
@@ -706,9 +734,10 @@ impl HolderBuilder<'_> {
         let child = match &self.held {
             Held::Script(..) => Some(read_pid_of(&mut run, &dir.path().join("pid"), &stderr)),
             Held::Command(_) => {
-                let locked = eventually(PATIENCE, || {
-                    self.server.get(&key).is_some() || !run.running()
-                });
+                let server = self
+                    .server
+                    .expect("a plain command's start is read from its RedisServer");
+                let locked = eventually(PATIENCE, || server.get(&key).is_some() || !run.running());
                 assert!(
                     locked && run.running(),
                     "the holder never took {key}: {}",
@@ -717,7 +746,9 @@ impl HolderBuilder<'_> {
                 None
             }
         };
-        let token = self.server.get(&key).expect("the holder has the lock");
+        let token = self.server.map_or_else(String::new, |server| {
+            server.get(&key).expect("the holder has the lock")
+        });
         Holder {
             run,
             token,

@@ -59,13 +59,6 @@ fn lockrun_on(servers: &[RedisServer], args: &[&str]) -> Command {
     command
 }
 
-fn fence_of(server: &RedisServer) -> Option<u64> {
-    redis::cmd("GET")
-        .arg(format!("lockrun:{{{NAME}}}:fence"))
-        .query::<Option<u64>>(&mut server.client())
-        .expect("GET the fence")
-}
-
 /// A run that prints its fencing token.
 fn token_run(servers: &[RedisServer]) -> u64 {
     let ran = run_once(lockrun_on(servers, &TIMING).args([
@@ -86,7 +79,7 @@ fn two_of_five_down_still_runs_and_raises_the_fence_on_the_rest() {
     let fence = token_run(&servers);
     for at in [1, 2, 4] {
         assert!(!servers[at].is_locked(NAME), "released on member {at}");
-        assert_eq!(fence_of(&servers[at]), Some(fence), "member {at}");
+        assert_eq!(servers[at].fence(NAME), Some(fence), "member {at}");
     }
 }
 
@@ -168,12 +161,8 @@ fn losing_the_majority_mid_run_stops_the_command_and_exits_76() {
 fn tokens_grow_across_the_quorum_with_a_member_restarted_empty() {
     let mut servers = five();
     // One member's counter far ahead of the others (a clock ahead, say).
-    let ahead = fence_of(&servers[0]).unwrap_or(0).max(1) + 4_000_000_000_000_000;
-    redis::cmd("SET")
-        .arg(format!("lockrun:{{{NAME}}}:fence"))
-        .arg(ahead)
-        .exec(&mut servers[0].client())
-        .expect("SET the fence");
+    let ahead = servers[0].fence(NAME).unwrap_or(0).max(1) + 4_000_000_000_000_000;
+    servers[0].set_fence(NAME, ahead);
     let first = token_run(&servers);
     assert!(first > ahead, "{first} after {ahead}");
     // The member that knew the highest token loses it; the others were

@@ -38,7 +38,7 @@ fn sentinel_lease_handed_to_a_waiter_is_acknowledged_before_its_command_starts()
     let set = SentinelSet::start();
     let url = set.url();
     let replicas = &set.servers[1..];
-    let mut holder = UrlHolder::start(&url, "job", &[]);
+    let mut holder = hold_via(&url, "job", &[]);
     let dir = scratch();
     let started = dir.path().join("started");
     let stderr = dir.path().join("stderr");
@@ -91,7 +91,7 @@ fn sentinel_run_keeps_its_lock_through_a_primary_crash() {
     let mut set = SentinelSet::start();
     eprintln!("sentinel set started in {:?}", set.started_in);
     let url = set.url();
-    let mut holder = UrlHolder::start(&url, "job", &[&SURVIVE_FAILOVER[..], &["-v"]].concat());
+    let mut holder = hold_via(&url, "job", &[&SURVIVE_FAILOVER[..], &["-v"]].concat());
     let first = set.primary().port;
     assert!(set.primary().get(&default_lock_key("job")).is_some());
 
@@ -124,7 +124,7 @@ fn sentinel_run_moves_to_the_new_primary_while_the_old_one_still_takes_writes() 
     let set = SentinelSet::start();
     let url = set.url();
     let old = set.primary().port;
-    let mut holder = UrlHolder::start(&url, "job", &[&SURVIVE_FAILOVER[..], &["-v"]].concat());
+    let mut holder = hold_via(&url, "job", &[&SURVIVE_FAILOVER[..], &["-v"]].concat());
 
     // After a manual failover the old primary keeps accepting writes for a
     // while: renewing there would keep a lease that the new primary lets
@@ -341,7 +341,7 @@ fn cluster_follows_moved_from_a_node_that_does_not_own_the_slot() {
     assert!(stderr_of(&plain).contains(&hint), "{}", stderr_of(&plain));
 
     let url = cluster.url_via(&[other]);
-    let mut holder = UrlHolder::start(&url, "job", &["--ttl", "3s"]);
+    let mut holder = hold_via(&url, "job", &["--ttl", "3s"]);
     assert!(cluster.node(owner).get(&key).is_some());
 
     let (status, _) = run_to_end(&mut lockrun_sub("status", &url, &["--json", "-k", "job"]));
@@ -360,7 +360,7 @@ fn cluster_follows_moved_from_a_node_that_does_not_own_the_slot() {
 fn cluster_run_keeps_its_lock_through_a_failover_of_its_slot() {
     let mut cluster = Cluster::start();
     let url = cluster.url_via(&cluster.primaries());
-    let mut holder = UrlHolder::start(&url, "job", &[&SURVIVE_FAILOVER[..], &["-v"]].concat());
+    let mut holder = hold_via(&url, "job", &[&SURVIVE_FAILOVER[..], &["-v"]].concat());
 
     let (new_owner, took) = cluster.kill_owner_and_fail_over(&default_lock_key("job"));
     eprintln!("cluster failover took {took:?}");
@@ -436,7 +436,7 @@ fn cluster_waiter_through_another_node_is_handed_the_lock_on_release() {
         channels.len()
     };
 
-    let mut holder = UrlHolder::start(&cluster.url_via(&[owner]), "job", &["--ttl", "60s"]);
+    let mut holder = hold_via(&cluster.url_via(&[owner]), "job", &["--ttl", "60s"]);
     let dir = scratch();
     // It refreshes its place every 20 s: only the hand-over's message lets
     // it start sooner.

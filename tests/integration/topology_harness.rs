@@ -673,42 +673,14 @@ pub fn lockrun_sub(subcommand: &str, url: &str, args: &[&str]) -> Command {
     command
 }
 
-/// A run holding a lock through a topology URL until the test says `go`.
-pub struct UrlHolder {
-    pub run: Running,
-    pub child: i32,
-    dir: TempDir,
-}
-
-impl UrlHolder {
-    /// Starts `lockrun --redis URL -k NAME ARGS -- sh -c HOLD_UNTIL_GO` and
-    /// returns once its command runs. It waits for the lock, so that a
-    /// topology still settling (a replica slow to acknowledge on a loaded
-    /// machine) delays the test instead of failing it.
-    pub fn start(url: &str, name: &str, args: &[&str]) -> Self {
-        let dir = scratch();
-        let stderr = dir.path().join("stderr");
-        let mut run = Running::spawn(
-            lockrun_via(url, &[&["-k", name, "--wait", "20s"], args].concat())
-                .args(["--", "sh", "-c", HOLD_UNTIL_GO, "sh"])
-                .arg(dir.path())
-                .stderr(log_file(&stderr)),
-        );
-        let child = read_pid_of(&mut run, &dir.path().join("pid"), &stderr);
-        UrlHolder { run, child, dir }
-    }
-
-    pub fn fence(&self) -> u64 {
-        read_fence(&self.dir.path().join("fence"))
-    }
-
-    pub fn go(&self) {
-        std::fs::write(self.dir.path().join("go"), "").expect("write go");
-    }
-
-    pub fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
-    }
+/// A run holding lock `name` through a topology URL until the test says
+/// `go`. It waits for the lock, so that a topology still settling (a replica
+/// slow to acknowledge on a loaded machine) delays the test instead of
+/// failing it.
+pub fn hold_via(url: &str, name: &str, args: &[&str]) -> Holder {
+    Holder::builder_at(url, name)
+        .args(&[&["--wait", "20s"], args].concat())
+        .start()
 }
 
 /// Runs lockrun to completion with stdin closed; returns the output and
