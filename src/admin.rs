@@ -4,15 +4,12 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::time::Duration;
 
-use futures_util::future::join_all;
 use serde::Serialize;
 
 use crate::clock::show;
 use crate::config::LockConfig;
 use crate::error::Error;
-use crate::lock::{Holder, Inspector, Occupancy, Status, Waiter};
-use crate::quorum::majority;
-use crate::redis_conn::RedisError;
+use crate::lock::{Holder, Lock, Occupancy, Status, Views, Waiter};
 
 /// Limit on each Redis call of a subcommand.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -114,138 +111,83 @@ fn holder_json(status: &Status) -> Option<HolderJson> {
     })
 }
 
-fn ttl_left_ms(occupancy: Occupancy) -> Option<u64> {
+fn ttl_left_ms(left: Option<Duration>) -> Option<u64> {
+    left.map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn lease_left(occupancy: Occupancy) -> Option<Duration> {
     match occupancy {
-        Occupancy::Leased(left) => Some(u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+        Occupancy::Leased(left) => Some(left),
         Occupancy::Free | Occupancy::NoExpiry => None,
     }
 }
 
-/// `lockrun status`: prints the lock's state; 0 when held, 1 when free.
+/// `lockrun status`: prints the lock's state; 0 when held, 1 when free; 69
+/// when fewer than a majority of its servers answer.
 pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
-    if !lock.quorum.is_empty() {
-        return quorum_status(lock, json).await;
-    }
-    let mut inspector = Inspector::new(lock.target, CALL_TIMEOUT, lock.keys);
-    let status = inspector.status().await??;
-    let state = StatusJson {
-        key: lock.name,
-        redis_key: inspector.keys().lock.clone(),
-        held: status.occupancy != Occupancy::Free,
-        ttl_left_ms: ttl_left_ms(status.occupancy),
-        holder: holder_json(&status),
-        last_fencing_token: status.last_fence,
-        waiters: status
-            .waiters
-            .iter()
-            .map(|waiter| WaiterJson::new(waiter, status.now_us))
-            .collect(),
-        redis_node: status.node.clone(),
-        members: Vec::new(),
-        majority_agrees: None,
-    };
+    let views = Lock::for_operator(&lock.servers, CALL_TIMEOUT, lock.keys.clone())
+        .status()
+        .await?;
+    let state = status_json(&lock, &views);
     print_status(&state, json)?;
     Ok(if state.held { 0 } else { FREE })
 }
 
-/// `lockrun status` on a quorum: every member asked at once; the lock is
-/// held when a majority shows the same holder (host, pid and fencing
-/// token), free when a majority shows it free. 69 when fewer than a
-/// majority answer.
-async fn quorum_status(lock: LockConfig, json: bool) -> Result<u8, Error> {
-    let of = lock.quorum.len();
-    let asked = join_all(lock.quorum.iter().map(|target| {
-        let mut inspector = Inspector::new(target.clone(), CALL_TIMEOUT, lock.keys.clone());
-        async move { inspector.status().await }
-    }))
-    .await;
-    let mut members = Vec::with_capacity(of);
-    let mut why = Vec::new();
-    for (target, answer) in lock.quorum.iter().zip(asked) {
-        let redis = target.to_string();
-        let member = match answer {
-            Ok(Ok(status)) => MemberJson {
-                redis,
-                reachable: true,
-                held: status.occupancy != Occupancy::Free,
-                ttl_left_ms: ttl_left_ms(status.occupancy),
-                holder: holder_json(&status),
-                last_fencing_token: status.last_fence,
-                error: None,
-            },
-            Ok(Err(foreign)) => {
-                why.push(foreign.to_string());
-                unreachable_member(redis, foreign.to_string())
-            }
-            Err(err) => {
-                why.push(err.to_string());
-                unreachable_member(redis, err.to_string())
-            }
-        };
-        members.push(member);
-    }
-    let answered = of - why.len();
-    if answered < majority(of) {
-        return Err(RedisError::no_majority(answered, of, &why).into());
-    }
-    let free = members.iter().filter(|m| m.reachable && !m.held).count();
-    let (agreed, ttl_left) = majority_holder(&members, of);
-    let state = StatusJson {
-        key: lock.name,
+/// The lock as a majority of its servers show it. One server is a quorum of
+/// one; only a quorum lists its members' own views, and only one server
+/// keeps a line of waiters (a quorum does not queue).
+fn status_json(lock: &LockConfig, views: &Views) -> StatusJson {
+    let held = views.held();
+    let one = match views.0.as_slice() {
+        [(_, Ok(one))] => Some(one),
+        _ => None,
+    };
+    StatusJson {
+        key: lock.name.clone(),
         redis_key: lock.keys.lock.clone(),
-        held: agreed.is_some(),
-        ttl_left_ms: ttl_left,
-        last_fencing_token: members.iter().filter_map(|m| m.last_fencing_token).max(),
-        majority_agrees: Some(agreed.is_some() || free >= majority(of)),
-        holder: agreed,
-        waiters: Vec::new(),
-        redis_node: None,
-        members,
-    };
-    print_status(&state, json)?;
-    Ok(if state.held { 0 } else { FREE })
-}
-
-/// The holder that a majority of `members` (of `of`) show, and the least
-/// lease time left among them.
-fn majority_holder(members: &[MemberJson], of: usize) -> (Option<HolderJson>, Option<u64>) {
-    let agreed = members
-        .iter()
-        .filter_map(|m| m.holder.as_ref())
-        .find(|h| showing(members, h).count() >= majority(of))
-        .cloned();
-    let ttl_left = agreed
-        .as_ref()
-        .and_then(|h| showing(members, h).filter_map(|m| m.ttl_left_ms).min());
-    (agreed, ttl_left)
-}
-
-/// The members that show `holder`.
-fn showing<'a>(
-    members: &'a [MemberJson],
-    holder: &'a HolderJson,
-) -> impl Iterator<Item = &'a MemberJson> + 'a {
-    members
-        .iter()
-        .filter(move |m| m.holder.as_ref().is_some_and(|o| same_holder(o, holder)))
-}
-
-fn unreachable_member(redis: String, error: String) -> MemberJson {
-    MemberJson {
-        redis,
-        reachable: false,
-        held: false,
-        ttl_left_ms: None,
-        holder: None,
-        last_fencing_token: None,
-        error: Some(error),
+        held: held.is_some(),
+        ttl_left_ms: ttl_left_ms(held.and_then(|held| views.left(held))),
+        holder: held.and_then(holder_json),
+        last_fencing_token: views.last_fence(),
+        waiters: one.map_or_else(Vec::new, |one| {
+            let now_us = one.now_us;
+            one.waiters
+                .iter()
+                .map(|w| WaiterJson::new(w, now_us))
+                .collect()
+        }),
+        redis_node: one.and_then(|one| one.node.clone()),
+        members: if one.is_some() {
+            Vec::new()
+        } else {
+            views.0.iter().map(member_json).collect()
+        },
+        majority_agrees: one.is_none().then(|| views.majority_agrees()),
     }
 }
 
-/// Whether two members show the same acquisition: the same run and token
-/// (each member has its own clock for the times).
-fn same_holder(a: &HolderJson, b: &HolderJson) -> bool {
-    (&a.host, a.pid, &a.command, a.fencing_token) == (&b.host, b.pid, &b.command, b.fencing_token)
+fn member_json((redis, seen): &(String, Result<Status, String>)) -> MemberJson {
+    let redis = redis.clone();
+    match seen {
+        Ok(status) => MemberJson {
+            redis,
+            reachable: true,
+            held: status.occupancy != Occupancy::Free,
+            ttl_left_ms: ttl_left_ms(lease_left(status.occupancy)),
+            holder: holder_json(status),
+            last_fencing_token: status.last_fence,
+            error: None,
+        },
+        Err(error) => MemberJson {
+            redis,
+            reachable: false,
+            held: false,
+            ttl_left_ms: None,
+            holder: None,
+            last_fencing_token: None,
+            error: Some(error.clone()),
+        },
+    }
 }
 
 fn print_status(state: &StatusJson, json: bool) -> Result<(), Error> {
@@ -271,56 +213,20 @@ pub(crate) async fn release(lock: LockConfig, force: bool) -> Result<u8, Error> 
             lock.name
         )));
     }
-    if !lock.quorum.is_empty() {
-        return quorum_release(lock).await;
-    }
-    let mut inspector = Inspector::new(lock.target, CALL_TIMEOUT, lock.keys);
-    match inspector.force_release().await?? {
-        Some(holder) => print_line(&format!(
-            "released {} held by {}",
-            lock.name,
-            describe(&holder)
-        )),
-        None => print_line(&format!("{} was not held", lock.name)),
-    }
-    Ok(0)
-}
-
-/// `lockrun release --force` on a quorum: removed on every member at once;
-/// fails (69) when fewer than a majority could be asked, having removed it
-/// where it could.
-async fn quorum_release(lock: LockConfig) -> Result<u8, Error> {
-    let of = lock.quorum.len();
-    let answers = join_all(lock.quorum.iter().map(|target| {
-        let mut inspector = Inspector::new(target.clone(), CALL_TIMEOUT, lock.keys.clone());
-        async move { inspector.force_release().await }
-    }))
-    .await;
-    let mut removed = Vec::new();
-    let mut why = Vec::new();
-    for answer in answers {
-        match answer {
-            Ok(Ok(Some(holder))) => removed.push(holder),
-            Ok(Ok(None)) => {}
-            Ok(Err(foreign)) => why.push(foreign.to_string()),
-            Err(err) => why.push(err.to_string()),
-        }
-    }
-    let answered = of - why.len();
-    if answered < majority(of) {
-        return Err(RedisError::no_majority(answered, of, &why).into());
-    }
+    let of = lock.servers.targets().len();
+    let removed = Lock::for_operator(&lock.servers, CALL_TIMEOUT, lock.keys)
+        .force_release()
+        .await?;
+    let name = lock.name;
+    let on = if of == 1 {
+        String::new()
+    } else {
+        format!(" on {} of {of} servers,", removed.len())
+    };
     match removed.first() {
-        Some(holder) => print_line(&format!(
-            "released {} on {} of {of} servers, held by {}",
-            lock.name,
-            removed.len(),
-            describe(holder)
-        )),
-        None => print_line(&format!(
-            "{} was not held on any of {of} servers",
-            lock.name
-        )),
+        Some(holder) => print_line(&format!("released {name}{on} held by {}", describe(holder))),
+        None if of == 1 => print_line(&format!("{name} was not held")),
+        None => print_line(&format!("{name} was not held on any of {of} servers")),
     }
     Ok(0)
 }

@@ -11,7 +11,7 @@ use crate::cli::{Action, Cli, RedisArgs, RunArgs};
 use crate::clock::show;
 use crate::error::Error;
 use crate::lease::Timing;
-use crate::lock::{Keys, ReplicaAcks};
+use crate::lock::{Keys, ReplicaAcks, Servers};
 use crate::redis_conn::Target;
 use crate::report::Verbosity;
 use crate::secrets;
@@ -71,16 +71,8 @@ pub(crate) struct LockConfig {
     /// The name given to `--key`.
     pub(crate) name: String,
     pub(crate) keys: Keys,
-    /// The server (or Sentinel service, or cluster) holding the lock; in a
-    /// quorum, the first member.
-    pub(crate) target: Target,
-    /// With `--redis` given three or more times, every member of the
-    /// quorum, `target` first; empty for one server.
-    pub(crate) quorum: Vec<Target>,
+    pub(crate) servers: Servers,
 }
-
-/// The fewest `--redis` that make a quorum.
-const MIN_QUORUM: usize = 3;
 
 impl Invocation {
     /// Validates the parsed command line; `passwords` come from the
@@ -112,7 +104,12 @@ impl RunConfig {
         let lock = LockConfig::new(args.key.unwrap_or_default(), &args.redis, passwords)?;
         // Sentinel and Cluster exist to survive a failover; without
         // acknowledgement a failover can lose the lease.
-        let replica_acks = args.replica_acks.unwrap_or(if lock.target.is_replicated() {
+        let replicated = lock
+            .servers
+            .targets()
+            .first()
+            .is_some_and(Target::is_replicated);
+        let replica_acks = args.replica_acks.unwrap_or(if replicated {
             ReplicaAcks::All
         } else {
             ReplicaAcks::Count(0)
@@ -169,24 +166,22 @@ impl LockConfig {
                     .map_err(|err| Error::Usage(err.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if targets.len() == 2 {
-            return Err(Error::Usage(
-                "--redis given twice: a quorum needs 3 or more servers (5 survives two \
-                 failures); give one URL for a single server"
-                    .into(),
-            ));
-        }
-        let Some(target) = targets.first().cloned() else {
-            return Err(Error::Usage("--redis needs a URL".into()));
+        let servers = match targets.len() {
+            0 => return Err(Error::Usage("--redis needs a URL".into())),
+            1 => Servers::One(Box::new(targets.remove(0))),
+            2 => {
+                return Err(Error::Usage(
+                    "--redis given twice: a quorum needs 3 or more servers (5 survives two \
+                     failures); give one URL for a single server"
+                        .into(),
+                ))
+            }
+            _ => Servers::Quorum(targets),
         };
-        if targets.len() < MIN_QUORUM {
-            targets.clear();
-        }
         Ok(LockConfig {
             keys: Keys::new(&redis.prefix, &name),
             name,
-            target,
-            quorum: targets,
+            servers,
         })
     }
 }

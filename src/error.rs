@@ -12,19 +12,17 @@ use crate::child::SpawnError;
 use crate::clock::{show, unix_now_us};
 use crate::exit_code;
 use crate::lease::Loss;
-use crate::lock::{Foreign, Holder, Part};
-use crate::redis_conn::RedisError;
+use crate::lock::{Holder, LockError};
 
 #[derive(Debug)]
 pub(crate) enum Error {
     /// A command line lockrun refuses; the message says what would do.
     Usage(String),
-    /// Redis could not be reached or asked before the command started.
-    Redis(RedisError),
+    /// The lock's servers could not be reached or asked, or one of its keys
+    /// holds someone else's data, before the command started.
+    Lock(LockError),
     /// Another run holds the lock.
     Busy(Box<Busy>),
-    /// A key of the lock holds someone else's data; nothing was touched.
-    Foreign(Foreign),
     /// The command could not be started.
     Spawn { program: String, cause: SpawnError },
     /// A signal ended the wait for the lock; the command never ran.
@@ -72,7 +70,7 @@ pub(crate) struct Unreleased {
     pub(crate) lock: String,
     /// The longest it can stay: one ttl.
     pub(crate) within: Duration,
-    pub(crate) cause: RedisError,
+    pub(crate) cause: LockError,
 }
 
 impl fmt::Display for Unreleased {
@@ -102,7 +100,7 @@ impl Error {
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) => exit_code::USAGE,
-            Error::Redis(_) | Error::Foreign(_) => exit_code::REDIS_UNAVAILABLE,
+            Error::Lock(_) => exit_code::REDIS_UNAVAILABLE,
             Error::Busy(busy) => busy.exit,
             Error::Spawn {
                 cause: SpawnError::NotFound,
@@ -132,9 +130,8 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Usage(message) => f.write_str(message),
-            Error::Redis(err) => err.fmt(f),
+            Error::Lock(err) => err.fmt(f),
             Error::Busy(busy) => busy.fmt(f),
-            Error::Foreign(foreign) => foreign.fmt(f),
             Error::Spawn { program, cause } => write!(f, "{program}: {cause}"),
             Error::Interrupted(signal) => {
                 write!(f, "got {signal} while waiting for the lock; giving up")
@@ -167,7 +164,7 @@ fn then_unreleased(f: &mut fmt::Formatter<'_>, unreleased: Option<&Unreleased>) 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Redis(err) => Some(err),
+            Error::Lock(err) => Some(err),
             Error::Spawn { cause, .. } => Some(cause),
             Error::Internal { source, .. } => Some(source),
             _ => None,
@@ -175,34 +172,9 @@ impl std::error::Error for Error {
     }
 }
 
-impl From<RedisError> for Error {
-    fn from(err: RedisError) -> Self {
-        Error::Redis(err)
-    }
-}
-
-impl From<Foreign> for Error {
-    fn from(foreign: Foreign) -> Self {
-        Error::Foreign(foreign)
-    }
-}
-
-impl fmt::Display for Foreign {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = match self.part {
-            Part::Lease => "a lockrun lease",
-            Part::Holder => "a lockrun holder record",
-            Part::Fence => "a lockrun fencing counter",
-            Part::Queue => "a lockrun wait queue",
-            Part::Places => "the deadlines of a lockrun wait queue's places",
-            Part::Waiters => "the records of a lockrun wait queue",
-            Part::Supersedable => "a lockrun wait queue's --supersede runs",
-        };
-        write!(
-            f,
-            "{} holds a {}, not {what}; remove it or choose another --key/--prefix",
-            self.key, self.holds
-        )
+impl From<LockError> for Error {
+    fn from(err: LockError) -> Self {
+        Error::Lock(err)
     }
 }
 

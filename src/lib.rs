@@ -11,9 +11,6 @@
 //! - `supervise`: the running command under its lease: renewals, signals,
 //!   terminal stops, stopping the command when the lease cannot be proven;
 //! - `wait`: getting the lock, waiting in line for it if asked;
-//! - `quorum`: a lock on a majority of independent servers (`--redis` given
-//!   three or more times), and `Locks`, one server's lock or a quorum's, as
-//!   the run and its supervisor hold it;
 //! - `report`: the one-line messages on stderr, as loud as asked, never
 //!   holding up the deadline;
 //! - `secrets`: the Redis password from the environment or a file, kept out
@@ -43,7 +40,6 @@ mod error;
 pub mod exit_code;
 mod lease;
 mod lock;
-mod quorum;
 mod redis_conn;
 mod report;
 mod run;

@@ -10,8 +10,7 @@ use crate::config::RunConfig;
 use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code;
 use crate::lease::Lease;
-use crate::lock::{Attempt, Grant, Keys, Lock, Me, Released, Taken, Token};
-use crate::quorum::{Locks, Quorum};
+use crate::lock::{Attempt, Grant, Keys, Lock, Me, Released, Servers, Taken, Token};
 use crate::report::Report;
 use crate::secrets;
 use crate::signals::{self, Signals};
@@ -29,7 +28,7 @@ pub(crate) async fn run(
     mut signals: Signals,
     token: Token,
 ) -> Result<u8, Error> {
-    let mut lock = locks(&config, token, report);
+    let mut lock = lock(&config, &token, report);
     let grant = acquire(&config, &mut lock, &mut signals, report).await?;
     let (child, mut child_changes) = match start(&config, grant.fence) {
         Ok(started) => started,
@@ -67,42 +66,34 @@ pub(crate) async fn run(
     exit_status(ended, &held.lock, unreleased, report)
 }
 
-/// The lock on one server, or on a quorum of them when `--redis` was given
+/// The lock, on one server or on a quorum of them when `--redis` was given
 /// three times or more.
-fn locks(config: &RunConfig, token: Token, report: Report) -> Locks {
-    let lock_config = &config.lock;
-    let redis_timeout = config.timing.redis_timeout;
-    if lock_config.quorum.is_empty() {
-        return Locks::One(Box::new(Lock::new(
-            lock_config.target.clone(),
-            redis_timeout,
-            lock_config.keys.clone(),
-            token,
-            config.replica_acks,
-        )));
+fn lock(config: &RunConfig, token: &Token, report: Report) -> Lock {
+    let servers = &config.lock.servers;
+    if let Servers::Quorum(members) = servers {
+        let of = members.len();
+        if of.is_multiple_of(2) {
+            report.error(format_args!(
+                "--redis given {of} times: an even number of servers survives no more failures \
+                 than {} would; use an odd number",
+                of - 1
+            ));
+        }
     }
-    let of = lock_config.quorum.len();
-    if of.is_multiple_of(2) {
-        report.error(format_args!(
-            "--redis given {of} times: an even number of servers survives no more failures \
-             than {} would; use an odd number",
-            of - 1
-        ));
-    }
-    Locks::Quorum(Quorum::new(
-        lock_config.quorum.clone(),
-        redis_timeout,
-        &lock_config.keys,
-        &token,
+    Lock::new(
+        servers,
+        config.timing.redis_timeout,
+        config.lock.keys.clone(),
+        token,
         config.replica_acks,
-    ))
+    )
 }
 
 /// Connects, then takes the lock, waiting for it if asked to. A signal ends
 /// the wait.
 async fn acquire(
     config: &RunConfig,
-    lock: &mut Locks,
+    lock: &mut Lock,
     signals: &mut Signals,
     report: Report,
 ) -> Result<Grant, Error> {
@@ -112,28 +103,15 @@ async fn acquire(
     // nothing is held yet, and a slow handshake is no reason to give up.
     let within = timing.redis_timeout.max(FIRST_CONNECT_TIMEOUT);
     let attempt = async {
-        match &mut *lock {
-            Locks::One(lock) => {
-                lock.connect(within).await?;
-                wait::acquire(lock, timing, &me, config.wait, config.supersede, report).await
-            }
-            Locks::Quorum(quorum) => {
-                quorum.connect(within).await?;
-                wait::acquire_quorum(quorum, timing, &me, config.wait, report).await
-            }
-        }
+        lock.connect(within).await?;
+        wait::acquire(lock, timing, &me, config.wait, config.supersede, report).await
     };
     let outcome = tokio::select! {
         signal = signals.recv_interrupt() => Err(Error::Interrupted(signal)),
         result = attempt => result.map_err(Error::from),
     };
     let busy = |taken: Option<Taken>, superseded_by: Option<String>| {
-        let taken = taken.unwrap_or(Taken {
-            held: true,
-            left: None,
-            holder: None,
-            waiting: 0,
-        });
+        let taken = taken.unwrap_or_else(Taken::unknown);
         Error::Busy(Box::new(Busy {
             lock: lock.keys().name.clone(),
             held: taken.held,
@@ -150,7 +128,6 @@ async fn acquire(
         Ok(Attempt::Acquired(grant)) => return Ok(grant),
         Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) => busy(Some(taken), None),
         Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
-        Ok(Attempt::Foreign(foreign)) => Error::Foreign(foreign),
         Err(err) => err,
     };
     // A run that stops waiting leaves the line; a call that timed out, or
@@ -158,7 +135,7 @@ async fn acquire(
     // release may have handed it over: give it back.
     let gave_back = lock.abandon().await;
     Err(match (err, gave_back) {
-        (Error::Redis(err), Err(later)) => Error::Redis(err.then_giving_back(&later)),
+        (Error::Lock(err), Err(later)) => Error::Lock(err.then_giving_back(&later)),
         (err, _) => err,
     })
 }
@@ -183,7 +160,7 @@ fn start(config: &RunConfig, fence: u64) -> Result<(Child, tokio::signal::unix::
 
 /// What a run holds once its command started.
 struct Held {
-    lock: Locks,
+    lock: Lock,
     lease: Lease,
     /// When the command started: `--timeout` and `--min-hold` count from
     /// here (a lease handed over counts from earlier).
@@ -249,7 +226,7 @@ impl Held {
 /// within the same line, or alone when the command ended by itself.
 fn exit_status(
     ended: Ended,
-    lock: &Locks,
+    lock: &Lock,
     unreleased: Option<Box<Unreleased>>,
     report: Report,
 ) -> Result<u8, Error> {

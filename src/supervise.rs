@@ -10,7 +10,7 @@ use nix::sys::signal::Signal;
 use crate::child::Child;
 use crate::clock::{self, show, BootInstant};
 use crate::lease::{Lease, Loss, Timing};
-use crate::quorum::Locks;
+use crate::lock::Lock;
 use crate::report::Report;
 use crate::signals::Signals;
 
@@ -32,7 +32,7 @@ pub(crate) struct Ended {
 /// Everything one supervision needs, borrowed from the run that owns it.
 pub(crate) struct Supervisor<'a> {
     pub(crate) child: &'a mut Child,
-    pub(crate) lock: &'a mut Locks,
+    pub(crate) lock: &'a mut Lock,
     pub(crate) lease: &'a Lease,
     pub(crate) signals: &'a mut Signals,
     /// SIGCHLD, made before the spawn so that not even an immediate stop is
@@ -200,7 +200,7 @@ impl Stopping {
 /// Renews the lease every `renew_every`, retrying failures while time
 /// remains. Returns only when the lease is lost for good.
 async fn keep_lease(
-    lock: &mut Locks,
+    lock: &mut Lock,
     lease: &Lease,
     acquired: BootInstant,
     timing: Timing,

@@ -1,4 +1,5 @@
-//! Getting the lock, waiting for it in line if asked to.
+//! Getting the lock, waiting for it in line if asked to: one loop, for one
+//! server and for a quorum, with one give-up rule.
 //!
 //! A waiter takes its place in the lock's queue with its first failed
 //! attempt, and the lock goes to waiters in arrival order: a release hands
@@ -11,7 +12,9 @@
 //! losing it while waiting is not the end of the wait: nothing is held yet,
 //! so lockrun keeps trying until the wait runs out. The same goes for a Redis
 //! that answers "not yet" (loading its data set, busy with a script, a
-//! failover, too few replicas), from the first attempt on.
+//! failover, too few replicas), from the first attempt on. A quorum does not
+//! queue (see `lock::Rules`): it gets no messages, and looks again after a
+//! jittered pause, so that runs that collided do not collide again.
 
 use std::ops::ControlFlow;
 use std::time::Duration;
@@ -19,9 +22,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::lease::Timing;
-use crate::lock::{Attempt, Lock, Me, Mode, Wake, Wakes};
-use crate::quorum::Quorum;
-use crate::redis_conn::{ErrorKind, RedisError};
+use crate::lock::{Attempt, Grant, Lock, LockError, Me, Mode, Wake, Wakes};
 use crate::report::Report;
 
 /// Polling period when the wake-up subscription failed or Redis does not
@@ -47,120 +48,84 @@ impl Wait {
     }
 }
 
-/// Tries once, then, if `wait` allows, waits in line for the lock. Returns
+/// What the wait loop needs of a lock; `Lock` is the one, the tests drive
+/// the loop with a scripted one under tokio's paused clock.
+pub(crate) trait Contended {
+    async fn try_acquire(
+        &mut self,
+        timing: Timing,
+        me: &Me,
+        mode: Mode,
+    ) -> Result<Attempt, LockError>;
+    /// `None` when nobody sends this lock's waiters messages.
+    async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>>;
+    fn handed_over(&self, fence: u64) -> Option<Grant>;
+    /// The lock's name in Redis, for verbose lines.
+    fn redis_key(&self) -> &str;
+    /// Who answers for the lock, for the line that says it answers again.
+    fn servers(&self) -> &'static str;
+}
+
+impl Contended for Lock {
+    async fn try_acquire(
+        &mut self,
+        timing: Timing,
+        me: &Me,
+        mode: Mode,
+    ) -> Result<Attempt, LockError> {
+        Lock::try_acquire(self, timing, me, mode).await
+    }
+
+    async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>> {
+        Lock::subscribe_wakes(self).await
+    }
+
+    fn handed_over(&self, fence: u64) -> Option<Grant> {
+        Lock::handed_over(self, fence)
+    }
+
+    fn redis_key(&self) -> &str {
+        &self.keys().lock
+    }
+
+    fn servers(&self) -> &'static str {
+        if self.is_quorum() {
+            "a majority of the Redis servers"
+        } else {
+            "Redis"
+        }
+    }
+}
+
+/// Tries once, then, if `wait` allows, waits for the lock. Returns
 /// `Attempt::Busy` when the wait ran out with the lock still taken, and
 /// `Attempt::Superseded` when a newer `--supersede` run took this one's
 /// place.
 pub(crate) async fn acquire(
-    lock: &mut Lock,
+    lock: &mut impl Contended,
     timing: Timing,
     me: &Me,
     wait: Option<Wait>,
     supersede: bool,
     report: Report,
-) -> Result<Attempt, RedisError> {
+) -> Result<Attempt, LockError> {
     let started = Instant::now();
-    let give_up = give_up_at(wait, started);
-    let waited_out = || give_up.is_some_and(|t| t <= Instant::now());
-    let mode = if give_up.is_none_or(|t| t > started) {
-        Mode::Wait {
-            listening: false,
-            supersede,
-            refresh: timing.renew_every,
-        }
-    } else {
-        Mode::Once
-    };
-    let mut failing = false;
-    match lock.try_acquire(timing.ttl, me, mode).await {
-        Ok(Attempt::Queued { taken, .. }) if waited_out() => return Ok(Attempt::Busy(taken)),
-        Ok(Attempt::Queued { taken, .. }) => report.verbose(format_args!(
-            "{} is busy; waiting, {} in line",
-            lock.keys().lock,
-            taken.waiting
-        )),
-        Ok(done) => return Ok(done),
-        // Loading, busy with a script, a failover, too few replicas: Redis
-        // answered "not yet", which a waiter waits through like a held lock.
-        Err(err) if err.is_transient() && !waited_out() => {
-            report.error(format_args!("{err}; still waiting"));
-            failing = true;
-        }
-        Err(err) => return Err(err),
-    }
-    // The attempt after subscribing catches a hand-over that came before
-    // the subscription, and tells Redis this run now listens.
-    let wakes = match lock.subscribe_wakes().await {
-        Ok(wakes) => Some(wakes),
-        Err(err) => {
-            report.verbose(format_args!("no wake-up messages, polling instead: {err}"));
-            None
-        }
-    };
     Waiter {
         lock,
         timing,
         me,
         supersede,
-        give_up,
-        // A Redis that was not ready may not have taken the subscription
-        // either: try again once it answers.
-        resubscribe: wakes.is_none() && failing,
-        wakes,
-        failing,
+        started,
+        give_up: give_up_at(wait, started),
+        wakes: None,
+        // The attempt after subscribing catches a hand-over that came
+        // before the subscription, and tells Redis this run now listens.
+        resubscribe: true,
+        failing: false,
         report,
     }
     .until_acquired_or_out()
     .await
-}
-
-/// Tries once on a quorum, then, if `wait` allows, again after a jittered
-/// pause until the wait runs out. The queue is per server, so a quorum run
-/// does not take a place in line: it polls, and is not served in arrival
-/// order. Safety never depends on how soon it looks again.
-pub(crate) async fn acquire_quorum(
-    quorum: &mut Quorum,
-    timing: Timing,
-    me: &Me,
-    wait: Option<Wait>,
-    report: Report,
-) -> Result<Attempt, RedisError> {
-    let give_up = give_up_at(wait, Instant::now());
-    let mut failing = false;
-    loop {
-        let attempt = quorum.try_acquire(timing, me).await;
-        let now = Instant::now();
-        let waited_out = give_up.is_some_and(|t| t <= now);
-        match attempt {
-            Ok(Attempt::Busy(taken)) if waited_out => return Ok(Attempt::Busy(taken)),
-            Ok(Attempt::Busy(taken)) => {
-                if std::mem::take(&mut failing) {
-                    report.error("a majority of the Redis servers answers again; still waiting");
-                } else {
-                    report.verbose(format_args!(
-                        "{} is busy{}; trying again",
-                        quorum.keys().lock,
-                        if taken.held { "" } else { " (no majority)" }
-                    ));
-                }
-            }
-            Ok(done) => return Ok(done),
-            Err(err)
-                if matches!(err.kind, ErrorKind::Unreachable | ErrorKind::NoMajority)
-                    || err.is_transient() =>
-            {
-                if waited_out {
-                    return Err(err);
-                }
-                if !std::mem::replace(&mut failing, true) {
-                    report.error(format_args!("{err}; still waiting"));
-                }
-            }
-            Err(err) => return Err(err),
-        }
-        let due = now + jitter(POLL_UNSUBSCRIBED.min(timing.renew_every));
-        tokio::time::sleep_until(give_up.map_or(due, |t| t.max(now).min(due))).await;
-    }
 }
 
 /// When a wait that began at `started` runs out; `None` waits forever.
@@ -174,83 +139,116 @@ fn give_up_at(wait: Option<Wait>, started: Instant) -> Option<Instant> {
 }
 
 /// A run waiting for the lock.
-struct Waiter<'a> {
-    lock: &'a mut Lock,
+struct Waiter<'a, L> {
+    lock: &'a mut L,
     timing: Timing,
     me: &'a Me,
     supersede: bool,
+    started: Instant,
     /// When the wait runs out; `None` waits forever.
     give_up: Option<Instant>,
-    /// Wake-up messages; `None` when the subscription failed or broke.
+    /// Wake-up messages; `None` when there are none, or the subscription
+    /// failed or broke.
     wakes: Option<Wakes>,
-    /// Whether to subscribe again once Redis answers: the subscription broke
-    /// (a Redis restart, a network blip), and polling costs a call each time.
+    /// Whether to subscribe once Redis answers: at first, and after the
+    /// subscription broke (a Redis restart, a network blip), since polling
+    /// costs a call each time.
     resubscribe: bool,
     /// Whether Redis stopped answering during the wait.
     failing: bool,
     report: Report,
 }
 
-impl Waiter<'_> {
-    async fn until_acquired_or_out(&mut self) -> Result<Attempt, RedisError> {
+impl<L: Contended> Waiter<'_, L> {
+    async fn until_acquired_or_out(&mut self) -> Result<Attempt, LockError> {
+        let mut first = true;
         loop {
-            let mode = Mode::Wait {
-                listening: self.wakes.is_some(),
-                supersede: self.supersede,
-                refresh: self.timing.renew_every,
-            };
-            let attempt = self.lock.try_acquire(self.timing.ttl, self.me, mode).await;
+            let attempt = self
+                .lock
+                .try_acquire(self.timing, self.me, self.mode())
+                .await;
             let now = Instant::now();
             let waited_out = self.give_up.is_some_and(|t| t <= now);
-            match self.judge(attempt, waited_out)? {
+            let retry = match self.judge(attempt, waited_out, std::mem::take(&mut first))? {
                 ControlFlow::Break(done) => return Ok(done),
-                ControlFlow::Continue(retry) => {
-                    if self.wakes.is_none()
-                        && !self.failing
-                        && std::mem::take(&mut self.resubscribe)
-                    {
-                        if let Ok(wakes) = self.lock.subscribe_wakes().await {
-                            // Look again at once: to say it listens, and for
-                            // a hand-over that came before the subscription.
-                            self.wakes = Some(wakes);
-                            continue;
-                        }
+                ControlFlow::Continue(retry) => retry,
+            };
+            if self.resubscribe && !self.failing {
+                self.resubscribe = false;
+                match self.lock.subscribe_wakes().await {
+                    Some(Ok(wakes)) => {
+                        // Look again at once: to say it listens, and for a
+                        // hand-over that came before the subscription.
+                        self.wakes = Some(wakes);
+                        continue;
                     }
-                    if let Some(done) = self.pause(retry, now).await {
-                        return Ok(done);
-                    }
+                    Some(Err(err)) => self
+                        .report
+                        .verbose(format_args!("no wake-up messages, polling instead: {err}")),
+                    None => {}
                 }
+            }
+            if let Some(done) = self.pause(retry, now).await {
+                return Ok(done);
             }
         }
     }
 
+    /// A wait that is over before it began only tries once; any other
+    /// takes (or keeps) a place in line.
+    fn mode(&self) -> Mode {
+        if self.give_up.is_some_and(|t| t <= self.started) {
+            return Mode::Once;
+        }
+        Mode::Wait {
+            listening: self.wakes.is_some(),
+            supersede: self.supersede,
+            refresh: self.timing.renew_every,
+        }
+    }
+
     /// Whether an attempt ends the wait; if not, how long until a change
-    /// could come without a message, when known.
+    /// could come without a message, when known. The one give-up rule: a
+    /// lock still taken, or a failure that waiting may see pass, ends the
+    /// wait only once it has run out.
     fn judge(
         &mut self,
-        attempt: Result<Attempt, RedisError>,
+        attempt: Result<Attempt, LockError>,
         waited_out: bool,
-    ) -> Result<ControlFlow<Attempt, Option<Duration>>, RedisError> {
+        first: bool,
+    ) -> Result<ControlFlow<Attempt, Option<Duration>>, LockError> {
         match attempt {
-            Ok(Attempt::Queued { taken, .. }) if waited_out => {
+            Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) if waited_out => {
                 Ok(ControlFlow::Break(Attempt::Busy(taken)))
             }
-            Ok(Attempt::Queued { retry, .. }) => {
-                if std::mem::take(&mut self.failing) {
-                    self.report.error("Redis answers again; still waiting");
+            Ok(Attempt::Queued { taken, retry }) => {
+                self.answers_again();
+                if first {
+                    self.report.verbose(format_args!(
+                        "{} is busy; waiting, {} in line",
+                        self.lock.redis_key(),
+                        taken.waiting
+                    ));
                 }
                 Ok(ControlFlow::Continue(retry))
             }
-            // Acquired, superseded, or a key that is not lockrun's, which
-            // will not go away by waiting.
+            Ok(Attempt::Busy(taken)) => {
+                if !self.answers_again() {
+                    self.report.verbose(format_args!(
+                        "{} is busy{}; trying again",
+                        self.lock.redis_key(),
+                        if taken.held { "" } else { " (no majority)" }
+                    ));
+                }
+                Ok(ControlFlow::Continue(None))
+            }
+            // Acquired, or superseded.
             Ok(done) => Ok(ControlFlow::Break(done)),
-            // Redis has answered before, and nothing is held while waiting:
-            // a restart, a network blip, a data set loading, a long script or
-            // a failover is worth waiting through, as long as the wait lasts.
-            // A wrong password or URL failed long before.
-            Err(err)
-                if (err.kind == ErrorKind::Unreachable || err.is_transient()) && !waited_out =>
-            {
+            // Nothing is held while waiting: a restart, a network blip, a
+            // data set loading, a long script, a failover or a quorum short
+            // of a majority is worth waiting through, as long as the wait
+            // lasts. A wrong password or URL failed long before.
+            Err(err) if err.passes() && !waited_out => {
                 if !std::mem::replace(&mut self.failing, true) {
                     self.report.error(format_args!("{err}; still waiting"));
                 }
@@ -260,6 +258,19 @@ impl Waiter<'_> {
         }
     }
 
+    /// Says so when the lock's servers answer again after failing; returns
+    /// whether they had been failing.
+    fn answers_again(&mut self) -> bool {
+        let was_failing = std::mem::take(&mut self.failing);
+        if was_failing {
+            self.report.error(format_args!(
+                "{} answers again; still waiting",
+                self.lock.servers()
+            ));
+        }
+        was_failing
+    }
+
     /// Sleeps until the next attempt is due: the refresh of this run's
     /// place, the moment `retry` after `now`, the end of the wait, or a
     /// wake-up message. Returns the outcome when a message settles it.
@@ -267,7 +278,7 @@ impl Waiter<'_> {
         let refresh = if self.wakes.is_some() && !self.failing {
             now + self.timing.renew_every
         } else {
-            now + jitter(POLL_UNSUBSCRIBED)
+            now + jitter(POLL_UNSUBSCRIBED.min(self.timing.renew_every))
         };
         let mut look = retry.map(|retry| now + retry + EXPIRY_MARGIN);
         loop {
@@ -281,7 +292,9 @@ impl Waiter<'_> {
             };
             tokio::select! {
                 wake = wakes.next() => match wake {
-                    Some(Wake::Granted(fence)) => return self.handed_over(fence),
+                    Some(Wake::Granted(fence)) => {
+                        return fresh(self.lock.handed_over(fence), self.timing);
+                    }
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),
                     // First in line now: only the lease's expiry is left to
                     // watch for.
@@ -300,16 +313,17 @@ impl Waiter<'_> {
             }
         }
     }
+}
 
-    /// A release handed this run the lease. It is counted from this run's
-    /// first request; once that is longer ago than a renewal period, the
-    /// first renewal would already be late, so the next attempt takes the
-    /// lease afresh instead (the script sees it is ours and renews it). So
-    /// does a run whose replicas must acknowledge the lease first.
-    fn handed_over(&self, fence: u64) -> Option<Attempt> {
-        let grant = self.lock.handed_over(fence)?;
-        (grant.sent.elapsed() < self.timing.renew_every).then_some(Attempt::Acquired(grant))
-    }
+/// A lease a release handed this run, if it can still be used as it is. It
+/// is counted from this run's first request; once that is longer ago than a
+/// renewal period, the first renewal would already be late, so the next
+/// attempt takes the lease afresh instead (the script sees it is ours and
+/// renews it). So does a run whose replicas must acknowledge the lease
+/// first (`grant` is then `None`).
+fn fresh(grant: Option<Grant>, timing: Timing) -> Option<Attempt> {
+    let grant = grant?;
+    (grant.sent.elapsed() < timing.renew_every).then_some(Attempt::Acquired(grant))
 }
 
 /// A random pause between half and all of `period`, so that waiters which

@@ -8,10 +8,11 @@
 --         (cut off from Redis too long) gets its place back; '' at first
 -- ARGV[8] '1' when listening on its wake-up channel  ARGV[9] '1' for --supersede
 -- ARGV[10] ms between the refreshes of its place
--- Returns {'acquired', fence, replicas}
---      or {'busy', pttl, waiting, {holder fields...}}                  (once)
---      or {'queued', pttl, waiting, {holder fields...}, arrival, retry}
---      or {'superseded', 'HOST pid N'}
+-- Returns field names and values, in pairs, one of:
+--      {kind='acquired', fence, replicas}
+--      {kind='busy', pttl, waiting, holder={holder fields...}}          (once)
+--      {kind='queued', pttl, waiting, holder={...}, arrival, retry}
+--      {kind='superseded', by='HOST pid N'}
 --      or wrong_type's reply (guard.lua), changing nothing, when a key is
 --         not lockrun's
 -- retry: ms until the caller should look again even without a message: the
@@ -97,14 +98,14 @@ if lease == me then
     -- Its holder record is gone, and with it the fencing token: a new one.
     fence = grant(me, ttl, ARGV[3], ARGV[4], ARGV[5])
   end
-  return {'acquired', fence, online_replicas()}
+  return {'kind', 'acquired', 'fence', fence, 'replicas', online_replicas()}
 end
 local record = redis.call('HGET', WAITERS, me)
 if record then
   local by = cjson.decode(record).superseded_by
   if by then
     forget(me)
-    return {'superseded', by}
+    return {'kind', 'superseded', 'by', by}
   end
 end
 local arrival
@@ -118,14 +119,14 @@ end
 if not lease and (not first or first == me) then
   local fence = grant(me, ttl, ARGV[3], ARGV[4], ARGV[5])
   announce(before, me)
-  return {'acquired', fence, online_replicas()}
+  return {'kind', 'acquired', 'fence', fence, 'replicas', online_replicas()}
 end
 announce(before, me)
 local pttl = redis.call('PTTL', LEASE)
 local waiting = redis.call('ZCARD', QUEUE)
 local holder = redis.call('HGETALL', HOLDER)
 if not waits then
-  return {'busy', pttl, waiting, holder}
+  return {'kind', 'busy', 'pttl', pttl, 'waiting', waiting, 'holder', holder}
 end
 local retry = -1
 if first == me then
@@ -135,4 +136,5 @@ if first == me then
 elseif first_deadline then
   retry = first_deadline - now_ms
 end
-return {'queued', pttl, waiting, holder, arrival, retry}
+return {'kind', 'queued', 'pttl', pttl, 'waiting', waiting, 'holder', holder,
+  'arrival', arrival, 'retry', retry}

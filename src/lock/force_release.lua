@@ -1,7 +1,8 @@
 -- Remove the lock whoever holds it (lockrun release --force); it goes to the
 -- first waiter, as after a release.
 -- KEYS as in queue.lua
--- Returns {1 if a lock was removed else 0, {holder fields...}}, or
+-- Returns {removed=1 if a lock was removed else 0, holder={fields...}} as
+-- name-value pairs, or
 -- wrong_type's reply (guard.lua), removing nothing, when a key is not
 -- lockrun's.
 local wrong = wrong_type(OURS)
@@ -17,4 +18,4 @@ if removed == 1 then
   hand_off()
 end
 announce(before, nil)
-return {removed, holder}
+return {'removed', removed, 'holder', holder}

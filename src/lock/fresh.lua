@@ -3,8 +3,9 @@
 -- allowance, rounded up) may have lost, with its keys, a lease it granted
 -- to another run, which still counts it in its majority: such a member does
 -- not vote until that lease must have run out (Redlock's delayed restart).
--- Returns {'restarted', uptime in seconds}, having changed nothing.
+-- Returns {kind='restarted', uptime=seconds} as name-value pairs, having
+-- changed nothing.
 local uptime = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
 if uptime and uptime < tonumber(ARGV[11]) then
-  return {'restarted', uptime}
+  return {'kind', 'restarted', 'uptime', uptime}
 end

@@ -5,13 +5,13 @@
 -- under lockrun's name: a list at the lease's name is not a busy lock, and
 -- must be neither read as one nor removed. `checks` is a list of
 -- {key, type}; the first key that exists with another type is returned as
--- {'wrongtype', key, its type}, for the script to return before touching
+-- {'kind', 'wrongtype', 'key', key, 'holds', its type}, for the script to return before touching
 -- anything; nil when every key is as lockrun keeps it or absent.
 local function wrong_type(checks)
   for _, check in ipairs(checks) do
     local holds = redis.call('TYPE', check[1]).ok
     if holds ~= 'none' and holds ~= check[2] then
-      return {'wrongtype', check[1], holds}
+      return {'kind', 'wrongtype', 'key', check[1], 'holds', holds}
     end
   end
   return nil

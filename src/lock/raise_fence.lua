@@ -4,7 +4,7 @@
 -- hands out a higher token; where the lease is still ours (ARGV[1]), the
 -- holder record shows that token too.
 -- KEYS as in queue.lua
--- Returns the counter after the raise, or wrong_type's reply (guard.lua),
+-- Returns {fence=the counter after the raise} as name-value pairs, or wrong_type's reply (guard.lua),
 -- changing nothing, when a key is not lockrun's.
 local wrong = wrong_type(OURS)
 if wrong then
@@ -15,4 +15,4 @@ redis.call('SET', FENCE, int(fence))
 if redis.call('GET', LEASE) == ARGV[1] and redis.call('EXISTS', HOLDER) == 1 then
   redis.call('HSET', HOLDER, 'fence', ARGV[2])
 end
-return int(fence)
+return {'fence', int(fence)}

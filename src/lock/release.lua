@@ -4,7 +4,8 @@
 -- out) gives back whatever it may have got meanwhile.
 -- KEYS as in queue.lua
 -- ARGV[1] token  ARGV[2] ms to keep it (0: release now)
--- Returns 1 when released, 2 when kept for ARGV[2] ms, 0 when not ours.
+-- Returns {outcome='deleted'}, {outcome='kept'} (for ARGV[2] ms) or
+-- {outcome='not_ours'}, as name-value pairs.
 local me = ARGV[1]
 local keep = tonumber(ARGV[2])
 -- A key of another type in the lease's place (GET would fail on it) is not
@@ -15,7 +16,7 @@ if wrong_type(OURS) then
   -- our own lease, and a holder record that is one, are given up; the line
   -- is left as it is.
   if not ours then
-    return 0
+    return {'outcome', 'not_ours'}
   end
   local holder = redis.call('TYPE', HOLDER).ok == 'hash'
   if keep > 0 then
@@ -24,20 +25,20 @@ if wrong_type(OURS) then
       redis.call('HSET', HOLDER, 'finished_us', int(now_us))
       redis.call('PEXPIRE', HOLDER, keep)
     end
-    return 2
+    return {'outcome', 'kept'}
   end
   redis.call('DEL', LEASE)
   if holder then
     redis.call('DEL', HOLDER)
   end
-  return 1
+  return {'outcome', 'deleted'}
 end
 local before = front()
 forget(me)
 drop_expired()
 if not ours then
   announce(before, me)
-  return 0
+  return {'outcome', 'not_ours'}
 end
 if keep > 0 then
   -- The command is done: status and busy runs say so instead of pointing
@@ -47,9 +48,9 @@ if keep > 0 then
   redis.call('PEXPIRE', HOLDER, keep)
   -- The first waiter's idea of when the lease runs out is wrong now.
   announce(nil, me)
-  return 2
+  return {'outcome', 'kept'}
 end
 redis.call('DEL', LEASE, HOLDER)
 hand_off()
 announce(before, me)
-return 1
+return {'outcome', 'deleted'}

@@ -1,10 +1,11 @@
 -- Extend the lease, but only while the lock still holds our token.
 -- KEYS[1] lock  KEYS[2] holder record   ARGV[1] token  ARGV[2] ttl in ms
--- Returns {1, replicas} when renewed, {0, 0} when the token is gone; replicas
+-- Returns {renewed=1, replicas} as name-value pairs when renewed, {renewed=0,
+-- replicas=0} when the token is gone; replicas
 -- is how many replicas are connected and online, for lockrun to WAIT for.
 -- A key of another type in its place (GET would fail on it) is not our token.
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return {0, 0}
+  return {'renewed', 0, 'replicas', 0}
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 if redis.call('TYPE', KEYS[2]).ok == 'hash' then
@@ -15,4 +16,4 @@ local replicas = 0
 for _ in string.gmatch(redis.call('INFO', 'replication'), 'slave%d+:[^\r\n]*state=online') do
   replicas = replicas + 1
 end
-return {1, replicas}
+return {'renewed', 1, 'replicas', replicas}

@@ -224,3 +224,17 @@ mod tests {
         }
     }
 }
+
+// Temporary until build.rs assembles the scripts.
+macro_rules! queue_script {
+    ($($file:literal),+) => {
+        Lua::new(concat!(include_str!("guard.lua"), include_str!("queue.lua"), $(include_str!($file)),+))
+    };
+}
+pub(crate) static ACQUIRE: Lua = queue_script!("acquire.lua");
+pub(crate) static RENEW: Lua = Lua::new(include_str!("renew.lua"));
+pub(crate) static RELEASE: Lua = queue_script!("release.lua");
+pub(crate) static FORCE_RELEASE: Lua = queue_script!("force_release.lua");
+pub(crate) static STATUS: Lua = queue_script!("status.lua");
+pub(crate) static VOTE: Lua = queue_script!("fresh.lua", "acquire.lua");
+pub(crate) static RAISE_FENCE: Lua = queue_script!("raise_fence.lua");

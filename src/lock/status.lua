@@ -2,8 +2,9 @@
 -- nothing. Unlike the other scripts it lists the whole queue, O(N): an
 -- operator asked for all of it.
 -- KEYS as in queue.lua
--- Returns {pttl, {holder fields...}, server time in us, last fence or '',
---          {arrival, record, arrival, record, ...} of live waiters in order},
+-- Returns name-value pairs: {pttl, holder={fields...}, now_us=server time,
+--          fence=last fence or '', waiters={arrival, record, ...} of live
+--          waiters in order},
 -- or wrong_type's reply (guard.lua) when a key is not lockrun's.
 local wrong = wrong_type(OURS)
 if wrong then
@@ -19,5 +20,5 @@ for i = 1, #line, 2 do
     waiters[#waiters + 1] = record
   end
 end
-return {redis.call('PTTL', LEASE), redis.call('HGETALL', HOLDER), int(now_us),
-  redis.call('GET', FENCE) or '', waiters}
+return {'pttl', redis.call('PTTL', LEASE), 'holder', redis.call('HGETALL', HOLDER),
+  'now_us', int(now_us), 'fence', redis.call('GET', FENCE) or '', 'waiters', waiters}

@@ -1,0 +1,143 @@
+//! How an operation on a lock fails: one server's Redis error, someone
+//! else's data at one of the lock's keys, or, on a quorum, too few servers
+//! to make a majority.
+
+use std::fmt;
+
+use super::keys::Part;
+use crate::redis_conn::{ErrorKind, RedisError};
+
+#[derive(Clone, Debug)]
+pub(crate) enum LockError {
+    /// One server failed: unreachable, refused, not ready, timed out.
+    Redis(RedisError),
+    /// A key of the lock holds another type than lockrun keeps there.
+    /// Nothing was taken or changed.
+    Foreign(Foreign),
+    /// A quorum member restarted too recently to vote (it may have lost a
+    /// lease it granted to another run).
+    Restarted { server: String, uptime_secs: u64 },
+    /// Too few members of a quorum answered to make a majority.
+    NoMajority(NoMajority),
+}
+
+impl LockError {
+    /// Whether waiting may see it pass, while nothing is held: a server that
+    /// went away or is not ready yet, a quorum short of a majority. A key
+    /// that is not lockrun's, a wrong password or URL will not go away.
+    pub(crate) fn passes(&self) -> bool {
+        match self {
+            LockError::Redis(err) => err.kind == ErrorKind::Unreachable || err.is_transient(),
+            LockError::Restarted { .. } | LockError::NoMajority(_) => true,
+            LockError::Foreign(_) => false,
+        }
+    }
+
+    /// This failure, followed by `later`, which giving back what the failed
+    /// call may have taken ran into; see `RedisError::then_giving_back`.
+    pub(crate) fn then_giving_back(self, later: &LockError) -> LockError {
+        match (self, later) {
+            (LockError::Redis(err), LockError::Redis(later)) => {
+                LockError::Redis(err.then_giving_back(later))
+            }
+            (err, _) => err,
+        }
+    }
+}
+
+impl From<RedisError> for LockError {
+    fn from(err: RedisError) -> Self {
+        LockError::Redis(err)
+    }
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockError::Redis(err) => err.fmt(f),
+            LockError::Foreign(foreign) => foreign.fmt(f),
+            LockError::Restarted {
+                server,
+                uptime_secs,
+            } => write!(
+                f,
+                "{server} restarted {uptime_secs}s ago and does not vote until it has been up \
+                 for one ttl"
+            ),
+            LockError::NoMajority(short) => short.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for LockError {}
+
+/// One of a lock's keys holds another type than lockrun keeps there (a list
+/// where the lease should be, say): someone else's data, which lockrun
+/// neither takes for a lock nor touches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Foreign {
+    /// The Redis key.
+    pub(crate) key: String,
+    /// The Redis type it holds: "list", "set", "zset", "hash", "stream"...
+    pub(crate) holds: String,
+    /// What lockrun keeps under that key.
+    pub(crate) part: Part,
+}
+
+impl fmt::Display for Foreign {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.part {
+            Part::Lease => "a lockrun lease",
+            Part::Holder => "a lockrun holder record",
+            Part::Fence => "a lockrun fencing counter",
+            Part::Queue => "a lockrun wait queue",
+            Part::Places => "the deadlines of a lockrun wait queue's places",
+            Part::Waiters => "the records of a lockrun wait queue",
+            Part::Supersedable => "a lockrun wait queue's --supersede runs",
+        };
+        write!(
+            f,
+            "{} holds a {}, not {what}; remove it or choose another --key/--prefix",
+            self.key, self.holds
+        )
+    }
+}
+
+/// A quorum of `of` servers in which only `able` could take part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NoMajority {
+    pub(crate) able: usize,
+    pub(crate) of: usize,
+    /// What became of the others, one reason each.
+    pub(crate) why: Vec<String>,
+}
+
+impl fmt::Display for NoMajority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no majority of the Redis servers agrees, only {} of {}: {}",
+            self.able,
+            self.of,
+            self.why.join("; ")
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_majority_says_how_many_and_why_the_others_did_not() {
+        let err = NoMajority {
+            able: 2,
+            of: 5,
+            why: vec!["one is down".into(), "one restarted".into()],
+        };
+        assert_eq!(
+            err.to_string(),
+            "no majority of the Redis servers agrees, only 2 of 5: one is down; one restarted"
+        );
+    }
+}

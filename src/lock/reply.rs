@@ -1,0 +1,314 @@
+//! The scripts' replies, one type per script, decoded by field name. Each
+//! script returns its fields as name-value pairs (`{'kind', 'acquired',
+//! 'fence', 7, ...}`), so that a field a script adds cannot shift another,
+//! and a script stopped by `lock/guard.lua` says so the same way for all.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::{FromRedisValue, ParsingError, Value};
+
+use super::records::{Holder, Taken};
+
+/// A reply's fields by name.
+pub(super) struct Fields(HashMap<String, Value>);
+
+impl Fields {
+    fn parse(reply: Value) -> Result<Fields, ParsingError> {
+        let pairs: Vec<(String, Value)> = FromRedisValue::from_redis_value(reply)?;
+        Ok(Fields(pairs.into_iter().collect()))
+    }
+
+    fn get<T: FromRedisValue>(&self, name: &str) -> Result<T, ParsingError> {
+        let value = self
+            .0
+            .get(name)
+            .ok_or_else(|| ParsingError::from(format!("no field {name:?}")))?;
+        T::from_redis_value_ref(value)
+    }
+
+    fn kind(&self) -> Result<String, ParsingError> {
+        self.get("kind")
+    }
+
+    /// A pttl or a wait as the scripts return it: negative means none.
+    fn millis(&self, name: &str) -> Result<Option<Duration>, ParsingError> {
+        Ok(u64::try_from(self.get::<i64>(name)?)
+            .ok()
+            .map(Duration::from_millis))
+    }
+
+    fn holder(&self) -> Result<Option<Holder>, ParsingError> {
+        Ok(Holder::from_fields(&self.get("holder")?))
+    }
+
+    fn taken(&self) -> Result<Taken, ParsingError> {
+        let pttl: i64 = self.get("pttl")?;
+        Ok(Taken {
+            held: pttl != -2,
+            left: self.millis("pttl")?,
+            holder: self.holder()?,
+            waiting: self.get("waiting")?,
+        })
+    }
+}
+
+/// A script's reply, or the key that stopped it (`lock/guard.lua`): the
+/// Redis key and the type it holds.
+pub(super) enum Guarded<R> {
+    Done(R),
+    Stopped { key: String, holds: String },
+}
+
+impl<R: Reply> FromRedisValue for Guarded<R> {
+    fn from_redis_value(reply: Value) -> Result<Self, ParsingError> {
+        Guarded::decode(reply)
+            .map_err(|err| ParsingError::from(format!("to the {} script: {err}", R::SCRIPT)))
+    }
+}
+
+impl<R: Reply> Guarded<R> {
+    fn decode(reply: Value) -> Result<Self, ParsingError> {
+        let fields = Fields::parse(reply)?;
+        if fields
+            .get::<String>("kind")
+            .is_ok_and(|kind| kind == "wrongtype")
+        {
+            return Ok(Guarded::Stopped {
+                key: fields.get("key")?,
+                holds: fields.get("holds")?,
+            });
+        }
+        R::decode(&fields).map(Guarded::Done)
+    }
+}
+
+/// One script's reply.
+pub(super) trait Reply: Sized {
+    /// The script's name, for a message about a reply lockrun cannot read.
+    const SCRIPT: &'static str;
+    fn decode(fields: &Fields) -> Result<Self, ParsingError>;
+}
+
+/// `lock/acquire.lua`, with `lock/fresh.lua` in front for a quorum member.
+#[derive(Debug)]
+pub(super) enum Acquire {
+    Acquired {
+        fence: u64,
+        replicas: i64,
+    },
+    Busy(Taken),
+    Queued {
+        taken: Taken,
+        /// The place in line, to ask for again if it is ever lost.
+        arrival: String,
+        /// How long until a change could come without a message.
+        retry: Option<Duration>,
+    },
+    Superseded {
+        by: String,
+    },
+    Restarted {
+        uptime_secs: u64,
+    },
+}
+
+impl Reply for Acquire {
+    const SCRIPT: &'static str = "acquire";
+    fn decode(fields: &Fields) -> Result<Self, ParsingError> {
+        Ok(match fields.kind()?.as_str() {
+            "acquired" => Acquire::Acquired {
+                fence: fields.get("fence")?,
+                replicas: fields.get("replicas")?,
+            },
+            "busy" => Acquire::Busy(fields.taken()?),
+            "queued" => Acquire::Queued {
+                taken: fields.taken()?,
+                arrival: fields.get("arrival")?,
+                retry: fields.millis("retry")?,
+            },
+            "superseded" => Acquire::Superseded {
+                by: fields.get("by")?,
+            },
+            "restarted" => Acquire::Restarted {
+                uptime_secs: fields.get("uptime")?,
+            },
+            other => return Err(format!("unknown kind {other:?}").into()),
+        })
+    }
+}
+
+/// `lock/renew.lua`.
+pub(super) struct Renew {
+    pub(super) renewed: bool,
+    pub(super) replicas: i64,
+}
+
+impl Reply for Renew {
+    const SCRIPT: &'static str = "renew";
+    fn decode(fields: &Fields) -> Result<Self, ParsingError> {
+        Ok(Renew {
+            renewed: fields.get::<i64>("renewed")? == 1,
+            replicas: fields.get("replicas")?,
+        })
+    }
+}
+
+/// What a release did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    Deleted,
+    /// Kept until the minimum hold time is over.
+    Kept,
+    /// The key no longer held our token: it expired or was taken over.
+    NotOurs,
+}
+
+/// `lock/release.lua`.
+impl Reply for Released {
+    const SCRIPT: &'static str = "release";
+    fn decode(fields: &Fields) -> Result<Self, ParsingError> {
+        match fields.get::<String>("outcome")?.as_str() {
+            "deleted" => Ok(Released::Deleted),
+            "kept" => Ok(Released::Kept),
+            "not_ours" => Ok(Released::NotOurs),
+            other => Err(format!("unknown outcome {other:?}").into()),
+        }
+    }
+}
+
+/// `lock/raise_fence.lua`: the counter is at least the token asked for.
+pub(super) struct Raised;
+
+impl Reply for Raised {
+    const SCRIPT: &'static str = "raise-fence";
+    fn decode(fields: &Fields) -> Result<Self, ParsingError> {
+        fields.get::<u64>("fence").map(|_| Raised)
+    }
+}
+
+/// `lock/status.lua`.
+pub(super) struct Status {
+    pub(super) pttl: i64,
+    pub(super) holder: Option<Holder>,
+    pub(super) now_us: u64,
+    pub(super) fence: Option<u64>,
+    /// The live waiters' arrivals and records, first come first.
+    pub(super) waiters: Vec<(String, String)>,
+}
+
+impl Reply for Status {
+    const SCRIPT: &'static str = "status";
+    fn decode(fields: &Fields) -> Result<Self, ParsingError> {
+        Ok(Status {
+            pttl: fields.get("pttl")?,
+            holder: fields.holder()?,
+            now_us: fields.get("now_us")?,
+            fence: fields.get::<String>("fence")?.parse().ok(),
+            waiters: fields.get("waiters")?,
+        })
+    }
+}
+
+/// `lock/force_release.lua`: the holder record removed with the lease, if
+/// there was a lease.
+pub(super) struct ForceRelease(pub(super) Option<Holder>);
+
+impl Reply for ForceRelease {
+    const SCRIPT: &'static str = "force-release";
+    fn decode(fields: &Fields) -> Result<Self, ParsingError> {
+        let removed = fields.get::<i64>("removed")? == 1;
+        Ok(ForceRelease(removed.then(|| {
+            fields.holder().ok().flatten().unwrap_or_default()
+        })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    fn pairs(fields: &[(&str, Value)]) -> Value {
+        Value::Array(
+            fields
+                .iter()
+                .flat_map(|(name, value)| [bulk(name), value.clone()])
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn fields_are_read_by_name_in_any_order() {
+        let reply = pairs(&[
+            ("replicas", Value::Int(2)),
+            ("fence", bulk("1732924800123456")),
+            ("kind", bulk("acquired")),
+        ]);
+        let Ok(Guarded::Done(Acquire::Acquired { fence, replicas })) =
+            Guarded::<Acquire>::from_redis_value(reply)
+        else {
+            panic!("an acquired reply");
+        };
+        assert_eq!((fence, replicas), (1_732_924_800_123_456, 2));
+    }
+
+    #[test]
+    fn a_queued_reply_carries_the_holder_and_the_place() {
+        let reply = pairs(&[
+            ("kind", bulk("queued")),
+            ("pttl", Value::Int(1500)),
+            ("waiting", Value::Int(2)),
+            (
+                "holder",
+                Value::Array(vec![bulk("host"), bulk("h1"), bulk("pid"), bulk("42")]),
+            ),
+            ("arrival", bulk("17")),
+            ("retry", Value::Int(-1)),
+        ]);
+        let Ok(Guarded::Done(Acquire::Queued {
+            taken,
+            arrival,
+            retry,
+        })) = Guarded::<Acquire>::from_redis_value(reply)
+        else {
+            panic!("a queued reply");
+        };
+        assert_eq!(arrival, "17");
+        assert_eq!(retry, None);
+        assert_eq!(taken.left, Some(Duration::from_millis(1500)));
+        assert_eq!(taken.waiting, 2);
+        assert_eq!(
+            taken.holder.map(|h| (h.host, h.pid)),
+            Some(("h1".into(), 42))
+        );
+    }
+
+    #[test]
+    fn the_guard_names_the_key_of_the_wrong_type() {
+        let reply = pairs(&[
+            ("kind", bulk("wrongtype")),
+            ("key", bulk("lockrun:{job}:holder")),
+            ("holds", bulk("list")),
+        ]);
+        let Ok(Guarded::Stopped { key, holds }) = Guarded::<Released>::from_redis_value(reply)
+        else {
+            panic!("a stopped reply");
+        };
+        assert_eq!(
+            (key.as_str(), holds.as_str()),
+            ("lockrun:{job}:holder", "list")
+        );
+    }
+
+    #[test]
+    fn a_reply_without_a_field_it_needs_is_an_error() {
+        let reply = pairs(&[("kind", bulk("acquired"))]);
+        assert!(Guarded::<Acquire>::from_redis_value(reply).is_err());
+        let reply = pairs(&[("outcome", bulk("maybe"))]);
+        assert!(Guarded::<Released>::from_redis_value(reply).is_err());
+    }
+}

@@ -1,0 +1,317 @@
+//! One server's part in a lock: the scripts sent to it, what this run may
+//! have left there, and waiting for its replicas. A lock on one server has
+//! one of these; a quorum has one per member (`lock.rs` asks them all).
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::time::Instant;
+
+use super::error::{Foreign, LockError};
+use super::keys::{Keys, Token};
+use super::records::{Holder, Me, Waiter};
+use super::reply::{self, Guarded, Released, Reply};
+use super::script::{Call, Lua, ACQUIRE, FORCE_RELEASE, RAISE_FENCE, RELEASE, RENEW, STATUS, VOTE};
+use super::status::{Occupancy, Status};
+use super::wake::Wakes;
+use super::{millis, Attempt, Grant, Mode, ReplicaAcks};
+use crate::clock::BootInstant;
+use crate::redis_conn::{Session, Target};
+
+/// How long setting up the wake-up subscription may take. Nothing is held
+/// while waiting, so this need not fit any lease; past it, the waiter polls.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One server's handle on a lock, for one run.
+pub(crate) struct Server {
+    session: Session,
+    keys: Keys,
+    /// Also this run's id in the queue: a lease handed over to it is then
+    /// already its own.
+    token: Token,
+    acks: ReplicaAcks,
+    /// When the first acquire request went out. A release can hand the
+    /// lease over only once this run is in line, that is after this.
+    first_sent: Option<BootInstant>,
+    /// Whether Redis may keep something of this run's that `abandon` must
+    /// give back: a lease taken by a call whose reply never came, a place in
+    /// line, or the note that it was superseded.
+    in_redis: bool,
+    /// This run's place in line, so that it gets the same place back if it
+    /// was dropped while cut off from Redis.
+    arrival: Option<String>,
+}
+
+impl Server {
+    /// Every call is limited to `timeout`, replica acknowledgement
+    /// included. Nothing is sent yet.
+    pub(super) fn new(
+        target: Target,
+        timeout: Duration,
+        keys: Keys,
+        token: Token,
+        acks: ReplicaAcks,
+    ) -> Self {
+        Server {
+            session: Session::new(target, timeout),
+            keys,
+            token,
+            acks,
+            first_sent: None,
+            in_redis: false,
+            arrival: None,
+        }
+    }
+
+    pub(super) fn target(&self) -> &Target {
+        self.session.target()
+    }
+
+    pub(super) async fn connect(&mut self, within: Duration) -> Result<(), LockError> {
+        Ok(self.session.open_within(within).await?)
+    }
+
+    /// Subscribes to this run's wake-up channel on a connection of its own,
+    /// to the server that publishes it (behind Sentinel, the primary; in a
+    /// cluster, the node owning the lock's slot).
+    pub(super) async fn subscribe_wakes(&mut self) -> Result<Wakes, LockError> {
+        let channel = self.keys.wake_channel(&self.token);
+        let pubsub = self.session.subscribe(&channel, SUBSCRIBE_TIMEOUT).await?;
+        Ok(Wakes::new(pubsub.into_on_message().map(|message| {
+            message.get_payload::<String>().unwrap_or_default()
+        })))
+    }
+
+    /// Runs a script behind `lock/guard.lua`; a key it found holding
+    /// someone else's data is `LockError::Foreign`.
+    async fn invoke<R: Reply>(&mut self, call: &Call) -> Result<R, LockError> {
+        match self.session.invoke::<Guarded<R>>(call).await? {
+            Guarded::Done(reply) => Ok(reply),
+            Guarded::Stopped { key, holds } => Err(LockError::Foreign(Foreign {
+                part: self.keys.part_of(&key),
+                key,
+                holds,
+            })),
+        }
+    }
+
+    /// One acquisition attempt. With `min_uptime` (a quorum member), a
+    /// server up for less than that does not vote.
+    pub(super) async fn acquire(
+        &mut self,
+        ttl: Duration,
+        me: &Me,
+        mode: Mode,
+        min_uptime: Option<Duration>,
+    ) -> Result<Attempt, LockError> {
+        let call = self.acquire_call(ttl, me, mode, min_uptime);
+        let sent = BootInstant::now();
+        let started = Instant::now();
+        self.first_sent.get_or_insert(sent);
+        // A call whose reply never came may have taken the lease.
+        let before = std::mem::replace(&mut self.in_redis, true);
+        let reply = match self.invoke(&call).await {
+            Err(LockError::Foreign(foreign)) => {
+                // The script stopped before touching anything.
+                self.in_redis = before;
+                return Err(LockError::Foreign(foreign));
+            }
+            other => other?,
+        };
+        let (attempt, replicas) = match reply {
+            reply::Acquire::Acquired { fence, replicas } => {
+                (Attempt::Acquired(Grant { fence, sent }), replicas)
+            }
+            reply::Acquire::Busy(taken) => (Attempt::Busy(taken), 0),
+            reply::Acquire::Queued {
+                taken,
+                arrival,
+                retry,
+            } => {
+                self.arrival = Some(arrival);
+                (Attempt::Queued { taken, retry }, 0)
+            }
+            reply::Acquire::Superseded { by } => (Attempt::Superseded { by }, 0),
+            reply::Acquire::Restarted { uptime_secs } => {
+                self.in_redis = false;
+                return Err(LockError::Restarted {
+                    server: self.target().to_string(),
+                    uptime_secs,
+                });
+            }
+        };
+        self.in_redis = !matches!(attempt, Attempt::Busy(_) | Attempt::Superseded { .. });
+        if matches!(attempt, Attempt::Acquired(_)) {
+            if let Err(err) = self.replicated(replicas, started).await {
+                // Too few copies: a failover now could hand the lock to a
+                // second run while the command runs. Give it back and let
+                // the caller treat Redis as unavailable (a waiter keeps its
+                // place: its next attempt asks for it back).
+                let _ = self.release(None).await;
+                return Err(err);
+            }
+        }
+        Ok(attempt)
+    }
+
+    /// The acquire script's call, its arguments filled in.
+    fn acquire_call(
+        &self,
+        ttl: Duration,
+        me: &Me,
+        mode: Mode,
+        min_uptime: Option<Duration>,
+    ) -> Call {
+        let (how, listening, supersede, refresh) = match mode {
+            Mode::Once => ("once", false, false, Duration::ZERO),
+            Mode::Wait {
+                listening,
+                supersede,
+                refresh,
+            } => ("wait", listening, supersede, refresh),
+        };
+        let lua: &'static Lua = if min_uptime.is_some() {
+            &VOTE
+        } else {
+            &ACQUIRE
+        };
+        let mut call = lua.call();
+        self.keys.add_to(&mut call);
+        call.arg(self.token.as_str())
+            .arg(millis(ttl))
+            .arg(&me.host)
+            .arg(me.pid)
+            .arg(&me.command)
+            .arg(how)
+            .arg(self.arrival.as_deref().unwrap_or(""))
+            .arg(u8::from(listening))
+            .arg(u8::from(supersede))
+            .arg(millis(refresh));
+        if let Some(uptime) = min_uptime {
+            // Whole seconds, as Redis counts its uptime; rounded up.
+            call.arg(uptime.as_secs() + u64::from(uptime.subsec_nanos() > 0));
+        }
+        call
+    }
+
+    /// The grant a wake-up message announced: the release that sent it
+    /// handed this run the lease with fencing token `fence`. The lease is
+    /// counted from this run's first request, which the hand-over followed.
+    /// `None` when replicas must acknowledge the lease first: then the next
+    /// acquire call confirms it (the script finds it is ours already) and
+    /// waits for them, as for a lease this run took itself.
+    pub(super) fn handed_over(&self, fence: u64) -> Option<Grant> {
+        if self.acks != ReplicaAcks::Count(0) {
+            return None;
+        }
+        self.first_sent.map(|sent| Grant { fence, sent })
+    }
+
+    /// Raises this server's fence counter to at least `to`.
+    pub(super) async fn raise_fence(&mut self, to: u64) -> Result<(), LockError> {
+        let mut call = RAISE_FENCE.call();
+        self.keys.add_to(&mut call);
+        call.arg(self.token.as_str()).arg(to);
+        self.invoke::<reply::Raised>(&call).await.map(|_| ())
+    }
+
+    /// Extends the lease to `ttl` from now. `Ok(false)` means the token is
+    /// gone: the lease expired or someone removed or took the lock.
+    /// With replica acknowledgement, a renewal that too few replicas
+    /// acknowledged is an error, like one Redis never answered.
+    pub(super) async fn renew(&mut self, ttl: Duration) -> Result<bool, LockError> {
+        let mut call = RENEW.call();
+        call.key(&self.keys.lock)
+            .key(&self.keys.holder)
+            .arg(self.token.as_str())
+            .arg(millis(ttl));
+        let started = Instant::now();
+        let reply: reply::Renew = self.invoke(&call).await?;
+        if !reply.renewed {
+            return Ok(false);
+        }
+        self.replicated(reply.replicas, started).await?;
+        Ok(true)
+    }
+
+    /// Waits until as many replicas as asked for have the last write, within
+    /// the time limit of the call that began at `started`. `connected` is
+    /// the primary's count of replicas, read by the script that wrote.
+    async fn replicated(&mut self, connected: i64, started: Instant) -> Result<(), LockError> {
+        let wanted = match self.acks {
+            ReplicaAcks::Count(wanted) => wanted,
+            ReplicaAcks::All => u32::try_from(connected).unwrap_or(0),
+        };
+        if wanted == 0 {
+            return Ok(());
+        }
+        let acked = self
+            .session
+            .replicate(&self.keys.lock, wanted, started)
+            .await?;
+        if acked < wanted {
+            return Err(self.session.unacknowledged(acked, wanted).into());
+        }
+        Ok(())
+    }
+
+    /// Gives the lock up, handing it to the first waiter, or with `keep_for`
+    /// leaves it to expire after that long. Never touches a lock that no
+    /// longer holds our token. Leaves the queue too.
+    pub(super) async fn release(
+        &mut self,
+        keep_for: Option<Duration>,
+    ) -> Result<Released, LockError> {
+        let mut call = RELEASE.call();
+        self.keys.add_to(&mut call);
+        call.arg(self.token.as_str())
+            .arg(keep_for.map_or(0, millis));
+        let released = self.invoke(&call).await?;
+        self.in_redis = false;
+        Ok(released)
+    }
+
+    /// Gives back what an interrupted, failed or given-up acquisition may
+    /// have left here: a lease taken after all (a call that timed out, a
+    /// signal in mid-call, a hand-over nobody heard), a place in line. When
+    /// nothing can be there, Redis is not asked: with Redis unreachable, that
+    /// would only add one more timeout to the failure.
+    pub(super) async fn abandon(&mut self) -> Result<(), LockError> {
+        if self.in_redis {
+            self.release(None).await?;
+        }
+        Ok(())
+    }
+
+    /// The lock's state as this server sees it.
+    pub(super) async fn status(&mut self) -> Result<Status, LockError> {
+        let mut call = STATUS.call();
+        self.keys.add_to(&mut call);
+        let reply: reply::Status = self.invoke(&call).await?;
+        let occupancy = match reply.pttl {
+            -2 => Occupancy::Free,
+            -1 => Occupancy::NoExpiry,
+            ms => Occupancy::Leased(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        };
+        Ok(Status {
+            node: self.session.node_for(&self.keys.lock).await,
+            holder: reply.holder.filter(|_| occupancy != Occupancy::Free),
+            occupancy,
+            now_us: reply.now_us,
+            last_fence: reply.fence,
+            waiters: reply
+                .waiters
+                .iter()
+                .map(|(arrival, record)| Waiter::from_record(arrival, record))
+                .collect(),
+        })
+    }
+
+    /// Removes the lock whoever holds it, handing it to the first waiter.
+    /// Returns the removed holder record, `None` when there was no lock.
+    pub(super) async fn force_release(&mut self) -> Result<Option<Holder>, LockError> {
+        let mut call = FORCE_RELEASE.call();
+        self.keys.add_to(&mut call);
+        Ok(self.invoke::<reply::ForceRelease>(&call).await?.0)
+    }
+}

@@ -1,0 +1,158 @@
+//! What `lockrun status` reads: each server's view of a lock, and what a
+//! majority of them agree on. One server is a quorum of one, whose view is
+//! the lock's.
+
+use std::time::Duration;
+
+use super::records::{Holder, Waiter};
+use super::tally::majority;
+
+/// Whether a lock is held, and for how much longer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Occupancy {
+    Free,
+    /// Held, with this much lease time left.
+    Leased(Duration),
+    /// Held by a key without an expiry (set by hand).
+    NoExpiry,
+}
+
+/// One server's view of a lock.
+#[derive(Clone, Debug)]
+pub(crate) struct Status {
+    pub(crate) occupancy: Occupancy,
+    pub(crate) holder: Option<Holder>,
+    /// Server time, microseconds since the epoch.
+    pub(crate) now_us: u64,
+    /// The node that answered (`host:port` or a socket path), when known:
+    /// behind Sentinel the primary, in a cluster the node owning the slot.
+    pub(crate) node: Option<String>,
+    /// The last fencing token handed out for this name, if any.
+    pub(crate) last_fence: Option<u64>,
+    /// The runs waiting in line, first come first.
+    pub(crate) waiters: Vec<Waiter>,
+}
+
+impl Status {
+    fn is_held(&self) -> bool {
+        self.occupancy != Occupancy::Free
+    }
+
+    /// Whether `self` and `other` show the same acquisition; two holders
+    /// that left no record count as the same unknown one.
+    fn same_holder(&self, other: &Status) -> bool {
+        match (&self.holder, &other.holder) {
+            (Some(a), Some(b)) => a.same_acquisition(b),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Every server's view of a lock, in the order given; `Err` says why a
+/// server could not be asked.
+#[derive(Debug)]
+pub(crate) struct Views(pub(crate) Vec<(String, Result<Status, String>)>);
+
+impl Views {
+    pub(crate) fn of(&self) -> usize {
+        self.0.len()
+    }
+
+    fn answered(&self) -> impl Iterator<Item = &Status> {
+        self.0.iter().filter_map(|(_, seen)| seen.as_ref().ok())
+    }
+
+    /// The view a majority of servers agree holds the lock, if any.
+    pub(crate) fn held(&self) -> Option<&Status> {
+        self.answered()
+            .filter(|view| view.is_held())
+            .find(|view| self.agreeing(view).count() >= majority(self.of()))
+    }
+
+    /// Lease time left on the servers that agree with `held`: the least.
+    pub(crate) fn left(&self, held: &Status) -> Option<Duration> {
+        self.agreeing(held)
+            .filter_map(|view| match view.occupancy {
+                Occupancy::Leased(left) => Some(left),
+                Occupancy::Free | Occupancy::NoExpiry => None,
+            })
+            .min()
+    }
+
+    fn agreeing<'a>(&'a self, held: &'a Status) -> impl Iterator<Item = &'a Status> + 'a {
+        self.answered()
+            .filter(move |view| view.is_held() && view.same_holder(held))
+    }
+
+    /// Whether a majority agree: on a holder, or that the lock is free.
+    pub(crate) fn majority_agrees(&self) -> bool {
+        let free = self.answered().filter(|view| !view.is_held()).count();
+        self.held().is_some() || free >= majority(self.of())
+    }
+
+    /// The last fencing token any server handed out for this name.
+    pub(crate) fn last_fence(&self) -> Option<u64> {
+        self.answered().filter_map(|view| view.last_fence).max()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(holder: Option<(&str, u64)>, left_ms: u64) -> Status {
+        Status {
+            occupancy: match holder {
+                Some(_) => Occupancy::Leased(Duration::from_millis(left_ms)),
+                None => Occupancy::Free,
+            },
+            holder: holder.map(|(host, fence)| Holder {
+                host: host.into(),
+                fence,
+                ..Holder::default()
+            }),
+            now_us: 0,
+            node: None,
+            last_fence: holder.map(|(_, fence)| fence),
+            waiters: Vec::new(),
+        }
+    }
+
+    fn views(seen: Vec<Result<Status, String>>) -> Views {
+        Views(seen.into_iter().map(|seen| (String::new(), seen)).collect())
+    }
+
+    fn seen(holder: Option<(&str, u64)>, left_ms: u64) -> Result<Status, String> {
+        Ok(view(holder, left_ms))
+    }
+
+    #[test]
+    fn one_server_is_a_quorum_of_one() {
+        let one = views(vec![seen(Some(("a", 7)), 900)]);
+        let held = one.held().expect("held");
+        assert_eq!(one.left(held), Some(Duration::from_millis(900)));
+        assert!(one.majority_agrees());
+        assert!(views(vec![seen(None, 0)]).held().is_none());
+    }
+
+    #[test]
+    fn a_majority_must_show_the_same_holder() {
+        let split = views(vec![
+            seen(Some(("a", 7)), 900),
+            seen(Some(("b", 8)), 900),
+            seen(None, 0),
+        ]);
+        assert!(split.held().is_none());
+        assert!(!split.majority_agrees());
+        assert_eq!(split.last_fence(), Some(8));
+
+        let agreed = views(vec![
+            seen(Some(("a", 7)), 900),
+            Err("down".into()),
+            seen(Some(("a", 7)), 400),
+        ]);
+        let held = agreed.held().expect("2 of 3 agree");
+        assert_eq!(agreed.left(held), Some(Duration::from_millis(400)));
+    }
+}

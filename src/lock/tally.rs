@@ -1,0 +1,156 @@
+//! The majority rule: how the answers of a lock's servers to one request
+//! become the lock's answer. Every operation on a lock (connect, acquire,
+//! renew, release, status, force-release) asks all its servers at once and
+//! counts here. One server is a quorum of one: its majority is itself, and
+//! its failure is the lock's failure, word for word.
+
+use super::error::{Foreign, LockError, NoMajority};
+
+/// How many of `of` servers make a majority.
+pub(crate) fn majority(of: usize) -> usize {
+    of / 2 + 1
+}
+
+/// What every server of a lock answered to one request, in their order.
+#[derive(Debug)]
+pub(crate) struct Tally<T> {
+    of: usize,
+    answers: Vec<T>,
+    failures: Vec<LockError>,
+}
+
+impl<T> Tally<T> {
+    pub(crate) fn new(results: impl IntoIterator<Item = Result<T, LockError>>) -> Self {
+        let mut tally = Tally {
+            of: 0,
+            answers: Vec::new(),
+            failures: Vec::new(),
+        };
+        for result in results {
+            tally.of += 1;
+            match result {
+                Ok(answer) => tally.answers.push(answer),
+                Err(err) => tally.failures.push(err),
+            }
+        }
+        tally
+    }
+
+    /// How many servers were asked.
+    pub(crate) fn of(&self) -> usize {
+        self.of
+    }
+
+    pub(crate) fn answers(&self) -> &[T] {
+        &self.answers
+    }
+
+    /// How many answers `counts` says yes to.
+    pub(crate) fn count(&self, counts: impl Fn(&T) -> bool) -> usize {
+        self.answers.iter().filter(|answer| counts(answer)).count()
+    }
+
+    pub(crate) fn is_majority(&self, count: usize) -> bool {
+        count >= majority(self.of)
+    }
+
+    /// The first server that found someone else's data at a lock key.
+    pub(crate) fn foreign(&self) -> Option<&Foreign> {
+        self.failures.iter().find_map(|failure| match failure {
+            LockError::Foreign(foreign) => Some(foreign),
+            _ => None,
+        })
+    }
+
+    /// The answers, when a majority of the servers gave one.
+    pub(crate) fn of_a_majority(self) -> Result<Vec<T>, LockError> {
+        if self.is_majority(self.answers.len()) {
+            Ok(self.answers)
+        } else {
+            Err(self.short_of_majority(self.answers.len(), []))
+        }
+    }
+
+    /// Why only `able` servers could take part: a lone server's own
+    /// failure; in a quorum, how many of how many, with each failure's
+    /// reason and the `also` ones (servers that answered, but no).
+    pub(crate) fn short_of_majority(
+        &self,
+        able: usize,
+        also: impl IntoIterator<Item = String>,
+    ) -> LockError {
+        match self.failures.as_slice() {
+            [lone] if self.of == 1 => lone.clone(),
+            failures => LockError::NoMajority(NoMajority {
+                able,
+                of: self.of,
+                why: failures
+                    .iter()
+                    .map(ToString::to_string)
+                    .chain(also)
+                    .collect(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::keys::Part;
+
+    fn restarted(server: &str) -> LockError {
+        LockError::Restarted {
+            server: server.into(),
+            uptime_secs: 3,
+        }
+    }
+
+    #[test]
+    fn a_majority_is_more_than_half() {
+        for (of, needed) in [(1, 1), (3, 2), (4, 3), (5, 3), (6, 4), (7, 4)] {
+            assert_eq!(majority(of), needed, "of {of}");
+        }
+    }
+
+    #[test]
+    fn one_server_is_a_quorum_of_one_and_its_failure_is_the_locks() {
+        let tally = Tally::<()>::new([Err(restarted("a"))]);
+        assert_eq!(tally.of(), 1);
+        let err = tally.of_a_majority().expect_err("nobody answered");
+        assert_eq!(err.to_string(), restarted("a").to_string());
+
+        let tally = Tally::new([Ok(true)]);
+        assert!(tally.is_majority(tally.count(|yes| *yes)));
+    }
+
+    #[test]
+    fn a_quorum_needs_more_than_half_and_says_why_the_others_did_not() {
+        let tally = Tally::new([Ok(1), Err(restarted("b")), Ok(3)]);
+        assert_eq!(tally.of_a_majority().expect("2 of 3"), vec![1, 3]);
+
+        let tally = Tally::new([Ok(1), Err(restarted("b")), Err(restarted("c"))]);
+        let LockError::NoMajority(short) = tally.short_of_majority(1, ["d said no".into()]) else {
+            panic!("a quorum's failure is its own");
+        };
+        assert_eq!((short.able, short.of), (1, 3));
+        assert_eq!(short.why.len(), 3);
+        assert!(short.why[0].starts_with("b restarted"), "{:?}", short.why);
+        assert_eq!(short.why[2], "d said no");
+    }
+
+    #[test]
+    fn someone_elses_data_is_found_among_the_failures() {
+        let foreign = Foreign {
+            key: "k".into(),
+            holds: "list".into(),
+            part: Part::Lease,
+        };
+        let tally = Tally::<()>::new([
+            Err(restarted("a")),
+            Err(LockError::Foreign(foreign.clone())),
+        ]);
+        assert_eq!(tally.foreign(), Some(&foreign));
+        assert_eq!(Tally::<()>::new([Err(restarted("a"))]).foreign(), None);
+    }
+}
