@@ -29,6 +29,8 @@ pub(crate) use self::records::{Holder, Me, Taken, Waiter};
 pub(crate) use self::reply::Released;
 pub(crate) use self::status::{Occupancy, Status, Views};
 pub(crate) use self::wake::{Wake, Wakes};
+#[cfg(test)]
+pub(crate) use self::{error::Foreign, keys::Part};
 
 use self::server::Server;
 use self::tally::Tally;

@@ -334,23 +334,4 @@ fn jitter(period: Duration) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jitter_stays_in_range() {
-        for _ in 0..100 {
-            let d = jitter(Duration::from_millis(200));
-            assert!(d >= Duration::from_millis(100) && d <= Duration::from_millis(200));
-        }
-    }
-
-    #[test]
-    fn only_a_bounded_wait_has_a_limit() {
-        assert_eq!(
-            Wait::Up(Duration::from_secs(2)).limit(),
-            Some(Duration::from_secs(2))
-        );
-        assert_eq!(Wait::Forever.limit(), None);
-    }
-}
+mod tests;

@@ -1,0 +1,299 @@
+//! The wait loop under tokio's paused clock, against a scripted lock: when
+//! it looks again, when it gives up, and when a handed-over lease is used.
+
+use std::collections::VecDeque;
+
+use futures_util::stream::{self, StreamExt};
+
+use super::*;
+use crate::clock::BootInstant;
+use crate::lock::{LockError, Taken};
+
+const S: Duration = Duration::from_secs(1);
+
+fn timing() -> Timing {
+    Timing {
+        ttl: 30 * S,
+        renew_every: 10 * S,
+        redis_timeout: 2 * S,
+        kill_grace: 5 * S,
+    }
+}
+
+/// What the scripted lock answers to one attempt.
+#[derive(Clone, Copy)]
+enum Says {
+    Queued(Option<Duration>),
+    Busy,
+    Acquired,
+    ShortOfMajority,
+    Foreign,
+}
+
+use Says::{Acquired, Busy, Queued, ShortOfMajority};
+
+impl Says {
+    fn attempt(self) -> Result<Attempt, LockError> {
+        match self {
+            Queued(retry) => Ok(Attempt::Queued {
+                taken: Taken::unknown(),
+                retry,
+            }),
+            Busy => Ok(Attempt::Busy(Taken::unknown())),
+            Acquired => Ok(Attempt::Acquired(Grant {
+                fence: 7,
+                sent: BootInstant::now(),
+            })),
+            ShortOfMajority => Err(LockError::Restarted {
+                server: "redis://a".into(),
+                uptime_secs: 1,
+            }),
+            Says::Foreign => Err(LockError::Foreign(crate::lock::Foreign {
+                key: "lockrun:{job}".into(),
+                holds: "list".into(),
+                part: crate::lock::Part::Lease,
+            })),
+        }
+    }
+}
+
+/// A lock that answers from a script (and, once the script runs out, with
+/// its last line again), and notes when each attempt came and how.
+struct Scripted {
+    answers: VecDeque<Says>,
+    last: Says,
+    wakes: Option<Wakes>,
+    /// How long ago, on the boot clock, a handed-over lease was first asked
+    /// for.
+    asked_ago: Duration,
+    start: Instant,
+    tries: Vec<(Duration, Mode)>,
+}
+
+impl Scripted {
+    fn new(answers: &[Says]) -> Self {
+        Scripted {
+            answers: answers.iter().copied().collect(),
+            last: *answers.last().expect("at least one answer"),
+            wakes: None,
+            asked_ago: Duration::ZERO,
+            start: Instant::now(),
+            tries: Vec::new(),
+        }
+    }
+
+    /// Wake-up messages, each after its delay from the subscription.
+    fn with_wakes(mut self, messages: &[(Duration, &'static str)]) -> Self {
+        let messages = messages.to_vec();
+        let delayed = stream::iter(messages).then(|(delay, text)| async move {
+            tokio::time::sleep(delay).await;
+            text.to_owned()
+        });
+        self.wakes = Some(Wakes::new(delayed.chain(stream::pending())));
+        self
+    }
+
+    fn times(&self) -> Vec<Duration> {
+        self.tries.iter().map(|(at, _)| *at).collect()
+    }
+}
+
+impl Contended for Scripted {
+    async fn try_acquire(&mut self, _: Timing, _: &Me, mode: Mode) -> Result<Attempt, LockError> {
+        self.tries.push((self.start.elapsed(), mode));
+        self.answers.pop_front().unwrap_or(self.last).attempt()
+    }
+
+    async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>> {
+        self.wakes.take().map(Ok)
+    }
+
+    fn handed_over(&self, fence: u64) -> Option<Grant> {
+        Some(Grant {
+            fence,
+            sent: BootInstant::now() - self.asked_ago,
+        })
+    }
+
+    fn redis_key(&self) -> &str {
+        "lockrun:{job}"
+    }
+
+    fn servers(&self) -> &'static str {
+        "Redis"
+    }
+}
+
+async fn wait_on(lock: &mut Scripted, wait: Option<Wait>) -> Result<Attempt, LockError> {
+    let me = Me::new(&["job".into()]);
+    let report = Report::new(crate::report::Verbosity::Quiet);
+    acquire(lock, timing(), &me, wait, false, report).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_wait_one_attempt_that_never_queues() {
+    let mut lock = Scripted::new(&[Busy]);
+    let found = wait_on(&mut lock, None).await.expect("an answer");
+    assert!(matches!(found, Attempt::Busy(_)), "{found:?}");
+    assert_eq!(lock.tries.len(), 1);
+    assert_eq!(lock.tries[0].1, Mode::Once);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_ends_busy_when_it_runs_out_and_not_before() {
+    let mut lock = Scripted::new(&[Queued(None)]);
+    let started = Instant::now();
+    let found = wait_on(&mut lock, Some(Wait::Up(5 * S)))
+        .await
+        .expect("an answer");
+    assert!(matches!(found, Attempt::Busy(_)), "{found:?}");
+    assert_eq!(started.elapsed(), 5 * S, "gave up at its limit");
+    assert!(lock.tries.iter().all(|(_, mode)| *mode != Mode::Once));
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_that_may_pass_are_waited_through_until_the_wait_runs_out() {
+    let mut lock = Scripted::new(&[ShortOfMajority, ShortOfMajority, Acquired]);
+    let found = wait_on(&mut lock, Some(Wait::Up(60 * S)))
+        .await
+        .expect("acquired");
+    assert!(matches!(found, Attempt::Acquired(_)), "{found:?}");
+    assert_eq!(lock.tries.len(), 3);
+
+    let mut lock = Scripted::new(&[ShortOfMajority]);
+    let started = Instant::now();
+    let err = wait_on(&mut lock, Some(Wait::Up(2 * S)))
+        .await
+        .expect_err("ran out");
+    assert!(err.passes(), "{err}");
+    assert_eq!(started.elapsed(), 2 * S);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failure_that_cannot_pass_ends_the_wait_at_once() {
+    let mut lock = Scripted::new(&[Says::Foreign]);
+    let err = wait_on(&mut lock, Some(Wait::Forever))
+        .await
+        .expect_err("foreign");
+    assert!(!err.passes());
+    assert_eq!(lock.tries.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_messages_the_waiter_polls_between_half_and_all_of_200ms() {
+    let mut lock = Scripted::new(&[Busy, Busy, Busy, Busy, Acquired]);
+    let found = wait_on(&mut lock, Some(Wait::Forever))
+        .await
+        .expect("acquired");
+    assert!(matches!(found, Attempt::Acquired(_)), "{found:?}");
+    for gap in lock.times().windows(2).map(|pair| pair[1] - pair[0]) {
+        assert!(
+            gap >= Duration::from_millis(100) && gap <= Duration::from_millis(200),
+            "{gap:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listening_waiter_looks_again_when_the_lease_could_have_run_out() {
+    let mut lock = Scripted::new(&[Queued(None), Queued(Some(S)), Acquired]).with_wakes(&[]);
+    let found = wait_on(&mut lock, Some(Wait::Forever))
+        .await
+        .expect("acquired");
+    assert!(matches!(found, Attempt::Acquired(_)), "{found:?}");
+    // Subscribed after its first attempt, it looks again at once to say it
+    // listens, then just past the lease's expiry, not at its 10 s refresh.
+    assert_eq!(
+        lock.times(),
+        [Duration::ZERO, Duration::ZERO, S + EXPIRY_MARGIN]
+    );
+    assert!(matches!(
+        lock.tries[1].1,
+        Mode::Wait {
+            listening: true,
+            ..
+        }
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listening_waiter_refreshes_its_place_every_renewal_period() {
+    let mut lock =
+        Scripted::new(&[Queued(None), Queued(None), Queued(None), Acquired]).with_wakes(&[]);
+    wait_on(&mut lock, Some(Wait::Forever))
+        .await
+        .expect("acquired");
+    assert_eq!(
+        lock.times(),
+        [Duration::ZERO, Duration::ZERO, 10 * S, 20 * S]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_handed_over_is_used_at_once_while_fresh() {
+    let mut lock = Scripted::new(&[Queued(None)]).with_wakes(&[(3 * S, "granted 42")]);
+    lock.asked_ago = 3 * S;
+    let started = Instant::now();
+    let found = wait_on(&mut lock, Some(Wait::Forever))
+        .await
+        .expect("handed over");
+    let Attempt::Acquired(grant) = found else {
+        panic!("not acquired: {found:?}");
+    };
+    assert_eq!(grant.fence, 42);
+    assert_eq!(
+        started.elapsed(),
+        3 * S,
+        "no attempt between message and start"
+    );
+    assert_eq!(lock.tries.len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_handed_over_too_late_for_its_first_renewal_is_taken_afresh() {
+    let mut lock =
+        Scripted::new(&[Queued(None), Queued(None), Acquired]).with_wakes(&[(S, "granted 42")]);
+    // First asked for longer ago than a renewal period: the lease as handed
+    // over would already be due for renewal.
+    lock.asked_ago = 11 * S;
+    let found = wait_on(&mut lock, Some(Wait::Forever))
+        .await
+        .expect("acquired");
+    let Attempt::Acquired(grant) = found else {
+        panic!("not acquired: {found:?}");
+    };
+    assert_eq!(
+        grant.fence, 7,
+        "the next attempt's grant, not the message's"
+    );
+    assert_eq!(lock.times(), [Duration::ZERO, Duration::ZERO, S]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_superseded_waiter_stops_waiting_when_told() {
+    let mut lock = Scripted::new(&[Queued(None)]).with_wakes(&[(2 * S, "superseded ci-7 pid 9")]);
+    let found = wait_on(&mut lock, Some(Wait::Forever))
+        .await
+        .expect("an answer");
+    assert!(
+        matches!(&found, Attempt::Superseded { by } if by == "ci-7 pid 9"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn jitter_stays_in_range() {
+    for _ in 0..100 {
+        let d = jitter(Duration::from_millis(200));
+        assert!(d >= Duration::from_millis(100) && d <= Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn only_a_bounded_wait_has_a_limit() {
+    assert_eq!(
+        Wait::Up(Duration::from_secs(2)).limit(),
+        Some(Duration::from_secs(2))
+    );
+    assert_eq!(Wait::Forever.limit(), None);
+}
