@@ -45,35 +45,7 @@ use crate::redis_conn::{RedisError, Session, Target};
 
 mod script;
 
-use script::{Call, Lua};
-
-/// A script that works on the lock and its queue: `lock/guard.lua`, which
-/// stops it before it touches a key of the wrong type, `lock/queue.lua`, then
-/// its own body.
-macro_rules! queue_script {
-    ($file:literal) => {
-        Lua::new(concat!(
-            include_str!("lock/guard.lua"),
-            include_str!("lock/queue.lua"),
-            include_str!($file)
-        ))
-    };
-}
-
-static ACQUIRE: Lua = queue_script!("lock/acquire.lua");
-static RENEW: Lua = Lua::new(include_str!("lock/renew.lua"));
-static RELEASE: Lua = queue_script!("lock/release.lua");
-static FORCE_RELEASE: Lua = queue_script!("lock/force_release.lua");
-static STATUS: Lua = queue_script!("lock/status.lua");
-/// A quorum member's acquire: `lock/fresh.lua` first, so that a member that
-/// restarted too recently does not vote.
-static VOTE: Lua = Lua::new(concat!(
-    include_str!("lock/guard.lua"),
-    include_str!("lock/queue.lua"),
-    include_str!("lock/fresh.lua"),
-    include_str!("lock/acquire.lua")
-));
-static RAISE_FENCE: Lua = queue_script!("lock/raise_fence.lua");
+use script::{Call, Lua, ACQUIRE, FORCE_RELEASE, RAISE_FENCE, RELEASE, RENEW, STATUS, VOTE};
 
 /// The longest command line recorded as the holder.
 const MAX_COMMAND_CHARS: usize = 200;
