@@ -14,12 +14,13 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::MultiplexedConnection;
-use redis::{
-    Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Role,
-};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Role};
 
+use super::error::{is_auth_error, one_line};
 use super::hosts::{self, MultiHost};
-use super::{call_limits, is_auth_error, ErrorKind, InvalidUrl, RedisError, Target, Unready};
+use super::session::connect;
+use super::target::show_addr;
+use super::{ErrorKind, InvalidUrl, RedisError, Target, Unready};
 
 /// The sentinels of one service.
 #[derive(Clone)]
@@ -162,7 +163,7 @@ impl Sentinels {
         addr: &ConnectionAddr,
         timeout: Duration,
     ) -> Result<(String, u16), Failure> {
-        let at = super::show_addr(addr, false);
+        let at = show_addr(addr, false);
         let failed = |err: &redis::RedisError| sentinel_failure(&at, err);
         let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
         if let Some(password) = &self.password {
@@ -173,11 +174,7 @@ impl Sentinels {
             .into_connection_info()
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings);
-        let mut conn = Client::open(info)
-            .map_err(|err| failed(&err))?
-            .get_multiplexed_async_connection_with_config(&call_limits(timeout))
-            .await
-            .map_err(|err| failed(&err))?;
+        let mut conn = connect(&info, timeout).await.map_err(|err| failed(&err))?;
         let named: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.service)
@@ -227,11 +224,7 @@ impl Sentinels {
             .into_connection_info()
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings.clone());
-        let mut conn = Client::open(info.clone())
-            .map_err(|err| failed(&err))?
-            .get_multiplexed_async_connection_with_config(&call_limits(timeout))
-            .await
-            .map_err(|err| failed(&err))?;
+        let mut conn = connect(&info, timeout).await.map_err(|err| failed(&err))?;
         let role: Role = redis::cmd("ROLE")
             .query_async(&mut conn)
             .await
@@ -281,13 +274,6 @@ fn sentinel_failure(at: &str, err: &redis::RedisError) -> Failure {
         node: None,
         rank: Failure::MISCONFIGURED,
     }
-}
-
-fn one_line(err: &redis::RedisError) -> String {
-    err.to_string()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[cfg(test)]
