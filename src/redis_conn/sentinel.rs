@@ -54,19 +54,23 @@ pub(super) struct Failure {
     detail: String,
     /// The named primary, when the failure is its.
     node: Option<String>,
-    rank: u8,
+    rank: Rank,
+}
+
+/// How much a failure says about the cause, least first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Rank {
+    /// A sentinel could not be reached: says least, another may answer.
+    SentinelDown,
+    /// A sentinel does not know the service.
+    UnknownService,
+    /// The named primary is down or not a primary (yet): a failover.
+    PrimaryDown,
+    /// A password or address is wrong: no retry will help.
+    Misconfigured,
 }
 
 impl Failure {
-    /// A sentinel could not be reached: says least, another may answer.
-    const SENTINEL_DOWN: u8 = 0;
-    /// A sentinel does not know the service.
-    const UNKNOWN_SERVICE: u8 = 1;
-    /// The named primary is down or not a primary (yet): a failover.
-    const PRIMARY_DOWN: u8 = 2;
-    /// A password or address is wrong: no retry will help.
-    const MISCONFIGURED: u8 = 3;
-
     pub(super) fn into_error(self, target: &Target) -> RedisError {
         target.failure(self.kind, &self.detail, self.node.as_deref())
     }
@@ -137,7 +141,7 @@ impl Sentinels {
             kind: ErrorKind::Unreachable,
             detail: "no sentinel listed".into(),
             node: None,
-            rank: Failure::SENTINEL_DOWN,
+            rank: Rank::SentinelDown,
         }))
     }
 
@@ -189,7 +193,7 @@ impl Sentinels {
                 self.service
             ),
             node: None,
-            rank: Failure::UNKNOWN_SERVICE,
+            rank: Rank::UnknownService,
         })
     }
 
@@ -210,9 +214,9 @@ impl Sentinels {
             };
             Failure {
                 rank: if kind == ErrorKind::Auth {
-                    Failure::MISCONFIGURED
+                    Rank::Misconfigured
                 } else {
-                    Failure::PRIMARY_DOWN
+                    Rank::PrimaryDown
                 },
                 kind,
                 detail: one_line(err),
@@ -236,7 +240,7 @@ impl Sentinels {
                          way)"
                     .into(),
                 node: Some(node),
-                rank: Failure::PRIMARY_DOWN,
+                rank: Rank::PrimaryDown,
             });
         }
         Ok(Found { conn, info })
@@ -254,7 +258,7 @@ fn sentinel_failure(at: &str, err: &redis::RedisError) -> Failure {
                  password in LOCKRUN_SENTINEL_PASSWORD"
             ),
             node: None,
-            rank: Failure::MISCONFIGURED,
+            rank: Rank::Misconfigured,
         };
     }
     if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
@@ -262,7 +266,7 @@ fn sentinel_failure(at: &str, err: &redis::RedisError) -> Failure {
             kind: ErrorKind::Unreachable,
             detail: format!("no sentinel answered; the sentinel at {at}: {detail}"),
             node: None,
-            rank: Failure::SENTINEL_DOWN,
+            rank: Rank::SentinelDown,
         };
     }
     Failure {
@@ -272,7 +276,7 @@ fn sentinel_failure(at: &str, err: &redis::RedisError) -> Failure {
              addresses (port 26379 by default), not Redis servers"
         ),
         node: None,
-        rank: Failure::MISCONFIGURED,
+        rank: Rank::Misconfigured,
     }
 }
 
