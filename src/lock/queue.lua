@@ -1,4 +1,4 @@
--- The wait queue of one lock. lock.rs puts this file (after guard.lua) in
+-- The wait queue of one lock. build.rs puts this file (after guard.lua) in
 -- front of every script that reads or changes the queue, so that they all
 -- agree on one layout and one set of rules.
 -- KEYS[1] lease  KEYS[2] holder record  KEYS[3] fence counter

@@ -123,34 +123,30 @@ mod tests {
         Views(seen.into_iter().map(|seen| (String::new(), seen)).collect())
     }
 
-    fn seen(holder: Option<(&str, u64)>, left_ms: u64) -> Result<Status, String> {
-        Ok(view(holder, left_ms))
-    }
-
     #[test]
     fn one_server_is_a_quorum_of_one() {
-        let one = views(vec![seen(Some(("a", 7)), 900)]);
+        let one = views(vec![Ok(view(Some(("a", 7)), 900))]);
         let held = one.held().expect("held");
         assert_eq!(one.left(held), Some(Duration::from_millis(900)));
         assert!(one.majority_agrees());
-        assert!(views(vec![seen(None, 0)]).held().is_none());
+        assert!(views(vec![Ok(view(None, 0))]).held().is_none());
     }
 
     #[test]
     fn a_majority_must_show_the_same_holder() {
         let split = views(vec![
-            seen(Some(("a", 7)), 900),
-            seen(Some(("b", 8)), 900),
-            seen(None, 0),
+            Ok(view(Some(("a", 7)), 900)),
+            Ok(view(Some(("b", 8)), 900)),
+            Ok(view(None, 0)),
         ]);
         assert!(split.held().is_none());
         assert!(!split.majority_agrees());
         assert_eq!(split.last_fence(), Some(8));
 
         let agreed = views(vec![
-            seen(Some(("a", 7)), 900),
+            Ok(view(Some(("a", 7)), 900)),
             Err("down".into()),
-            seen(Some(("a", 7)), 400),
+            Ok(view(Some(("a", 7)), 400)),
         ]);
         let held = agreed.held().expect("2 of 3 agree");
         assert_eq!(agreed.left(held), Some(Duration::from_millis(400)));

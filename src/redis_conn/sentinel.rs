@@ -14,12 +14,13 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::MultiplexedConnection;
-use redis::{
-    Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Role,
-};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Role};
 
+use super::error::{is_auth_error, one_line};
 use super::hosts::{self, MultiHost};
-use super::{call_limits, is_auth_error, ErrorKind, InvalidUrl, RedisError, Target, Unready};
+use super::session::connect;
+use super::target::show_addr;
+use super::{ErrorKind, InvalidUrl, RedisError, Target, Unready};
 
 /// The sentinels of one service.
 #[derive(Clone)]
@@ -53,19 +54,23 @@ pub(super) struct Failure {
     detail: String,
     /// The named primary, when the failure is its.
     node: Option<String>,
-    rank: u8,
+    rank: Rank,
+}
+
+/// How much a failure says about the cause, least first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Rank {
+    /// A sentinel could not be reached: says least, another may answer.
+    SentinelDown,
+    /// A sentinel does not know the service.
+    UnknownService,
+    /// The named primary is down or not a primary (yet): a failover.
+    PrimaryDown,
+    /// A password or address is wrong: no retry will help.
+    Misconfigured,
 }
 
 impl Failure {
-    /// A sentinel could not be reached: says least, another may answer.
-    const SENTINEL_DOWN: u8 = 0;
-    /// A sentinel does not know the service.
-    const UNKNOWN_SERVICE: u8 = 1;
-    /// The named primary is down or not a primary (yet): a failover.
-    const PRIMARY_DOWN: u8 = 2;
-    /// A password or address is wrong: no retry will help.
-    const MISCONFIGURED: u8 = 3;
-
     pub(super) fn into_error(self, target: &Target) -> RedisError {
         target.failure(self.kind, &self.detail, self.node.as_deref())
     }
@@ -136,7 +141,7 @@ impl Sentinels {
             kind: ErrorKind::Unreachable,
             detail: "no sentinel listed".into(),
             node: None,
-            rank: Failure::SENTINEL_DOWN,
+            rank: Rank::SentinelDown,
         }))
     }
 
@@ -162,7 +167,7 @@ impl Sentinels {
         addr: &ConnectionAddr,
         timeout: Duration,
     ) -> Result<(String, u16), Failure> {
-        let at = super::show_addr(addr, false);
+        let at = show_addr(addr, false);
         let failed = |err: &redis::RedisError| sentinel_failure(&at, err);
         let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
         if let Some(password) = &self.password {
@@ -173,11 +178,7 @@ impl Sentinels {
             .into_connection_info()
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings);
-        let mut conn = Client::open(info)
-            .map_err(|err| failed(&err))?
-            .get_multiplexed_async_connection_with_config(&call_limits(timeout))
-            .await
-            .map_err(|err| failed(&err))?;
+        let mut conn = connect(&info, timeout).await.map_err(|err| failed(&err))?;
         let named: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.service)
@@ -192,7 +193,7 @@ impl Sentinels {
                 self.service
             ),
             node: None,
-            rank: Failure::UNKNOWN_SERVICE,
+            rank: Rank::UnknownService,
         })
     }
 
@@ -213,9 +214,9 @@ impl Sentinels {
             };
             Failure {
                 rank: if kind == ErrorKind::Auth {
-                    Failure::MISCONFIGURED
+                    Rank::Misconfigured
                 } else {
-                    Failure::PRIMARY_DOWN
+                    Rank::PrimaryDown
                 },
                 kind,
                 detail: one_line(err),
@@ -227,11 +228,7 @@ impl Sentinels {
             .into_connection_info()
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings.clone());
-        let mut conn = Client::open(info.clone())
-            .map_err(|err| failed(&err))?
-            .get_multiplexed_async_connection_with_config(&call_limits(timeout))
-            .await
-            .map_err(|err| failed(&err))?;
+        let mut conn = connect(&info, timeout).await.map_err(|err| failed(&err))?;
         let role: Role = redis::cmd("ROLE")
             .query_async(&mut conn)
             .await
@@ -243,7 +240,7 @@ impl Sentinels {
                          way)"
                     .into(),
                 node: Some(node),
-                rank: Failure::PRIMARY_DOWN,
+                rank: Rank::PrimaryDown,
             });
         }
         Ok(Found { conn, info })
@@ -261,7 +258,7 @@ fn sentinel_failure(at: &str, err: &redis::RedisError) -> Failure {
                  password in LOCKRUN_SENTINEL_PASSWORD"
             ),
             node: None,
-            rank: Failure::MISCONFIGURED,
+            rank: Rank::Misconfigured,
         };
     }
     if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
@@ -269,7 +266,7 @@ fn sentinel_failure(at: &str, err: &redis::RedisError) -> Failure {
             kind: ErrorKind::Unreachable,
             detail: format!("no sentinel answered; the sentinel at {at}: {detail}"),
             node: None,
-            rank: Failure::SENTINEL_DOWN,
+            rank: Rank::SentinelDown,
         };
     }
     Failure {
@@ -279,15 +276,8 @@ fn sentinel_failure(at: &str, err: &redis::RedisError) -> Failure {
              addresses (port 26379 by default), not Redis servers"
         ),
         node: None,
-        rank: Failure::MISCONFIGURED,
+        rank: Rank::Misconfigured,
     }
-}
-
-fn one_line(err: &redis::RedisError) -> String {
-    err.to_string()
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[cfg(test)]

@@ -1,0 +1,428 @@
+//! What a failed Redis call means for lockrun. Errors are classified by the
+//! reply's code, not its text, into an `ErrorKind` that decides whether
+//! waiting may help (`Transient`) and which message the operator gets. The
+//! messages name the server but never a password: every detail is masked
+//! before it is kept, however it came to hold one.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::{ConnectionAddr, ServerErrorKind};
+
+use super::target::show_addr;
+use super::Target;
+use crate::clock::show;
+
+/// What a failed call means for lockrun: which message the operator gets,
+/// and whether waiting may help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ErrorKind {
+    /// Could not connect, the connection broke, or no answer in time.
+    Unreachable,
+    /// The server wants a password and was given none.
+    NoPassword,
+    /// The server refused the password it was given.
+    Auth,
+    /// Whatever answered does not speak the Redis protocol.
+    NotRedis,
+    /// Redis answered, but cannot serve the lock yet: asking again later
+    /// may work.
+    Transient(Unready),
+    /// A replica reached through a one-server URL, which takes no writes.
+    ReadOnly,
+    /// The server answered with an error.
+    Server,
+}
+
+/// Why a Redis that answers cannot serve the lock yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unready {
+    /// LOADING: reading its data set after a restart.
+    Loading,
+    /// BUSY: a script or function has run past the busy threshold.
+    Busy,
+    /// TRYAGAIN: a cluster slot is being migrated.
+    TryAgain,
+    /// MASTERDOWN: a replica that lost its primary.
+    MasterDown,
+    /// CLUSTERDOWN: the cluster is healing.
+    ClusterDown,
+    /// Behind Sentinel or in a cluster: a failover is under way.
+    Failover,
+    /// Too few replicas connected (NOREPLICAS) or acknowledging a write.
+    Replicas,
+}
+
+/// A failed Redis call, with the address but never the password.
+#[derive(Debug, Clone)]
+pub(crate) struct RedisError {
+    pub(crate) kind: ErrorKind,
+    target: String,
+    detail: String,
+    /// For a call that got no answer: how long it waited.
+    timed_out: Option<Duration>,
+}
+
+impl RedisError {
+    /// Whether Redis said "not now" rather than "no": worth waiting through
+    /// while nothing is held yet.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(self.kind, ErrorKind::Transient(_))
+    }
+
+    /// This failure, followed by `later`, which giving back a lock the
+    /// failed call may have taken ran into. Only a second wait is worth
+    /// saying: it makes the line's "no answer within" add up to the time
+    /// the operator saw pass.
+    pub(crate) fn then_giving_back(mut self, later: &RedisError) -> RedisError {
+        if let Some(waited) = later.timed_out {
+            self.detail = format!(
+                "{}, nor within {} more to giving back a lock that call may have taken",
+                self.detail,
+                show(waited)
+            );
+        }
+        self
+    }
+}
+
+impl fmt::Display for RedisError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let target = &self.target;
+        match self.kind {
+            ErrorKind::Unreachable => write!(
+                f,
+                "cannot reach Redis at {target}: {}; check --redis (or LOCKRUN_REDIS_URL) and \
+                 that the server is up",
+                self.detail
+            ),
+            ErrorKind::NoPassword => write!(
+                f,
+                "Redis at {target} requires a password; give it in LOCKRUN_REDIS_PASSWORD, \
+                 --redis-password-file or the URL"
+            ),
+            ErrorKind::Auth => write!(
+                f,
+                "Redis at {target} refused authentication: {}; give the password in \
+                 LOCKRUN_REDIS_PASSWORD, --redis-password-file or the URL",
+                self.detail
+            ),
+            ErrorKind::NotRedis => write!(
+                f,
+                "the server at {target} does not speak the Redis protocol; check --redis (or \
+                 LOCKRUN_REDIS_URL)"
+            ),
+            ErrorKind::Transient(why) => {
+                let state = match why {
+                    Unready::Loading => "is loading its data set into memory (LOADING)",
+                    Unready::Busy => {
+                        "is busy running a script or function (BUSY) and serves nothing else \
+                         until it ends or is killed"
+                    }
+                    Unready::TryAgain => "asks to try again (TRYAGAIN, a slot is migrating)",
+                    Unready::MasterDown => {
+                        "is a replica that lost its primary (MASTERDOWN) and serves nothing \
+                         until it is back"
+                    }
+                    Unready::ClusterDown | Unready::Failover | Unready::Replicas => {
+                        return write!(f, "Redis at {target} is unavailable: {}", self.detail);
+                    }
+                };
+                write!(f, "Redis at {target} {state}; it cannot serve the lock yet")
+            }
+            ErrorKind::ReadOnly => write!(
+                f,
+                "Redis at {target} is a read-only replica (READONLY): this server is a replica; \
+                 point --redis at the primary or use \
+                 redis+sentinel://SENTINEL[,SENTINEL...]/SERVICE"
+            ),
+            ErrorKind::Server => write!(f, "Redis at {target} failed: {}", self.detail),
+        }
+    }
+}
+
+impl std::error::Error for RedisError {}
+
+impl Target {
+    pub(crate) fn error(&self, err: &redis::RedisError) -> RedisError {
+        self.error_at(err, None)
+    }
+
+    /// `err` from the server `node` (when lockrun knows which), classified,
+    /// with a hint when the URL looks like the cause.
+    pub(super) fn error_at(&self, err: &redis::RedisError, node: Option<&str>) -> RedisError {
+        let mut detail = one_line(err);
+        if let Some(hint) = self.hint(err) {
+            detail = format!("{detail}; {hint}");
+        }
+        self.failure(self.classify(err), &detail, node)
+    }
+
+    /// A failure described by lockrun itself, at `node` if known. Every
+    /// password is masked, however the detail came to hold it.
+    pub(super) fn failure(&self, kind: ErrorKind, detail: &str, node: Option<&str>) -> RedisError {
+        let mut detail = detail.to_owned();
+        let secrets = [self.password(), self.sentinel_password()];
+        for secret in secrets.into_iter().flatten() {
+            detail = detail.replace(secret, "***");
+        }
+        let target = match node {
+            Some(node) => format!("{self} (primary {node})"),
+            None => self.to_string(),
+        };
+        RedisError {
+            kind,
+            target,
+            detail,
+            timed_out: None,
+        }
+    }
+
+    /// What an error means for lockrun, by the reply's error code where
+    /// there is one.
+    fn classify(&self, err: &redis::RedisError) -> ErrorKind {
+        use ServerErrorKind as Code;
+        if is_auth_error(err) {
+            return if self.password().is_some() {
+                ErrorKind::Auth
+            } else {
+                ErrorKind::NoPassword
+            };
+        }
+        if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
+            return ErrorKind::Unreachable;
+        }
+        let replicated = self.is_replicated();
+        match err.kind() {
+            redis::ErrorKind::Server(Code::BusyLoading) => ErrorKind::Transient(Unready::Loading),
+            redis::ErrorKind::Server(Code::TryAgain) => ErrorKind::Transient(Unready::TryAgain),
+            redis::ErrorKind::Server(Code::MasterDown) => ErrorKind::Transient(Unready::MasterDown),
+            // The cluster is healing: a later call may succeed.
+            redis::ErrorKind::Server(Code::ClusterDown) => {
+                ErrorKind::Transient(Unready::ClusterDown)
+            }
+            // Behind Sentinel or in a cluster, a demoted primary or a moved
+            // slot is a failover under way, not a wrong URL.
+            redis::ErrorKind::Server(Code::ReadOnly | Code::Moved | Code::Ask) if replicated => {
+                ErrorKind::Transient(Unready::Failover)
+            }
+            redis::ErrorKind::Server(Code::ReadOnly) => ErrorKind::ReadOnly,
+            // `Session::invoke` decodes replies itself, so a parse error
+            // here is the wire protocol's: whatever answered is not Redis.
+            redis::ErrorKind::Parse => ErrorKind::NotRedis,
+            // The crate knows no code of its own for these two.
+            _ if err.code() == Some("BUSY") => ErrorKind::Transient(Unready::Busy),
+            // min-replicas-to-write: too few replicas are connected right now.
+            _ if err.code() == Some("NOREPLICAS") => ErrorKind::Transient(Unready::Replicas),
+            _ => ErrorKind::Server,
+        }
+    }
+
+    /// What to change when a one-server URL reaches a server that is part of
+    /// a replicated setup.
+    fn hint(&self, err: &redis::RedisError) -> Option<String> {
+        if self.is_replicated() {
+            return None;
+        }
+        match err.kind() {
+            redis::ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask) => {
+                let (scheme, at) = match self.info.addr() {
+                    ConnectionAddr::TcpTls { .. } => ("rediss", show_addr(self.info.addr(), false)),
+                    ConnectionAddr::Tcp(..) => ("redis", show_addr(self.info.addr(), false)),
+                    _ => ("redis", "HOST:PORT".to_owned()),
+                };
+                Some(format!(
+                    "this is a Redis Cluster node; use --redis {scheme}+cluster://{at}"
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    pub(crate) fn timed_out(&self, after: Duration) -> RedisError {
+        RedisError {
+            timed_out: Some(after),
+            ..self.failure(
+                ErrorKind::Unreachable,
+                &format!("no answer within {}", show(after)),
+                None,
+            )
+        }
+    }
+
+    /// `err`, unless it is the crate's own timer, which races lockrun's:
+    /// either way the call got no answer within `after`.
+    pub(super) fn call_error(&self, err: &redis::RedisError, after: Duration) -> RedisError {
+        if err.is_timeout() {
+            self.timed_out(after)
+        } else {
+            self.error(err)
+        }
+    }
+
+    /// A reply that is not what the script returns.
+    pub(crate) fn unexpected_reply(&self, detail: &str) -> RedisError {
+        self.failure(
+            ErrorKind::Server,
+            &format!("unexpected reply: {detail}"),
+            None,
+        )
+    }
+}
+
+/// Whether the server refused to let lockrun in: a wrong password, or none
+/// where one is wanted.
+pub(super) fn is_auth_error(err: &redis::RedisError) -> bool {
+    if err.kind() == redis::ErrorKind::AuthenticationFailed {
+        return true;
+    }
+    let text = err.to_string();
+    // A server with a password answers a client that sent none with NOAUTH,
+    // or, for a command with many arguments (our scripts), with a protocol
+    // error about an "unauthenticated" request.
+    [
+        "NOAUTH",
+        "WRONGPASS",
+        "invalid password",
+        "invalid username-password",
+        "unauthenticated",
+    ]
+    .iter()
+    .any(|needle| text.contains(needle))
+}
+
+/// `err` as text on one line. Some errors span lines (a parser's report of
+/// what it got instead of a reply); every lockrun message is one line.
+pub(super) fn one_line(err: &redis::RedisError) -> String {
+    err.to_string()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use redis::ServerErrorKind;
+
+    use super::*;
+
+    #[test]
+    fn errors_fit_on_one_line() {
+        let target = Target::parse("redis://h:1", None).expect("valid");
+        let err = target.error(&redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "Parse error",
+            "at 1\nUnexpected `84`\n".to_string(),
+        )));
+        assert_eq!(err.to_string().lines().count(), 1, "{err}");
+    }
+
+    #[test]
+    fn replies_are_classified_by_their_code() {
+        use redis::ServerErrorKind as Code;
+        let target = Target::parse("redis://h:1", None).expect("valid");
+        let kind = |err: redis::RedisError| target.error(&err).kind;
+        let server = |code| redis::RedisError::from((redis::ErrorKind::Server(code), "x"));
+        assert_eq!(
+            kind(server(Code::BusyLoading)),
+            ErrorKind::Transient(Unready::Loading)
+        );
+        assert_eq!(
+            kind(server(Code::TryAgain)),
+            ErrorKind::Transient(Unready::TryAgain)
+        );
+        assert_eq!(
+            kind(server(Code::MasterDown)),
+            ErrorKind::Transient(Unready::MasterDown)
+        );
+        assert_eq!(kind(server(Code::ReadOnly)), ErrorKind::ReadOnly);
+        assert_eq!(kind(server(Code::ResponseError)), ErrorKind::Server);
+        let busy = redis::make_extension_error("BUSY".into(), Some("running a script".into()));
+        assert_eq!(kind(busy), ErrorKind::Transient(Unready::Busy));
+        let garbage = redis::RedisError::from((redis::ErrorKind::Parse, "Parse error"));
+        assert_eq!(kind(garbage), ErrorKind::NotRedis);
+        let noauth = || redis::make_extension_error("NOAUTH".into(), None);
+        assert_eq!(kind(noauth()), ErrorKind::NoPassword);
+        let with_password = Target::parse("redis://:pw@h:1", None).expect("valid");
+        assert_eq!(with_password.error(&noauth()).kind, ErrorKind::Auth);
+    }
+
+    #[test]
+    fn an_unanswered_give_back_adds_its_wait() {
+        let target = Target::parse("redis://h:1", None).expect("valid");
+        let second = Duration::from_secs(1);
+        let line = target
+            .timed_out(2 * second)
+            .then_giving_back(&target.timed_out(second))
+            .to_string();
+        assert!(
+            line.contains(
+                "no answer within 2s, nor within 1s more to giving back a lock that call may \
+                 have taken;"
+            ),
+            "{line}"
+        );
+        let refused = target.error(&redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "Connection refused",
+        )));
+        let line = target
+            .timed_out(second)
+            .then_giving_back(&refused)
+            .to_string();
+        assert!(line.contains("no answer within 1s;"), "{line}");
+    }
+
+    fn server_error(kind: ServerErrorKind, detail: &str) -> redis::RedisError {
+        redis::RedisError::from((redis::ErrorKind::Server(kind), "server", detail.to_string()))
+    }
+
+    #[test]
+    fn a_plain_url_at_a_cluster_node_or_replica_says_what_to_use() {
+        let target = Target::parse("redis://10.0.0.5:7000", None).expect("valid");
+        let moved = target.error(&server_error(ServerErrorKind::Moved, "5597 10.0.0.6:7001"));
+        assert_eq!(moved.kind, ErrorKind::Server);
+        assert!(
+            moved.to_string().ends_with(
+                "; this is a Redis Cluster node; use --redis redis+cluster://10.0.0.5:7000"
+            ),
+            "{moved}"
+        );
+        let readonly = target.error(&server_error(ServerErrorKind::ReadOnly, "replica"));
+        assert!(
+            readonly
+                .to_string()
+                .contains("this server is a replica; point --redis at the primary"),
+            "{readonly}"
+        );
+        let tls = Target::parse("rediss://h:7000", None).expect("valid");
+        let moved = tls.error(&server_error(ServerErrorKind::Ask, "1 h:7001"));
+        assert!(
+            moved.to_string().contains("rediss+cluster://h:7000"),
+            "{moved}"
+        );
+    }
+
+    #[test]
+    fn failovers_and_a_cluster_healing_are_transient() {
+        let single = Target::parse("redis://h:1", None).expect("valid");
+        let sentinel = Target::parse("redis+sentinel://s1,s2/svc", None).expect("valid");
+        let cluster = Target::parse("redis+cluster://c1:7000", None).expect("valid");
+        for target in [&single, &sentinel, &cluster] {
+            for kind in [ServerErrorKind::ClusterDown, ServerErrorKind::TryAgain] {
+                assert!(target.error(&server_error(kind, "x")).is_transient());
+            }
+        }
+        let readonly = server_error(ServerErrorKind::ReadOnly, "x");
+        assert!(sentinel.error(&readonly).is_transient());
+        assert!(!single.error(&readonly).is_transient());
+        let moved = server_error(ServerErrorKind::Moved, "1 h:2");
+        assert!(cluster.error(&moved).is_transient());
+        assert!(!single.error(&moved).is_transient());
+        assert!(!sentinel
+            .error(&server_error(ServerErrorKind::ResponseError, "x"))
+            .is_transient());
+    }
+}

@@ -1,0 +1,368 @@
+//! The connection to Redis: a `Session` opens it lazily, drops it after any
+//! failure so that the next call starts afresh (behind Sentinel, by asking
+//! the sentinels again), and holds every call to one time limit, the
+//! crate's own limits included. It also owns what follows a script call on
+//! the same server: `WAIT` for replicas, and the waiter's subscription.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Client, ConnectionInfo, ServerErrorKind};
+use tokio::time::Instant;
+
+use super::cluster;
+use super::target::{show_addr, Topology};
+use super::{ErrorKind, RedisError, Target, Unready};
+use crate::clock::show;
+
+/// One request to Redis, sent on a session's connection: a script call. It
+/// returns the raw reply, which the session decodes.
+pub(crate) trait Request {
+    async fn send(&self, conn: &mut impl ConnectionLike) -> redis::RedisResult<redis::Value>;
+}
+
+/// An open connection: to one server, or to a cluster.
+enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// One lazily (re)opened connection. After any failure the connection is
+/// dropped, so the next call starts afresh: after a Redis restart the old
+/// socket is dead, a timed-out call may have left it in an unknown state, and
+/// behind Sentinel the next call asks the sentinels again which server is
+/// the primary now.
+pub(crate) struct Session {
+    target: Target,
+    timeout: Duration,
+    conn: Option<Conn>,
+    /// The primary that the sentinels named, while connected to it.
+    primary: Option<ConnectionInfo>,
+}
+
+impl Session {
+    pub(crate) fn new(target: Target, timeout: Duration) -> Self {
+        Session {
+            target,
+            timeout,
+            conn: None,
+            primary: None,
+        }
+    }
+
+    pub(crate) fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// The primary the connection goes to, `host:port`, when the sentinels
+    /// named it.
+    fn primary_node(&self) -> Option<String> {
+        self.primary
+            .as_ref()
+            .map(|info| show_addr(info.addr(), false))
+    }
+
+    fn error(&self, err: &redis::RedisError) -> RedisError {
+        self.target.error_at(err, self.primary_node().as_deref())
+    }
+
+    /// Opens the connection now, allowing `timeout` for it, so that an
+    /// unreachable server is reported before anything else happens.
+    pub(crate) async fn open_within(&mut self, timeout: Duration) -> Result<(), RedisError> {
+        if self.conn.is_some() {
+            return Ok(());
+        }
+        // The crate's own limits cover each step separately; this one bounds
+        // the whole, a Sentinel lookup included.
+        match tokio::time::timeout(timeout, self.open(timeout)).await {
+            Ok(result) => result,
+            Err(_) => Err(self.target.timed_out(timeout)),
+        }
+    }
+
+    async fn open(&mut self, timeout: Duration) -> Result<(), RedisError> {
+        let target = &self.target;
+        match &target.topology {
+            Topology::Single => {
+                let conn = connect(&target.info, timeout)
+                    .await
+                    .map_err(|err| target.call_error(&err, timeout))?;
+                self.conn = Some(Conn::Single(conn));
+            }
+            Topology::Sentinel(sentinels) => {
+                let found = sentinels
+                    .primary(target.info.redis_settings(), timeout)
+                    .await
+                    .map_err(|failure| failure.into_error(target))?;
+                self.conn = Some(Conn::Single(found.conn));
+                self.primary = Some(found.info);
+            }
+            Topology::Cluster(seeds) => {
+                let conn = seeds
+                    .connect(target.info.redis_settings(), timeout)
+                    .await
+                    .map_err(|err| target.error(&err))?;
+                self.conn = Some(Conn::Cluster(conn));
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the connection after a failure, and with it which server the
+    /// sentinels named.
+    fn drop_connection(&mut self) {
+        self.conn = None;
+        self.primary = None;
+    }
+
+    /// Runs one script call within the session's timeout.
+    pub(crate) async fn invoke<T: redis::FromRedisValue>(
+        &mut self,
+        call: &impl Request,
+    ) -> Result<T, RedisError> {
+        let started = Instant::now();
+        let mut asked_again = false;
+        self.follow_sentinels(started).await;
+        loop {
+            let left = self.timeout.saturating_sub(started.elapsed());
+            self.open_within(left).await?;
+            let Some(conn) = self.conn.as_mut() else {
+                return Err(self.target.timed_out(self.timeout));
+            };
+            let left = self.timeout.saturating_sub(started.elapsed());
+            // Decoded here rather than by the crate, so that a reply of the
+            // wrong shape is told apart from a server that is not Redis.
+            let result = tokio::time::timeout(left, call.send(conn)).await;
+            match result {
+                Ok(Ok(value)) => {
+                    return T::from_redis_value(value)
+                        .map_err(|err| self.target.unexpected_reply(&err.to_string()))
+                }
+                // The crate's response timer races ours; either way, it is ours.
+                Ok(Err(err)) if !err.is_timeout() => {
+                    let error = self.error(&err);
+                    self.drop_connection();
+                    // A primary that Sentinel demoted refuses the write
+                    // before running anything: ask the sentinels again and
+                    // retry at once, within the same time limit.
+                    let demoted = err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly);
+                    if demoted
+                        && !asked_again
+                        && matches!(self.target.topology, Topology::Sentinel(_))
+                    {
+                        asked_again = true;
+                        continue;
+                    }
+                    return Err(error);
+                }
+                Ok(Err(_)) | Err(_) => {
+                    self.drop_connection();
+                    return Err(self.target.timed_out(self.timeout));
+                }
+            }
+        }
+    }
+
+    /// Behind Sentinel, drops a connection to a server that the sentinels no
+    /// longer name as the primary. A demoted primary may go on accepting
+    /// writes for a while (after a manual failover, Redis 7 kept the old one
+    /// a primary for 10 s; across a network partition, for as long as it
+    /// lasts): renewing there would keep a lease that the new primary lets
+    /// lapse. At most a third of the call's time goes to asking; when no
+    /// sentinel answers, the current primary is kept.
+    async fn follow_sentinels(&mut self, started: Instant) {
+        let (Topology::Sentinel(sentinels), Some(current)) =
+            (&self.target.topology, self.primary_node())
+        else {
+            return;
+        };
+        let within = self.timeout.saturating_sub(started.elapsed()) / 3;
+        if let Ok(Some(named)) = tokio::time::timeout(within, sentinels.named(within)).await {
+            if named != current {
+                self.drop_connection();
+            }
+        }
+    }
+
+    /// Asks the server that took the last script call to wait until
+    /// `replicas` of its replicas have every write so far (Redis `WAIT`), within what
+    /// is left of the time limit of the call that began at `started`.
+    /// Returns how many replicas acknowledged.
+    pub(crate) async fn replicate(
+        &mut self,
+        key: &str,
+        replicas: u32,
+        started: Instant,
+    ) -> Result<u32, RedisError> {
+        let left = self.timeout.saturating_sub(started.elapsed());
+        // WAIT's own limit ends well before lockrun's, so that slow replicas
+        // give a count rather than a timeout: Redis notices a blocked
+        // client's timeout only at its next event-loop turn, up to 100 ms
+        // late (hz 10). WAIT 0 would mean no limit at all.
+        let limit_ms = u64::try_from((left / 2).as_millis()).unwrap_or(u64::MAX);
+        let Some(conn) = self.conn.as_mut().filter(|_| limit_ms > 0) else {
+            return Ok(0);
+        };
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(limit_ms);
+        let waited = async {
+            match conn {
+                Conn::Single(conn) => wait.query_async::<i64>(conn).await,
+                // The crate would send a bare WAIT to every primary; only the
+                // one owning the key took the write.
+                Conn::Cluster(conn) => cluster::wait(conn, key, wait).await,
+            }
+        };
+        match tokio::time::timeout(left, waited).await {
+            Ok(Ok(acked)) => Ok(u32::try_from(acked).unwrap_or(0)),
+            Ok(Err(err)) => {
+                let error = self.error(&err);
+                self.drop_connection();
+                Err(error)
+            }
+            // The write went through; only the count came too late.
+            Err(_) => {
+                let error = self.unacknowledged(0, replicas);
+                self.drop_connection();
+                Err(error)
+            }
+        }
+    }
+
+    /// The failure of a write that fewer replicas than `wanted` acknowledged.
+    pub(crate) fn unacknowledged(&self, acked: u32, wanted: u32) -> RedisError {
+        let detail = format!(
+            "only {acked} of {wanted} replicas acknowledged the write within --redis-timeout {}",
+            show(self.timeout)
+        );
+        self.target.failure(
+            ErrorKind::Transient(Unready::Replicas),
+            &detail,
+            self.primary_node().as_deref(),
+        )
+    }
+
+    /// Subscribes to `channel` on a connection of its own, within `within`,
+    /// on the server where the lock's scripts run and publish: the one
+    /// server, the primary the sentinels name, or the cluster node that owns
+    /// the channel's slot (a channel named with the lock's hash tag has the
+    /// lock's slot). There, a script's `PUBSUB NUMSUB` counts this
+    /// subscriber, which tells a live waiter from a dead one.
+    pub(crate) async fn subscribe(
+        &mut self,
+        channel: &str,
+        within: Duration,
+    ) -> Result<PubSub, RedisError> {
+        let started = Instant::now();
+        let node = match &self.target.topology {
+            Topology::Single => Some(self.target.info.clone()),
+            Topology::Sentinel(_) => {
+                self.open_within(within).await?;
+                self.primary.clone()
+            }
+            Topology::Cluster(seeds) => {
+                let seeds = seeds.clone();
+                self.open_within(within).await?;
+                let left = within.saturating_sub(started.elapsed());
+                match self.conn.as_mut() {
+                    Some(Conn::Cluster(conn)) => {
+                        tokio::time::timeout(left, cluster::node_for(conn, channel))
+                            .await
+                            .ok()
+                            .flatten()
+                            .and_then(|node| {
+                                seeds.node_info(&node, self.target.info.redis_settings())
+                            })
+                    }
+                    _ => None,
+                }
+            }
+        };
+        let left = within.saturating_sub(started.elapsed());
+        let subscribed = async {
+            let Some(info) = node else {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "no primary, or no node owning the lock's slot, to subscribe on",
+                )));
+            };
+            let mut pubsub = Client::open(info)?.get_async_pubsub().await?;
+            pubsub.subscribe(channel).await?;
+            Ok(pubsub)
+        };
+        match tokio::time::timeout(left, subscribed).await {
+            Ok(Ok(pubsub)) => Ok(pubsub),
+            Ok(Err(err)) => Err(self.error(&err)),
+            Err(_) => Err(self.target.timed_out(within)),
+        }
+    }
+
+    /// The server that holds `key`, `host:port` or a socket path, for the
+    /// operator: the server in the URL, the primary the sentinels named, or
+    /// the cluster node that owns the key's slot. `None` when that cannot be
+    /// told.
+    pub(crate) async fn node_for(&mut self, key: &str) -> Option<String> {
+        match (&self.target.topology, self.conn.as_mut()) {
+            (Topology::Single, _) => Some(show_addr(self.target.info.addr(), false)),
+            (Topology::Sentinel(_), _) => self.primary_node(),
+            (Topology::Cluster(_), Some(Conn::Cluster(conn))) => {
+                tokio::time::timeout(self.timeout, cluster::node_for(conn, key))
+                    .await
+                    .ok()
+                    .flatten()
+            }
+            (Topology::Cluster(_), _) => None,
+        }
+    }
+}
+
+/// Opens one connection to the server at `info`; every call on it is
+/// limited to `timeout`.
+pub(super) async fn connect(
+    info: &ConnectionInfo,
+    timeout: Duration,
+) -> redis::RedisResult<MultiplexedConnection> {
+    Client::open(info.clone())?
+        .get_multiplexed_async_connection_with_config(&call_limits(timeout))
+        .await
+}
+
+/// Connect and response limits for the redis crate, so that its own limits
+/// never outlast lockrun's.
+fn call_limits(timeout: Duration) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+}

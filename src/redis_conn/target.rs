@@ -1,0 +1,231 @@
+//! Where Redis is: the `--redis` URL parsed into a `Target` (one server, the
+//! primary that Sentinel names, or a Cluster), kept with its credentials but
+//! shown without them. A bad URL is an `InvalidUrl`, which never echoes the
+//! URL either: it may hold a password.
+
+use std::fmt;
+
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+
+use super::cluster::Seeds;
+use super::hosts::{self, MultiHost, Scheme};
+use super::sentinel::Sentinels;
+
+/// A `--redis` URL that lockrun cannot use. It never echoes the URL, which
+/// may hold a password.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct InvalidUrl;
+
+impl fmt::Display for InvalidUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "invalid Redis URL in --redis or LOCKRUN_REDIS_URL; expected \
+             redis://[user:password@]host[:port][/db], rediss://... (TLS), \
+             unix:///path/to/redis.sock, \
+             redis+sentinel://[user:password@]host[:port][,host[:port]...]/service[/db] \
+             or redis+cluster://[user:password@]host[:port][,host[:port]...] \
+             (rediss+sentinel://, rediss+cluster:// for TLS)",
+        )
+    }
+}
+
+impl std::error::Error for InvalidUrl {}
+
+/// A parsed Redis address plus credentials.
+#[derive(Clone)]
+pub(crate) struct Target {
+    /// Credentials, database and TLS of the servers holding the lock; for a
+    /// single server, its address too.
+    pub(super) info: ConnectionInfo,
+    pub(super) topology: Topology,
+}
+
+/// How lockrun finds the server that holds a lock.
+#[derive(Clone)]
+pub(super) enum Topology {
+    /// The one server at `Target::info`'s address.
+    Single,
+    /// The primary the sentinels name, asked again after every failure.
+    Sentinel(Sentinels),
+    /// The cluster node that owns the keys' slot.
+    Cluster(Seeds),
+}
+
+impl fmt::Debug for Target {
+    // Hand-written so that the password can never reach a debug print.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Target({self})")
+    }
+}
+
+impl fmt::Display for Target {
+    /// The address without any credentials, for messages.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.topology {
+            Topology::Single => f.write_str(&show_addr(self.info.addr(), true)),
+            Topology::Sentinel(sentinels) => sentinels.fmt(f),
+            Topology::Cluster(seeds) => seeds.fmt(f),
+        }
+    }
+}
+
+/// An address for messages: with its scheme as a URL, or as `host:port`.
+pub(super) fn show_addr(addr: &ConnectionAddr, as_url: bool) -> String {
+    match addr {
+        ConnectionAddr::Tcp(host, port) if as_url => {
+            format!("redis://{}", hosts::authority(host, *port))
+        }
+        ConnectionAddr::TcpTls { host, port, .. } if as_url => {
+            format!("rediss://{}", hosts::authority(host, *port))
+        }
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            hosts::authority(host, *port)
+        }
+        ConnectionAddr::Unix(path) if as_url => format!("unix://{}", path.display()),
+        ConnectionAddr::Unix(path) => path.display().to_string(),
+        other => other.to_string(),
+    }
+}
+
+impl Target {
+    /// Parses `url`; `password` (from LOCKRUN_REDIS_PASSWORD) overrides any
+    /// password in the URL.
+    pub(crate) fn parse(url: &str, password: Option<String>) -> Result<Self, InvalidUrl> {
+        // The redis crate reads a bare "host:port" as a URL with a scheme of
+        // "host"; insist on a scheme so a typo cannot go somewhere unexpected.
+        if !url.contains("://") {
+            return Err(InvalidUrl);
+        }
+        let (mut info, topology) = match MultiHost::parse(url) {
+            None => (
+                url.into_connection_info().map_err(|_| InvalidUrl)?,
+                Topology::Single,
+            ),
+            Some(multi) => {
+                let multi = multi?;
+                match multi.scheme {
+                    Scheme::Sentinel => {
+                        let (sentinels, info) = Sentinels::from_url(&multi)?;
+                        (info, Topology::Sentinel(sentinels))
+                    }
+                    Scheme::Cluster => {
+                        let (seeds, info) = Seeds::from_url(&multi)?;
+                        (info, Topology::Cluster(seeds))
+                    }
+                }
+            }
+        };
+        let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
+        if let Some(password) = password.filter(|p| !p.is_empty()) {
+            settings = settings.set_password(password);
+        }
+        info = info.set_redis_settings(settings);
+        Ok(Target { info, topology })
+    }
+
+    /// Sets the password the sentinels themselves want (from
+    /// LOCKRUN_SENTINEL_PASSWORD); other targets ignore it.
+    #[must_use]
+    pub(crate) fn with_sentinel_password(mut self, password: Option<String>) -> Self {
+        if let (Topology::Sentinel(sentinels), Some(password)) =
+            (&mut self.topology, password.filter(|p| !p.is_empty()))
+        {
+            sentinels.set_password(password);
+        }
+        self
+    }
+
+    /// Whether the URL names a replicated setup (Sentinel or Cluster), where
+    /// waiting for replicas is the default.
+    pub(crate) fn is_replicated(&self) -> bool {
+        !matches!(self.topology, Topology::Single)
+    }
+
+    /// The data nodes' password, to mask in messages and to tell a wrong
+    /// password from a missing one.
+    pub(super) fn password(&self) -> Option<&str> {
+        self.info.redis_settings().password()
+    }
+
+    /// The sentinels' own password, to mask in messages.
+    pub(super) fn sentinel_password(&self) -> Option<&str> {
+        match &self.topology {
+            Topology::Sentinel(sentinels) => sentinels.password(),
+            Topology::Single | Topology::Cluster(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis_conn::ErrorKind;
+
+    #[test]
+    fn messages_never_show_the_password() {
+        let target = Target::parse("redis://user:s3cret@db.example:6380/2", None).expect("valid");
+        assert_eq!(target.to_string(), "redis://db.example:6380");
+        assert!(!format!("{target:?}").contains("s3cret"));
+        let err = target.error(&redis::RedisError::from((
+            redis::ErrorKind::AuthenticationFailed,
+            "WRONGPASS s3cret",
+        )));
+        assert_eq!(err.kind, ErrorKind::Auth);
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn password_from_environment_wins() {
+        let target = Target::parse("redis://:old@h:1", Some("new".into())).expect("valid");
+        assert_eq!(target.password(), Some("new"));
+    }
+
+    #[test]
+    fn replicated_targets_show_every_host_and_no_password() {
+        let target = Target::parse("redis+sentinel://u:data-pw@s1,s2:26380/svc/1", None)
+            .expect("valid")
+            .with_sentinel_password(Some("sentinel-pw".into()));
+        assert!(target.is_replicated());
+        assert_eq!(target.to_string(), "redis+sentinel://s1:26379,s2:26380/svc");
+        let err = target.failure(
+            ErrorKind::Server,
+            "data-pw and sentinel-pw",
+            Some("10.0.0.1:6379"),
+        );
+        assert_eq!(
+            err.to_string(),
+            "Redis at redis+sentinel://s1:26379,s2:26380/svc (primary 10.0.0.1:6379) failed: \
+             *** and ***"
+        );
+        let cluster = Target::parse("rediss+cluster://:pw@c1,c2:7001", None).expect("valid");
+        assert_eq!(cluster.to_string(), "rediss+cluster://c1:6379,c2:7001");
+        assert!(!Target::parse("redis://h", None)
+            .expect("valid")
+            .is_replicated());
+    }
+
+    #[test]
+    fn all_schemes_parse() {
+        for url in [
+            "redis://127.0.0.1:6379",
+            "rediss://example.com:6380",
+            "redis+unix:///tmp/r.sock",
+            "unix:///tmp/r.sock",
+            "redis+sentinel://10.0.0.1,10.0.0.2:26380/jobs",
+            "rediss+sentinel://s.example/jobs/2",
+            "redis+cluster://10.0.0.1:7000,10.0.0.2:7000",
+            "rediss+cluster://c.example",
+        ] {
+            assert!(Target::parse(url, None).is_ok(), "{url}");
+        }
+        for url in [
+            "localhost:6379",
+            "http://x",
+            "",
+            "redis+sentinel://s1",
+            "redis+cluster://c1/2",
+        ] {
+            assert!(Target::parse(url, None).is_err(), "{url}");
+        }
+    }
+}
