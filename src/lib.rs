@@ -10,7 +10,8 @@
 //! - `cli`: the command line (clap): flags, help text, one-line usage errors;
 //! - `supervise`: the running command under its lease: renewals, signals,
 //!   terminal stops, stopping the command when the lease cannot be proven;
-//! - `wait`: getting the lock, waiting in line for it if asked;
+//! - `wait`: getting the lock, waiting for it if asked: one loop and one
+//!   give-up rule for one server and for a quorum;
 //! - `report`: the one-line messages on stderr, as loud as asked, never
 //!   holding up the deadline;
 //! - `secrets`: the Redis password from the environment or a file, kept out
@@ -20,12 +21,26 @@
 //! - `descendants`: lockrun as the subreaper of everything the command
 //!   started, in any group or session: finding it, reaping it;
 //! - `signals`: which signals lockrun catches and forwards;
-//! - `lock` (+ `lock/*.lua`, `lock/script.rs`): the Redis protocol as atomic
-//!   scripts, the wait queue's among them, sent by a hash computed at compile
-//!   time; with `redis_conn`, the only modules that name a redis type;
-//! - `redis_conn` (+ `redis_conn/*`): where Redis is (one server, the primary
-//!   Sentinel names, or a cluster), credentials kept out of messages,
-//!   timeouts, waiting for replicas;
+//! - `lock`: a lock held on a set of servers, one server a quorum of one;
+//!   every operation asks them all and counts by one majority rule; with
+//!   `redis_conn`, the only modules that name a redis type:
+//!   - `lock/keys`: the lock's Redis names and the run's token;
+//!   - `lock/records`: holder and waiter records;
+//!   - `lock/script` (+ `lock/*.lua`, assembled and hashed by `build.rs`):
+//!     the atomic scripts, sent by hash;
+//!   - `lock/reply`: one typed reply per script, decoded by field name;
+//!   - `lock/server`: one server's part in a lock: scripts, replicas, what
+//!     this run may have left there;
+//!   - `lock/tally`: the majority rule;
+//!   - `lock/status`: each server's view and what a majority agrees on;
+//!   - `lock/wake`: the wake-up messages of a waiting run;
+//!   - `lock/error`: a server's failure, someone else's data at a lock key,
+//!     a quorum short of a majority;
+//! - `redis_conn`: where Redis is and how to talk to it: `target` (URLs,
+//!   one server, the primary Sentinel names, or a cluster; credentials kept
+//!   out of messages), `error` (what a failure means), `session` (one
+//!   connection, time limits, `WAIT` for replicas, subscriptions),
+//!   `sentinel`, `cluster`, `hosts`;
 //! - `lease`: the lease deadline and renewal timing;
 //! - `clock`: the boot clock, sleeps that survive suspend, durations shown;
 //! - `exit_code`: every status lockrun returns.

@@ -1,0 +1,120 @@
+//! A usage error as one line, like every other lockrun error: what is wrong,
+//! a hint that fits lockrun (the flag or subcommand meant, the command put
+//! after `--`), then where to look.
+
+use std::ffi::OsString;
+
+use super::command;
+
+/// clap's usage error as one line, like every other lockrun error: what is
+/// wrong, a hint that fits lockrun, then where to look. clap's own rendering
+/// spreads it over a paragraph with a usage block, which a cron mail or a
+/// journal line cuts apart. `args` is the command line, program name first.
+pub(super) fn one_line(err: &clap::Error, args: &[OsString]) -> String {
+    let rendered = err.render().to_string();
+    let mut line = String::new();
+    for part in rendered
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .map(|l| l.trim().trim_start_matches("error: "))
+        .filter(|l| !l.is_empty())
+        // clap's "to pass '--ky' as a value, use '-- --ky'" would run the
+        // typo as the command.
+        .filter(|l| !l.starts_with("tip: to pass"))
+    {
+        if !line.is_empty() {
+            line += if line.ends_with(':') { " " } else { "; " };
+        }
+        line += part;
+    }
+    let subcommand = args
+        .get(1)
+        .and_then(|arg| arg.to_str())
+        .filter(|arg| command().find_subcommand(arg).is_some());
+    if err.kind() == clap::error::ErrorKind::UnknownArgument {
+        if let Some(hint) = unknown_argument_hint(err, subcommand) {
+            line += "; ";
+            line += &hint;
+        }
+    }
+    match subcommand {
+        Some(name) => line + &format!("; see 'lockrun {name} --help'"),
+        None => line + "; see 'lockrun --help'",
+    }
+}
+
+/// What the operator most likely meant by an argument clap did not expect.
+fn unknown_argument_hint(err: &clap::Error, subcommand: Option<&str>) -> Option<String> {
+    let clap::error::ContextValue::String(arg) = err.get(clap::error::ContextKind::InvalidArg)?
+    else {
+        return None;
+    };
+    let cmd = command();
+    let cmd = subcommand
+        .and_then(|name| cmd.find_subcommand(name))
+        .unwrap_or(&cmd);
+    if let Some(flag) = arg.strip_prefix("--") {
+        let flag = flag.split('=').next().unwrap_or(flag);
+        let names = cmd.get_arguments().filter_map(clap::Arg::get_long);
+        return closest(flag, names).map(|name| format!("did you mean '--{name}'?"));
+    }
+    // `lockrun help` gets the "see 'lockrun --help'" every usage error ends
+    // with, not advice to run `help` as the command.
+    if arg.starts_with('-') || subcommand.is_some() || arg == "help" {
+        return None;
+    }
+    if let Some(name) = closest(arg, cmd.get_subcommands().map(clap::Command::get_name)) {
+        return Some(format!("did you mean 'lockrun {name}'?"));
+    }
+    Some(format!(
+        "put the command after '--': lockrun --key NAME -- {arg} ..."
+    ))
+}
+
+/// The candidate nearest to `typed`, if one is a typo away: one edit, plus
+/// one more for every four characters.
+fn closest<'a>(typed: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let allowed = 1 + typed.len() / 4;
+    candidates
+        .map(|name| (strsim::damerau_levenshtein(typed, name), name))
+        .filter(|(edits, _)| *edits <= allowed)
+        .min_by_key(|(edits, _)| *edits)
+        .map(|(_, name)| name)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+    use crate::cli::Cli;
+
+    fn usage_line(args: &[&str]) -> String {
+        let err = Cli::try_parse_from(args).expect_err("a usage error");
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        one_line(&err, &args)
+    }
+
+    #[test]
+    fn usage_errors_hint_at_what_was_meant() {
+        let line = usage_line(&["lockrun", "--key", "x", "echo", "hi"]);
+        assert!(
+            line.contains("put the command after '--': lockrun --key NAME -- echo ..."),
+            "{line}"
+        );
+        let line = usage_line(&["lockrun", "--ky", "demo", "--", "true"]);
+        assert!(line.contains("did you mean '--key'?"), "{line}");
+        assert!(!line.contains("-- --ky"), "{line}");
+        let line = usage_line(&["lockrun", "help"]);
+        assert_eq!(
+            line,
+            "unexpected argument 'help' found; see 'lockrun --help'"
+        );
+        let line = usage_line(&["lockrun", "statu", "--key", "x"]);
+        assert!(line.contains("did you mean 'lockrun status'?"), "{line}");
+        let line = usage_line(&["lockrun", "status", "--key", "x", "--jsn"]);
+        assert!(line.contains("did you mean '--json'?"), "{line}");
+        assert!(line.ends_with("; see 'lockrun status --help'"), "{line}");
+        assert_eq!(line.lines().count(), 1);
+    }
+}
