@@ -19,6 +19,7 @@ mod status;
 mod tally;
 mod wake;
 
+use std::future::Future;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -224,8 +225,8 @@ impl Lock {
     /// Connects to every server now, allowing `within`, so that a lock that
     /// cannot be reached is reported before anything else happens.
     pub(crate) async fn connect(&mut self, within: Duration) -> Result<(), LockError> {
-        let connected = join_all(self.servers.iter_mut().map(|s| s.connect(within))).await;
-        Tally::new(connected).of_a_majority().map(drop)
+        let connected = ask(&mut self.servers, |s| s.connect(within)).await;
+        connected.of_a_majority().map(drop)
     }
 
     /// This run's wake-up messages while it waits in line; `None` for a
@@ -249,24 +250,16 @@ impl Lock {
     ) -> Result<Attempt, LockError> {
         let rules = Rules::new(self.servers.len(), timing, mode);
         let sent = BootInstant::now();
-        let attempts = join_all(
-            self.servers
-                .iter_mut()
-                .map(|s| s.acquire(timing.ttl, me, rules.mode, rules.min_uptime)),
-        )
+        let tally = ask(&mut self.servers, |s| {
+            s.acquire(timing.ttl, me, rules.mode, rules.min_uptime)
+        })
         .await;
-        let tally = Tally::new(attempts);
         let granted = |attempt: &Attempt| match attempt {
             Attempt::Acquired(grant) => Some(grant.fence),
             _ => None,
         };
         if tally.is_majority(tally.count(|a| granted(a).is_some())) {
-            let fence = tally
-                .answers()
-                .iter()
-                .filter_map(granted)
-                .max()
-                .unwrap_or(0);
+            let fence = tally.answers().filter_map(granted).max().unwrap_or(0);
             if rules.raise_fences {
                 if let Err(err) = self.raise_fences(fence).await {
                     let _ = self.abandon().await;
@@ -283,7 +276,7 @@ impl Lock {
         if let Some(foreign) = tally.foreign() {
             return Err(LockError::Foreign(foreign.clone()));
         }
-        let able = tally.answers().len();
+        let able = tally.count(|_| true);
         if !tally.is_majority(able) {
             return Err(tally.short_of_majority(able, []));
         }
@@ -293,8 +286,8 @@ impl Lock {
     /// The second phase of fencing: every member's counter raised to at
     /// least `fence`, which a majority must confirm.
     async fn raise_fences(&mut self, fence: u64) -> Result<(), LockError> {
-        let raised = join_all(self.servers.iter_mut().map(|s| s.raise_fence(fence))).await;
-        Tally::new(raised).of_a_majority().map(drop)
+        let raised = ask(&mut self.servers, |s| s.raise_fence(fence)).await;
+        raised.of_a_majority().map(drop)
     }
 
     /// The grant a wake-up message announced; see `Server::handed_over`.
@@ -311,8 +304,7 @@ impl Lock {
     /// token that no majority can ever renew again; otherwise an error, to
     /// retry while time is left. The deadline counts from the send.
     pub(crate) async fn renew(&mut self, ttl: Duration) -> Result<bool, LockError> {
-        let renewed = join_all(self.servers.iter_mut().map(|s| s.renew(ttl))).await;
-        let tally = Tally::new(renewed);
+        let tally = ask(&mut self.servers, |s| s.renew(ttl)).await;
         let yes = tally.count(|renewed| *renewed);
         let gone = tally.count(|renewed| !*renewed);
         if tally.is_majority(yes) {
@@ -333,8 +325,7 @@ impl Lock {
         &mut self,
         keep_for: Option<Duration>,
     ) -> Result<Released, LockError> {
-        let released = join_all(self.servers.iter_mut().map(|s| s.release(keep_for))).await;
-        let tally = Tally::new(released);
+        let tally = ask(&mut self.servers, |s| s.release(keep_for)).await;
         let ours = tally.count(|r| *r != Released::NotOurs);
         let kept = tally.count(|r| *r == Released::Kept) > 0;
         let majority_ours = tally.is_majority(ours);
@@ -349,25 +340,25 @@ impl Lock {
     /// Gives back, on every server at once, whatever a failed or given-up
     /// attempt may have left there.
     pub(crate) async fn abandon(&mut self) -> Result<(), LockError> {
-        let results = join_all(self.servers.iter_mut().map(Server::abandon)).await;
-        results.into_iter().collect()
+        let tally = ask(&mut self.servers, Server::abandon).await;
+        tally.first_failure()
     }
 
     /// Every server's view of the lock; an error when fewer than a majority
     /// could be asked.
     pub(crate) async fn status(&mut self) -> Result<Views, LockError> {
-        let seen = join_all(self.servers.iter_mut().map(Server::status)).await;
+        let seen = ask(&mut self.servers, Server::status).await;
         let views = self
             .servers
             .iter()
-            .zip(&seen)
+            .zip(seen.results())
             .map(|(server, seen)| {
                 let seen = seen.clone().map_err(|err| err.to_string());
                 (server.target().to_string(), seen)
-            })
-            .collect();
-        Tally::new(seen).of_a_majority()?;
-        Ok(Views(views))
+            });
+        let views = Views(views.collect());
+        seen.of_a_majority()?;
+        Ok(views)
     }
 
     /// Removes the lock on every server, whoever holds it, handing it to
@@ -375,10 +366,22 @@ impl Lock {
     /// lock was free); an error, having removed it where it could, when
     /// fewer than a majority could be asked.
     pub(crate) async fn force_release(&mut self) -> Result<Vec<Holder>, LockError> {
-        let removed = join_all(self.servers.iter_mut().map(Server::force_release)).await;
-        let removed = Tally::new(removed).of_a_majority()?;
+        let removed = ask(&mut self.servers, Server::force_release).await;
+        let removed = removed.of_a_majority()?;
         Ok(removed.into_iter().flatten().collect())
     }
+}
+
+/// The one fan-out: asks every server at once, each within its own time
+/// limit, and tallies their answers in the servers' order.
+async fn ask<'a, T, Asked>(
+    servers: &'a mut [Server],
+    question: impl FnMut(&'a mut Server) -> Asked,
+) -> Tally<T>
+where
+    Asked: Future<Output = Result<T, LockError>> + 'a,
+{
+    Tally::new(join_all(servers.iter_mut().map(question)).await)
 }
 
 /// The answer that tells the most about a lock that was not acquired: a

@@ -13,50 +13,43 @@ pub(crate) fn majority(of: usize) -> usize {
 
 /// What every server of a lock answered to one request, in their order.
 #[derive(Debug)]
-pub(crate) struct Tally<T> {
-    of: usize,
-    answers: Vec<T>,
-    failures: Vec<LockError>,
-}
+pub(crate) struct Tally<T>(Vec<Result<T, LockError>>);
 
 impl<T> Tally<T> {
-    pub(crate) fn new(results: impl IntoIterator<Item = Result<T, LockError>>) -> Self {
-        let mut tally = Tally {
-            of: 0,
-            answers: Vec::new(),
-            failures: Vec::new(),
-        };
-        for result in results {
-            tally.of += 1;
-            match result {
-                Ok(answer) => tally.answers.push(answer),
-                Err(err) => tally.failures.push(err),
-            }
-        }
-        tally
+    pub(crate) fn new(results: Vec<Result<T, LockError>>) -> Self {
+        Tally(results)
     }
 
     /// How many servers were asked.
     pub(crate) fn of(&self) -> usize {
-        self.of
+        self.0.len()
     }
 
-    pub(crate) fn answers(&self) -> &[T] {
-        &self.answers
+    /// Each server's answer or failure, in the servers' order.
+    pub(crate) fn results(&self) -> &[Result<T, LockError>] {
+        &self.0
+    }
+
+    pub(crate) fn answers(&self) -> impl Iterator<Item = &T> {
+        self.0.iter().filter_map(|result| result.as_ref().ok())
+    }
+
+    fn failures(&self) -> impl Iterator<Item = &LockError> {
+        self.0.iter().filter_map(|result| result.as_ref().err())
     }
 
     /// How many answers `counts` says yes to.
     pub(crate) fn count(&self, counts: impl Fn(&T) -> bool) -> usize {
-        self.answers.iter().filter(|answer| counts(answer)).count()
+        self.answers().filter(|answer| counts(answer)).count()
     }
 
     pub(crate) fn is_majority(&self, count: usize) -> bool {
-        count >= majority(self.of)
+        count >= majority(self.of())
     }
 
     /// The first server that found someone else's data at a lock key.
     pub(crate) fn foreign(&self) -> Option<&Foreign> {
-        self.failures.iter().find_map(|failure| match failure {
+        self.failures().find_map(|failure| match failure {
             LockError::Foreign(foreign) => Some(foreign),
             _ => None,
         })
@@ -64,11 +57,11 @@ impl<T> Tally<T> {
 
     /// The answers, when a majority of the servers gave one.
     pub(crate) fn of_a_majority(self) -> Result<Vec<T>, LockError> {
-        if self.is_majority(self.answers.len()) {
-            Ok(self.answers)
-        } else {
-            Err(self.short_of_majority(self.answers.len(), []))
+        let answered = self.count(|_| true);
+        if !self.is_majority(answered) {
+            return Err(self.short_of_majority(answered, []));
         }
+        Ok(self.0.into_iter().filter_map(Result::ok).collect())
     }
 
     /// Why only `able` servers could take part: a lone server's own
@@ -79,18 +72,23 @@ impl<T> Tally<T> {
         able: usize,
         also: impl IntoIterator<Item = String>,
     ) -> LockError {
-        match self.failures.as_slice() {
-            [lone] if self.of == 1 => lone.clone(),
-            failures => LockError::NoMajority(NoMajority {
+        match self.0.as_slice() {
+            [Err(lone)] => lone.clone(),
+            _ => LockError::NoMajority(NoMajority {
                 able,
-                of: self.of,
-                why: failures
-                    .iter()
+                of: self.of(),
+                why: self
+                    .failures()
                     .map(ToString::to_string)
                     .chain(also)
                     .collect(),
             }),
         }
+    }
+
+    /// Nothing but the first failure, if any server failed.
+    pub(crate) fn first_failure(self) -> Result<(), LockError> {
+        self.0.into_iter().try_for_each(|result| result.map(drop))
     }
 }
 
@@ -115,21 +113,21 @@ mod tests {
 
     #[test]
     fn one_server_is_a_quorum_of_one_and_its_failure_is_the_locks() {
-        let tally = Tally::<()>::new([Err(restarted("a"))]);
+        let tally = Tally::<()>::new(vec![Err(restarted("a"))]);
         assert_eq!(tally.of(), 1);
         let err = tally.of_a_majority().expect_err("nobody answered");
         assert_eq!(err.to_string(), restarted("a").to_string());
 
-        let tally = Tally::new([Ok(true)]);
+        let tally = Tally::new(vec![Ok(true)]);
         assert!(tally.is_majority(tally.count(|yes| *yes)));
     }
 
     #[test]
     fn a_quorum_needs_more_than_half_and_says_why_the_others_did_not() {
-        let tally = Tally::new([Ok(1), Err(restarted("b")), Ok(3)]);
+        let tally = Tally::new(vec![Ok(1), Err(restarted("b")), Ok(3)]);
         assert_eq!(tally.of_a_majority().expect("2 of 3"), vec![1, 3]);
 
-        let tally = Tally::new([Ok(1), Err(restarted("b")), Err(restarted("c"))]);
+        let tally = Tally::new(vec![Ok(1), Err(restarted("b")), Err(restarted("c"))]);
         let LockError::NoMajority(short) = tally.short_of_majority(1, ["d said no".into()]) else {
             panic!("a quorum's failure is its own");
         };
@@ -146,11 +144,11 @@ mod tests {
             holds: "list".into(),
             part: Part::Lease,
         };
-        let tally = Tally::<()>::new([
+        let tally = Tally::<()>::new(vec![
             Err(restarted("a")),
             Err(LockError::Foreign(foreign.clone())),
         ]);
         assert_eq!(tally.foreign(), Some(&foreign));
-        assert_eq!(Tally::<()>::new([Err(restarted("a"))]).foreign(), None);
+        assert_eq!(Tally::<()>::new(vec![Err(restarted("a"))]).foreign(), None);
     }
 }
