@@ -276,10 +276,6 @@ impl Lock {
         if let Some(foreign) = tally.foreign() {
             return Err(LockError::Foreign(foreign.clone()));
         }
-        let able = tally.count(|_| true);
-        if !tally.is_majority(able) {
-            return Err(tally.short_of_majority(able, []));
-        }
         Ok(most_telling(tally.of_a_majority()?))
     }
 
