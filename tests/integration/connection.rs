@@ -8,15 +8,18 @@ use crate::harness::*;
 
 #[test]
 fn tcp_url_and_environment_url_both_work() {
-    let redis = RedisServer::start_tcp();
-    let ran = run_once(lockrun().args(["--redis", &redis.tcp_url(), "-k", "job", "--", "true"]));
+    let redis = Server::start_tcp();
+    let ran = Lockrun::via(&redis.tcp_url())
+        .key("job")
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 
-    let ran = run_once(
-        lockrun()
-            .env("LOCKRUN_REDIS_URL", redis.tcp_url())
-            .args(["-k", "job", "--", "true"]),
-    );
+    let ran = Lockrun::new()
+        .env("LOCKRUN_REDIS_URL", redis.tcp_url())
+        .key("job")
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     redis.assert_only_fence("job");
 }
@@ -24,7 +27,7 @@ fn tcp_url_and_environment_url_both_work() {
 #[test]
 fn invalid_url_is_a_usage_error() {
     for url in ["localhost:6379", "http://example.com", ""] {
-        let ran = run_once(lockrun().args(["--redis", url, "-k", "job", "--", "true"]));
+        let ran = Lockrun::via(url).key("job").command(["true"]).run();
         assert_eq!(ran.code, Some(64), "{url}");
         assert!(
             ran.stderr.starts_with("lockrun: invalid Redis URL"),
@@ -37,11 +40,11 @@ fn invalid_url_is_a_usage_error() {
 #[test]
 fn passwords_come_from_the_environment_or_url_and_never_show() {
     let secret = "s3cret-pass";
-    let redis = RedisServer::start_with(Some(free_port()), &["--requirepass", secret]);
+    let redis = Server::start_with(Some(free_port()), &["--requirepass", secret]);
     let url = redis.tcp_url();
 
     // No password: refused, and told where to put one.
-    let ran = run_once(lockrun().args(["--redis", &url, "-k", "job", "--", "true"]));
+    let ran = Lockrun::via(&url).key("job").command(["true"]).run();
     assert_eq!(ran.code, Some(69));
     assert!(
         ran.stderr.contains("LOCKRUN_REDIS_PASSWORD"),
@@ -51,7 +54,7 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
 
     // A wrong password in the URL: refused, and the password is not echoed.
     let wrong = url.replace("redis://", "redis://:wrong-pass@");
-    let ran = run_once(lockrun().args(["--redis", &wrong, "-k", "job", "--", "true"]));
+    let ran = Lockrun::via(&wrong).key("job").command(["true"]).run();
     assert_eq!(ran.code, Some(69));
     assert!(!ran.stderr.contains("wrong-pass"), "{}", ran.stderr);
     assert!(
@@ -61,20 +64,24 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
     );
 
     // The right password from the environment overrides the URL's.
-    let ran = run_once(
-        lockrun()
-            .env("LOCKRUN_REDIS_PASSWORD", secret)
-            .args(["--redis", &wrong, "-k", "job", "--", "true"]),
-    );
+    let ran = Lockrun::via(&wrong)
+        .env("LOCKRUN_REDIS_PASSWORD", secret)
+        .key("job")
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 
     // And in the URL.
     let right = url.replace("redis://", &format!("redis://:{secret}@"));
-    let ran = run_once(lockrun().args(["--redis", &right, "-k", "job", "--", "true"]));
+    let ran = Lockrun::via(&right).key("job").command(["true"]).run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 
     // A lease lost to a Redis that went away names the address, not the secret.
-    let ran = run_once(lockrun().args(["--redis", &right, "-k", "job", "-v", "--", "true"]));
+    let ran = Lockrun::via(&right)
+        .key("job")
+        .arg("-v")
+        .command(["true"])
+        .run();
     assert!(!ran.stderr.contains(secret), "{}", ran.stderr);
 }
 
@@ -148,7 +155,7 @@ fn tls_verifies_the_server_certificate() {
     let port = free_port().to_string();
     let file = |name: &str| certs.path().join(name).display().to_string();
     let (cert, key, ca) = (file("server.pem"), file("server.key"), file("ca.pem"));
-    let redis = RedisServer::start_with(
+    let redis = Server::start_with(
         None,
         &[
             "--tls-port",
@@ -166,35 +173,30 @@ fn tls_verifies_the_server_certificate() {
     let url = format!("rediss://localhost:{port}");
 
     // Trusting our CA (rustls reads SSL_CERT_FILE): the lock works over TLS.
-    let ran = run_once(
-        lockrun()
-            .env("SSL_CERT_FILE", &ca)
-            .args(["--redis", &url, "-k", "job", "--", "true"]),
-    );
+    let ran = Lockrun::via(&url)
+        .env("SSL_CERT_FILE", &ca)
+        .key("job")
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     redis.assert_only_fence("job");
 
     // Not trusting it: the certificate is refused and the command never runs.
     let marker = certs.path().join("ran");
-    let ran = run_once(
-        lockrun()
-            .env("SSL_CERT_FILE", "/dev/null")
-            .env("SSL_CERT_DIR", certs.path().join("empty"))
-            .args(["--redis", &url, "-k", "job", "--", "touch"])
-            .arg(&marker),
-    );
+    let ran = Lockrun::via(&url)
+        .env("SSL_CERT_FILE", "/dev/null")
+        .env("SSL_CERT_DIR", certs.path().join("empty"))
+        .key("job")
+        .command(["touch"])
+        .command([&marker])
+        .run();
     assert_eq!(ran.code, Some(69), "{}", ran.stderr);
     assert!(!marker.exists(), "the command did not run");
 }
 
 /// Runs `lockrun -- bash -c COMMAND` on a pseudo-terminal (util-linux
 /// `script`), feeding it `typed` once COMMAND has touched `$STARTED`.
-fn in_terminal(
-    redis: &RedisServer,
-    dir: &Path,
-    command: &str,
-    typed: &[u8],
-) -> (Option<i32>, String) {
+fn in_terminal(redis: &Server, dir: &Path, command: &str, typed: &[u8]) -> (Option<i32>, String) {
     let started = dir.join("started");
     let line = format!(
         "STARTED={started} {bin} --redis {url} -k tty -- bash -c '{command}'",
@@ -226,7 +228,7 @@ fn in_terminal(
 
 #[test]
 fn interactive_command_reads_the_terminal() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let (code, screen) = in_terminal(
         &redis,
@@ -240,7 +242,7 @@ fn interactive_command_reads_the_terminal() {
 
 #[test]
 fn ctrl_c_in_the_terminal_reaches_the_command() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");
     // bash, not sh: dash has a window after `touch` in which it swallows a
     // SIGINT meant for the command it is about to start.
@@ -279,7 +281,7 @@ impl JobShell {
 
     /// Starts `lockrun -k tty ARGS -- <a loop>` at the prompt; returns
     /// lockrun's pid once the loop runs.
-    fn start_lockrun(&mut self, redis: &RedisServer, dir: &Path, args: &str) -> i32 {
+    fn start_lockrun(&mut self, redis: &Server, dir: &Path, args: &str) -> i32 {
         let (started, ppid) = (dir.join("started"), dir.join("ppid"));
         self.type_in(&format!(
             "{bin} --redis {url} -k tty {args} -- bash -c 'echo $PPID > {ppid}; \
@@ -312,7 +314,7 @@ impl JobShell {
 
 #[test]
 fn ctrl_z_stops_lockrun_with_its_command_and_fg_continues_both() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let mut shell = JobShell::start();
     let lockrun = shell.start_lockrun(&redis, dir.path(), "--ttl 10s");
@@ -341,7 +343,7 @@ fn ctrl_z_stops_lockrun_with_its_command_and_fg_continues_both() {
 
 #[test]
 fn a_job_stopped_past_its_lease_is_killed_when_continued() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let mut shell = JobShell::start();
     let lockrun = shell.start_lockrun(&redis, dir.path(), "--ttl 1s");
