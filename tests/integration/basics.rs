@@ -7,8 +7,8 @@ use crate::harness::*;
 fn exit_statuses_pass_through_and_nothing_is_left_behind() {
     let redis = Server::start();
     for code in [0, 3, 255] {
-        let ran = Lockrun::at(&redis)
-            .key("job")
+        let ran = redis
+            .lockrun("job")
             .command(["sh", "-c", &format!("exit {code}")])
             .run();
         assert_eq!(ran.code, Some(code));
@@ -25,8 +25,8 @@ fn exit_statuses_pass_through_and_nothing_is_left_behind() {
 fn command_gets_key_and_increasing_fencing_tokens() {
     let redis = Server::start();
     let fence = || -> u64 {
-        let ran = Lockrun::at(&redis)
-            .key("job")
+        let ran = redis
+            .lockrun("job")
             .command(["sh", "-c", "echo $LOCKRUN_KEY $LOCKRUN_FENCING_TOKEN"])
             .run();
         let (key, fence) = ran.stdout.trim().split_once(' ').expect("two words");

@@ -46,22 +46,14 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
     // No password: refused, and told where to put one.
     let ran = Lockrun::via(&url).key("job").command(["true"]).run();
     assert_eq!(ran.code, Some(69));
-    assert!(
-        ran.stderr.contains("LOCKRUN_REDIS_PASSWORD"),
-        "{}",
-        ran.stderr
-    );
+    ran.assert_stderr_has("LOCKRUN_REDIS_PASSWORD");
 
     // A wrong password in the URL: refused, and the password is not echoed.
     let wrong = url.replace("redis://", "redis://:wrong-pass@");
     let ran = Lockrun::via(&wrong).key("job").command(["true"]).run();
     assert_eq!(ran.code, Some(69));
     assert!(!ran.stderr.contains("wrong-pass"), "{}", ran.stderr);
-    assert!(
-        ran.stderr.contains("refused authentication"),
-        "{}",
-        ran.stderr
-    );
+    ran.assert_stderr_has("refused authentication");
 
     // The right password from the environment overrides the URL's.
     let ran = Lockrun::via(&wrong)
@@ -187,8 +179,7 @@ fn tls_verifies_the_server_certificate() {
         .env("SSL_CERT_FILE", "/dev/null")
         .env("SSL_CERT_DIR", certs.path().join("empty"))
         .key("job")
-        .command(["touch"])
-        .command([&marker])
+        .touch(&marker)
         .run();
     assert_eq!(ran.code, Some(69), "{}", ran.stderr);
     assert!(!marker.exists(), "the command did not run");

@@ -9,16 +9,9 @@ fn a_busy_lock_is_refused_as_configured() {
     let redis = Server::start();
     let dir = scratch();
     let marker = dir.path().join("ran");
-    let mut holder = Lockrun::at(&redis).key("job").args(["--ttl", "2s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     // One attempt on the held lock, whose command would leave `marker` behind.
-    let attempt = |args: &[&str]| {
-        Lockrun::at(&redis)
-            .key("job")
-            .args(args)
-            .command(["touch"])
-            .command([&marker])
-            .run()
-    };
+    let attempt = |args: &[&str]| redis.lockrun("job").args(args).touch(&marker).run();
 
     // No --wait: one attempt, the default busy status, one line naming the holder.
     let ran = attempt(&[]);
@@ -61,7 +54,7 @@ fn a_busy_lock_is_refused_as_configured() {
         waited >= Duration::from_millis(500),
         "gave up after {waited:?}"
     );
-    assert!(ran.stderr.contains("after waiting 500ms"), "{}", ran.stderr);
+    ran.assert_stderr_has("after waiting 500ms");
 
     assert!(!marker.exists(), "a refused run ran its command");
     assert_eq!(
@@ -82,8 +75,9 @@ fn a_command_that_outlives_several_ttls_keeps_the_lock() {
     let (started, done) = (dir.path().join("started"), dir.path().join("done"));
     let first_stderr = dir.path().join("first.stderr");
     let long = r#"touch "$1/started"; sleep 6.5; touch "$1/done""#;
-    let mut first = Lockrun::at(&redis)
-        .args(["-k", "job", "--ttl", "2s"])
+    let mut first = redis
+        .lockrun("job")
+        .args(["--ttl", "2s"])
         .sh(long, dir.path())
         .stderr(log_file(&first_stderr))
         .spawn();
@@ -98,7 +92,7 @@ fn a_command_that_outlives_several_ttls_keeps_the_lock() {
     let second = r#"[ -e "$1/done" ] || touch "$1/overlap""#;
     let mut refused = Vec::new();
     while !done.exists() {
-        let ran = Lockrun::at(&redis).key("job").sh(second, dir.path()).run();
+        let ran = redis.lockrun("job").sh(second, dir.path()).run();
         // Only an attempt that ended before the first command did must have
         // been refused: a later one may rightly find the lock released.
         if done.exists() {
@@ -134,21 +128,14 @@ fn a_command_that_outlives_several_ttls_keeps_the_lock() {
 fn release_leaves_only_the_fencing_counter() {
     let redis = Server::start();
     // Long enough for a few renewals, which touch the holder record too.
-    let ran = Lockrun::at(&redis)
-        .args(["-v", "-k", "job", "--ttl", "2s"])
+    let ran = redis
+        .lockrun("job")
+        .args(["-v", "--ttl", "2s"])
         .command(["sleep", "1.5"])
         .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    assert!(
-        ran.stderr.contains("lockrun: renewed lockrun:{job}"),
-        "{}",
-        ran.stderr
-    );
-    assert!(
-        ran.stderr.contains("lockrun: released lockrun:{job}"),
-        "{}",
-        ran.stderr
-    );
+    ran.assert_stderr_has("lockrun: renewed lockrun:{job}");
+    ran.assert_stderr_has("lockrun: released lockrun:{job}");
     redis.assert_only_fence("job");
 }
 
@@ -159,8 +146,9 @@ fn twenty_waiting_runs_never_overlap_and_all_complete() {
     let dir = scratch();
     let mut runs: Vec<Running> = (0..RUNS)
         .map(|_| {
-            Lockrun::at(&redis)
-                .args(["-k", "job", "--wait", "60s"])
+            redis
+                .lockrun("job")
+                .args(["--wait", "60s"])
                 .no_overlap_job(dir.path(), "0.05")
                 .spawn()
         })

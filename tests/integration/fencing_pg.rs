@@ -45,8 +45,9 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
         script = script.display(),
         status = a_status.display(),
     );
-    let mut a = Lockrun::at(&redis)
-        .args(["-k", &job, "--ttl", "1s"])
+    let mut a = redis
+        .lockrun(&job)
+        .args(["--ttl", "1s"])
         .command(["sh", "-c", &a_job])
         .env("DATABASE_URL", database.url())
         .env("BILLING_JOB", &job)
@@ -59,8 +60,9 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
     a.signal(Signal::SIGSTOP);
 
     // Run B takes the lock and charges.
-    let b = Lockrun::at(&redis)
-        .args(["-k", &job, "--wait", "30s"])
+    let b = redis
+        .lockrun(&job)
+        .args(["--wait", "30s"])
         .command([&script])
         .env("DATABASE_URL", database.url())
         .env("BILLING_JOB", &job)

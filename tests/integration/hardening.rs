@@ -9,11 +9,7 @@ use crate::harness::*;
 
 /// lockrun on key `job` with `args`, its command touching `ran`.
 fn touch<'a>(redis: &'a Server, args: &[&str], ran: &Path) -> Lockrun<'a> {
-    Lockrun::at(redis)
-        .key("job")
-        .args(args)
-        .command(["touch"])
-        .command([ran])
+    redis.lockrun("job").args(args).touch(ran)
 }
 
 /// Whether the server answers a PING with the error `code`.
@@ -119,15 +115,17 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
             assert_eq!(redis.keys(), before, "{planted:?}: Redis was changed");
         }
 
-        let status = Lockrun::at(&redis).arg("status").key("job").run();
+        let status = redis.lockrun("job").subcommand("status").run();
         assert_eq!(status.code, Some(69), "{planted:?}");
         assert_eq!(status.one_line(), want, "{planted:?}");
         assert!(status.stdout.is_empty(), "{planted:?}");
 
         // A forced release may hand the lock to a waiter, with a new
         // fencing token: every key counts.
-        let release = Lockrun::at(&redis)
-            .args(["release", "-k", "job", "--force"])
+        let release = redis
+            .lockrun("job")
+            .subcommand("release")
+            .arg("--force")
             .run();
         assert_eq!(release.code, Some(69), "{planted:?}");
         assert_eq!(release.one_line(), want, "{planted:?}");
@@ -138,7 +136,7 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
 #[test]
 fn a_holder_gives_back_its_lease_and_leaves_a_queue_key_of_another_type_alone() {
     let redis = Server::start();
-    let mut holder = Lockrun::at(&redis).key("job").hold();
+    let mut holder = redis.lockrun("job").hold();
     // Someone else's data appears where the lock's line would be.
     plant(&redis, &["SET", "lockrun:{job}:queue", "theirs"]);
     holder.go();
@@ -278,11 +276,7 @@ fn a_server_that_is_not_redis_is_named_as_such() {
     let dir = scratch();
     let ran = dir.path().join("ran");
 
-    let run = Lockrun::via(&url)
-        .key("job")
-        .command(["touch"])
-        .command([&ran])
-        .run();
+    let run = Lockrun::via(&url).key("job").touch(&ran).run();
     assert_eq!(run.code, Some(69), "{}", run.stderr);
     assert_eq!(
         run.one_line(),
@@ -301,10 +295,10 @@ fn a_server_that_wants_a_password_says_so() {
         "Redis at {} requires a password; give it in LOCKRUN_REDIS_PASSWORD, --redis-password-file or the URL",
         redis.url()
     );
-    let run = Lockrun::at(&redis).key("job").command(["true"]).run();
+    let run = redis.lockrun("job").command(["true"]).run();
     assert_eq!(run.code, Some(69), "{}", run.stderr);
     assert_eq!(run.one_line(), want);
-    let status = Lockrun::at(&redis).arg("status").key("job").run();
+    let status = redis.lockrun("job").subcommand("status").run();
     assert_eq!(status.code, Some(69), "{}", status.stderr);
     assert_eq!(status.one_line(), want);
 }
@@ -314,8 +308,9 @@ fn an_unanswered_acquire_says_how_long_lockrun_waited_in_all() {
     let redis = Server::start();
     redis.pause();
     let began = std::time::Instant::now();
-    let run = Lockrun::at(&redis)
-        .args(["-k", "job", "--redis-timeout", "1s"])
+    let run = redis
+        .lockrun("job")
+        .args(["--redis-timeout", "1s"])
         .command(["true"])
         .run();
     let took = began.elapsed();
@@ -340,7 +335,7 @@ fn an_unanswered_acquire_says_how_long_lockrun_waited_in_all() {
 #[test]
 fn when_redis_dies_mid_run_the_lost_lease_is_said_before_the_failed_release() {
     let mut redis = Server::start();
-    let mut holder = Lockrun::at(&redis).key("job").args(["--ttl", "2s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     redis.kill();
     assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
     let text = holder.stderr();

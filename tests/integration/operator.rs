@@ -3,31 +3,30 @@
 
 use crate::harness::*;
 
-/// `lockrun SUBCOMMAND ARGS --redis URL`: a subcommand pointed at `redis`.
-fn admin<'a>(redis: &'a Server, args: &[&str]) -> Lockrun<'a> {
-    Lockrun::at(redis).args(args)
-}
-
 #[test]
 fn status_reports_holder_and_free_lock() {
     let redis = Server::start();
-    let ran = admin(&redis, &["status", "--key", "job"]).run();
+    let ran = redis.lockrun("job").subcommand("status").run();
     assert_eq!(ran.code, Some(1), "free lock exits 1");
-    assert!(ran.stdout.contains("job: free"), "{}", ran.stdout);
+    ran.assert_stdout_has("job: free");
 
-    let mut holder = Lockrun::at(&redis)
-        .key("job")
+    let mut holder = redis
+        .lockrun("job")
         .args(["--ttl", "10s"])
         .command(["sleep", "60"])
         .hold();
-    let ran = admin(&redis, &["status", "-k", "job"]).run();
+    let ran = redis.lockrun("job").subcommand("status").run();
     assert_eq!(ran.code, Some(0), "held lock exits 0");
     let pid = holder.run.pid().to_string();
-    assert!(ran.stdout.contains(&format!("pid {pid}")), "{}", ran.stdout);
-    assert!(ran.stdout.contains("fencing token"), "{}", ran.stdout);
-    assert!(ran.stdout.contains("command: sleep 60"), "{}", ran.stdout);
+    ran.assert_stdout_has(&format!("pid {pid}"));
+    ran.assert_stdout_has("fencing token");
+    ran.assert_stdout_has("command: sleep 60");
 
-    let ran = admin(&redis, &["status", "-k", "job", "--json"]).run();
+    let ran = redis
+        .lockrun("job")
+        .subcommand("status")
+        .arg("--json")
+        .run();
     assert_eq!(ran.code, Some(0));
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("one JSON object");
     let mut fields: Vec<&str> = json
@@ -89,7 +88,11 @@ fn status_reports_holder_and_free_lock() {
 
     holder.run.signal(nix::sys::signal::Signal::SIGTERM);
     holder.run.wait();
-    let ran = admin(&redis, &["status", "-k", "job", "--json"]).run();
+    let ran = redis
+        .lockrun("job")
+        .subcommand("status")
+        .arg("--json")
+        .run();
     assert_eq!(ran.code, Some(1));
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("JSON");
     assert_eq!(json["held"], false);
@@ -100,7 +103,7 @@ fn status_reports_holder_and_free_lock() {
 fn status_with_redis_down_exits_69() {
     let mut redis = Server::start();
     redis.kill();
-    let ran = admin(&redis, &["status", "-k", "job"]).run();
+    let ran = redis.lockrun("job").subcommand("status").run();
     assert_eq!(ran.code, Some(69));
     assert!(ran.stdout.is_empty());
     assert!(
@@ -113,14 +116,8 @@ fn status_with_redis_down_exits_69() {
 #[test]
 fn busy_message_names_the_holder() {
     let redis = Server::start();
-    let holder = Lockrun::at(&redis)
-        .key("job")
-        .command(["sleep", "60"])
-        .hold();
-    let ran = Lockrun::at(&redis)
-        .args(["-k", "job"])
-        .command(["true"])
-        .run();
+    let holder = redis.lockrun("job").command(["sleep", "60"]).hold();
+    let ran = redis.lockrun("job").command(["true"]).run();
     assert_eq!(ran.code, Some(75));
     let host = nix::unistd::gethostname().expect("hostname");
     let expected = format!(
@@ -128,44 +125,49 @@ fn busy_message_names_the_holder() {
         host.to_string_lossy(),
         holder.run.pid()
     );
-    assert!(ran.stderr.contains(&expected), "{}", ran.stderr);
+    ran.assert_stderr_has(&expected);
     assert_eq!(ran.stderr.lines().count(), 1, "one line: {}", ran.stderr);
 }
 
 #[test]
 fn force_release_stops_the_old_holder() {
     let redis = Server::start();
-    let mut holder = Lockrun::at(&redis)
-        .key("job")
+    let mut holder = redis
+        .lockrun("job")
         .args(["--ttl", "2s"])
         .command(["sleep", "60"])
         .hold();
 
-    let ran = admin(&redis, &["release", "-k", "job"]).run();
+    let ran = redis.lockrun("job").subcommand("release").run();
     assert_eq!(ran.code, Some(64), "refuses without --force");
-    assert!(ran.stderr.contains("--force"), "{}", ran.stderr);
+    ran.assert_stderr_has("--force");
     assert!(redis.is_locked("job"));
 
-    let ran = admin(&redis, &["release", "-k", "job", "--force"]).run();
+    let ran = redis
+        .lockrun("job")
+        .subcommand("release")
+        .arg("--force")
+        .run();
     assert_eq!(ran.code, Some(0));
-    assert!(
-        ran.stdout.contains(&format!("pid {}", holder.run.pid())),
-        "{}",
-        ran.stdout
-    );
+    ran.assert_stdout_has(&format!("pid {}", holder.run.pid()));
     // The old holder notices at its next renewal and stops its command.
     assert_eq!(holder.run.wait().code(), Some(76));
 
-    let ran = admin(&redis, &["release", "-k", "job", "--force"]).run();
+    let ran = redis
+        .lockrun("job")
+        .subcommand("release")
+        .arg("--force")
+        .run();
     assert_eq!(ran.code, Some(0));
-    assert!(ran.stdout.contains("was not held"), "{}", ran.stdout);
+    ran.assert_stdout_has("was not held");
 }
 
 #[test]
 fn min_hold_keeps_a_late_second_run_out_then_lets_it_in() {
     let redis = Server::start();
-    let ran = Lockrun::at(&redis)
-        .args(["-k", "job", "--min-hold", "3s"])
+    let ran = redis
+        .lockrun("job")
+        .args(["--min-hold", "3s"])
         .command(["true"])
         .run();
     assert_eq!(ran.code, Some(0));
@@ -175,10 +177,7 @@ fn min_hold_keeps_a_late_second_run_out_then_lets_it_in() {
         pttl > 0 && pttl <= 3000,
         "kept for what remains of 3s: {pttl}"
     );
-    let ran = Lockrun::at(&redis)
-        .args(["-k", "job", "-q"])
-        .command(["true"])
-        .run();
+    let ran = redis.lockrun("job").arg("-q").command(["true"]).run();
     assert_eq!(
         ran.code,
         Some(75),
@@ -186,10 +185,7 @@ fn min_hold_keeps_a_late_second_run_out_then_lets_it_in() {
     );
     // Once the minimum is over, the next run gets in.
     assert!(eventually(PATIENCE, || !redis.is_locked("job")));
-    let ran = Lockrun::at(&redis)
-        .args(["-k", "job"])
-        .command(["true"])
-        .run();
+    let ran = redis.lockrun("job").command(["true"]).run();
     assert_eq!(ran.code, Some(0));
     redis.assert_only_fence("job");
 }
@@ -197,13 +193,14 @@ fn min_hold_keeps_a_late_second_run_out_then_lets_it_in() {
 #[test]
 fn a_lock_kept_for_min_hold_is_shown_as_finished_not_as_a_live_holder() {
     let redis = Server::start();
-    let ran = Lockrun::at(&redis)
-        .args(["-k", "job", "--min-hold", "60s"])
+    let ran = redis
+        .lockrun("job")
+        .args(["--min-hold", "60s"])
         .command(["true"])
         .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 
-    let status = admin(&redis, &["status", "-k", "job"]).run();
+    let status = redis.lockrun("job").subcommand("status").run();
     assert_eq!(status.code, Some(0), "still held: {}", status.stderr);
     assert!(
         status.stdout.starts_with("job: kept for --min-hold for ")
@@ -211,14 +208,15 @@ fn a_lock_kept_for_min_hold_is_shown_as_finished_not_as_a_live_holder() {
         "{}",
         status.stdout
     );
-    let json = admin(&redis, &["status", "-k", "job", "--json"]).run();
+    let json = redis
+        .lockrun("job")
+        .subcommand("status")
+        .arg("--json")
+        .run();
     let json: serde_json::Value = serde_json::from_str(&json.stdout).expect("one JSON object");
     assert!(json["holder"]["finished_at_ms"].is_u64(), "{json}");
 
-    let busy = Lockrun::at(&redis)
-        .args(["-k", "job"])
-        .command(["true"])
-        .run();
+    let busy = redis.lockrun("job").command(["true"]).run();
     assert_eq!(busy.code, Some(75));
     assert!(
         busy.stderr
@@ -231,7 +229,11 @@ fn a_lock_kept_for_min_hold_is_shown_as_finished_not_as_a_live_holder() {
         "{}",
         busy.stderr
     );
-    let released = admin(&redis, &["release", "-k", "job", "--force"]).run();
+    let released = redis
+        .lockrun("job")
+        .subcommand("release")
+        .arg("--force")
+        .run();
     assert_eq!(released.code, Some(0));
     redis.assert_only_fence("job");
 }
@@ -239,12 +241,13 @@ fn a_lock_kept_for_min_hold_is_shown_as_finished_not_as_a_live_holder() {
 #[test]
 fn timeout_stops_the_command_and_releases() {
     let redis = Server::start();
-    let ran = Lockrun::at(&redis)
-        .args(["-k", "job", "--timeout", "500ms"])
+    let ran = redis
+        .lockrun("job")
+        .args(["--timeout", "500ms"])
         .command(["sleep", "30"])
         .run();
     assert_eq!(ran.code, Some(124));
-    assert!(ran.stderr.contains("--timeout"), "{}", ran.stderr);
+    ran.assert_stderr_has("--timeout");
     redis.assert_only_fence("job");
 }
 
@@ -257,8 +260,9 @@ fn timeout_kills_a_command_that_ignores_sigterm() {
         "trap '' TERM; echo $$ > {}; while :; do sleep 0.1; done",
         pidfile.display()
     );
-    let ran = Lockrun::at(&redis)
-        .args(["-k", "job", "--timeout", "500ms", "--kill-grace", "500ms"])
+    let ran = redis
+        .lockrun("job")
+        .args(["--timeout", "500ms", "--kill-grace", "500ms"])
         .command(["sh", "-c", &script])
         .run();
     assert_eq!(ran.code, Some(124));
@@ -270,10 +274,10 @@ fn timeout_kills_a_command_that_ignores_sigterm() {
 #[test]
 fn fencing_tokens_grow_across_a_redis_restart_that_lost_everything() {
     let mut redis = Server::start();
-    let first = Lockrun::at(&redis).key("job").next_fence();
+    let first = redis.lockrun("job").next_fence();
     redis.restart_empty();
     assert!(redis.keys().is_empty(), "restarted empty");
-    let second = Lockrun::at(&redis).key("job").next_fence();
+    let second = redis.lockrun("job").next_fence();
     assert!(second > first, "{second} > {first}");
 }
 
@@ -282,24 +286,30 @@ fn fencing_tokens_stay_above_a_counter_ahead_of_the_clock() {
     let redis = Server::start();
     let ahead: u64 = 8_000_000_000_000_000;
     redis.set_fence("job", ahead);
-    assert_eq!(Lockrun::at(&redis).key("job").next_fence(), ahead + 1);
-    assert_eq!(Lockrun::at(&redis).key("job").next_fence(), ahead + 2);
+    assert_eq!(redis.lockrun("job").next_fence(), ahead + 1);
+    assert_eq!(redis.lockrun("job").next_fence(), ahead + 2);
 }
 
 #[test]
 fn status_and_release_honour_the_prefix() {
     let redis = Server::start();
-    let _holder = Lockrun::at(&redis)
-        .key("job")
+    let _holder = redis
+        .lockrun("job")
         .prefix("team-a:")
         .command(["sleep", "60"])
         .hold();
     assert!(redis.keys().contains(&"team-a:{job}".to_string()));
-    let ran = admin(&redis, &["status", "-k", "job"]).run();
+    let ran = redis.lockrun("job").subcommand("status").run();
     assert_eq!(ran.code, Some(1), "other prefix: free");
-    let ran = admin(&redis, &["status", "-k", "job", "--prefix", "team-a:"]).run();
+    let ran = redis
+        .lockrun("job")
+        .subcommand("status")
+        .args(["--prefix", "team-a:"])
+        .run();
     assert_eq!(ran.code, Some(0));
-    let ran = admin(&redis, &["status", "-k", "job"])
+    let ran = redis
+        .lockrun("job")
+        .subcommand("status")
         .env("LOCKRUN_PREFIX", "team-a:")
         .run();
     assert_eq!(ran.code, Some(0), "LOCKRUN_PREFIX is read");

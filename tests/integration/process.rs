@@ -26,8 +26,9 @@ fn a_stderr_nobody_reads_does_not_hold_up_the_deadline() {
     // deaf to SIGTERM: only the SIGKILL at the deadline ends it. --verbose
     // has lockrun say something at every renewal.
     let script = r#"trap '' TERM; echo $$ > "$1/pid"; exec head -c 1048576 /dev/zero >&2"#;
-    let mut run = Lockrun::at(&redis)
-        .args(["-v", "-k", "job", "--ttl", "2s"])
+    let mut run = redis
+        .lockrun("job")
+        .args(["-v", "--ttl", "2s"])
         .sh(script, dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -164,10 +165,6 @@ fn password_file(dir: &Path, mode: u32) -> String {
     file.to_str().expect("utf-8 temp path").to_string()
 }
 
-fn admin(redis: &Server, args: &[&str]) -> Ran {
-    Lockrun::at(redis).args(args).key("job").run()
-}
-
 #[test]
 fn a_password_file_serves_runs_status_and_release() {
     let redis = Server::start_with(None, &["--requirepass", PASSWORD]);
@@ -188,10 +185,18 @@ fn a_password_file_serves_runs_status_and_release() {
     );
 
     // status: 1 is "free", 69 "cannot ask Redis" (here: no password).
-    assert_eq!(admin(&redis, &["status"]).code, Some(69));
-    let status = admin(&redis, &[&["status"], &flag[..]].concat());
+    assert_eq!(
+        redis.lockrun("job").subcommand("status").run().code,
+        Some(69)
+    );
+    let status = redis.lockrun("job").subcommand("status").args(flag).run();
     assert_eq!(status.code, Some(1), "{}", status.stderr);
-    let release = admin(&redis, &[&["release", "--force"], &flag[..]].concat());
+    let release = redis
+        .lockrun("job")
+        .subcommand("release")
+        .arg("--force")
+        .args(flag)
+        .run();
     assert_eq!(release.code, Some(0), "{}", release.stderr);
 
     // Two passwords: which one was meant cannot be guessed.
@@ -214,8 +219,7 @@ fn a_password_file_every_user_can_read_is_refused() {
         Lockrun::at(&redis)
             .args(["--redis-password-file", file])
             .key("job")
-            .command(["touch"])
-            .command([&ran])
+            .touch(&ran)
             .run()
     };
 
@@ -250,8 +254,9 @@ fn daemons_that_left_the_group_are_stopped_before_the_lock_is_released() {
         setsid sh -c 'sleep 300 & echo $! > "$1/orphan"' sh "$1" &
         setsid sh -c 'trap "" TERM; sleep 300 & echo $! > "$1/stubborn"; wait' sh "$1" &
         while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
-    let mut run = Lockrun::at(&redis)
-        .args(["-k", "job", "--ttl", "2s"])
+    let mut run = redis
+        .lockrun("job")
+        .args(["--ttl", "2s"])
         .sh(script, dir.path())
         // A daemon holding the test's pipe open would hang it.
         .stdout(Stdio::null())
@@ -287,8 +292,9 @@ fn a_daemon_is_killed_when_the_lease_is_lost() {
     let script = r#"trap '' TERM
         setsid sh -c 'sleep 300 & echo $! > "$1/daemon"' sh "$1" &
         while :; do sleep 0.05; done"#;
-    let mut run = Lockrun::at(&redis)
-        .args(["-k", "job", "--ttl", "2s"])
+    let mut run = redis
+        .lockrun("job")
+        .args(["--ttl", "2s"])
         .sh(script, dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -306,8 +312,8 @@ fn an_orphan_left_running_does_not_hold_up_the_exit() {
     let redis = Server::start();
     let dir = scratch();
     let started = Instant::now();
-    let mut run = Lockrun::at(&redis)
-        .key("job")
+    let mut run = redis
+        .lockrun("job")
         .sh(r#"sleep 30 & echo $! > "$1/orphan"; exit 0"#, dir.path())
         .stdout(Stdio::null())
         .spawn();
@@ -327,8 +333,8 @@ fn orphans_are_reaped_while_the_command_runs() {
     let dir = scratch();
     let script = r#"(sleep 300 & echo $! > "$1/orphan")
         while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
-    let mut run = Lockrun::at(&redis)
-        .key("job")
+    let mut run = redis
+        .lockrun("job")
         .sh(script, dir.path())
         .stdout(Stdio::null())
         .spawn();

@@ -18,8 +18,8 @@ const NOTE_ORDER: &str = r#"echo "$2 $LOCKRUN_FENCING_TOKEN" >> "$1/order""#;
 /// Starts a run of `NOTE_ORDER` for lock `job` as `name`, with `args`
 /// before the `--`, its stderr in `NAME.stderr` in `dir`.
 fn spawn_run(redis: &Server, args: &[&str], dir: &Path, name: &str) -> Running {
-    Lockrun::at(redis)
-        .key("job")
+    redis
+        .lockrun("job")
         .args(args)
         .sh(NOTE_ORDER, dir)
         .command([name])
@@ -99,7 +99,7 @@ fn only_run_within(
 fn the_lock_goes_to_waiters_in_arrival_order() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = Lockrun::at(&redis).key("job").hold();
+    let mut holder = redis.lockrun("job").hold();
     let names = ["w1", "w2", "w3", "w4", "w5", "w6"];
     let mut runs: Vec<Running> = names
         .iter()
@@ -118,7 +118,7 @@ fn the_lock_goes_to_waiters_in_arrival_order() {
 fn status_lists_the_waiters_in_order() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = Lockrun::at(&redis).key("job").hold();
+    let mut holder = redis.lockrun("job").hold();
     let names = ["w1", "w2", "w3"];
     let mut runs: Vec<Running> = names
         .iter()
@@ -131,12 +131,7 @@ fn status_lists_the_waiters_in_order() {
         "w4",
     ));
 
-    let status = |args: &[&str]| {
-        Lockrun::at(&redis)
-            .args(["status", "-k", "job"])
-            .args(args)
-            .run()
-    };
+    let status = |args: &[&str]| redis.lockrun("job").subcommand("status").args(args).run();
     let ran = status(&["--json"]);
     assert_eq!(ran.code, Some(0), "held: {}", ran.stderr);
     let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("JSON");
@@ -187,7 +182,7 @@ fn status_lists_the_waiters_in_order() {
 fn a_run_without_wait_does_not_overtake_the_line() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = Lockrun::at(&redis).key("job").args(["--ttl", "1s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "1s"]).hold();
     let mut first = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "first");
     // Held up between the lock coming free and taking it: the lock is free
     // while a live waiter is first in line.
@@ -199,10 +194,9 @@ fn a_run_without_wait_does_not_overtake_the_line() {
         "the dead holder's lease never ran out"
     );
 
-    let ran = Lockrun::at(&redis)
-        .key("job")
-        .command(["touch"])
-        .command([dir.path().join("overtook")])
+    let ran = redis
+        .lockrun("job")
+        .touch(dir.path().join("overtook"))
         .run();
     assert_eq!(ran.code, Some(75), "{}", ran.stderr);
     assert_eq!(
@@ -228,7 +222,7 @@ fn supersede_ends_older_waiting_runs_but_never_the_holder() {
     let dir = scratch();
     let supersede = ["--wait", "1m", "--supersede"];
     // Three pushes of a deploy, and a run of something else in between.
-    let mut first = Lockrun::at(&redis).key("job").args(supersede).hold();
+    let mut first = redis.lockrun("job").args(supersede).hold();
     let mut second = wait_in_line(&redis, &supersede, dir.path(), "second");
     let other = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "other");
     // Its place replaces the second's, so the line does not grow.
@@ -260,7 +254,7 @@ fn supersede_ends_older_waiting_runs_but_never_the_holder() {
 fn a_waiter_interrupted_by_sigint_leaves_the_line() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = Lockrun::at(&redis).key("job").hold();
+    let mut holder = redis.lockrun("job").hold();
     let mut quitter = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "quitter");
     let stayer = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "stayer");
     assert_eq!(redis.in_line("job"), 2);
@@ -288,7 +282,7 @@ fn a_waiter_interrupted_by_sigint_leaves_the_line() {
 fn a_release_skips_a_first_waiter_that_was_killed() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = Lockrun::at(&redis).key("job").hold();
+    let mut holder = redis.lockrun("job").hold();
     // A place that lasts 30s: only skipping it lets the next run in sooner.
     let mut dead = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "dead");
     let next = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "next");
@@ -318,7 +312,7 @@ fn a_release_skips_a_first_waiter_that_was_killed() {
 fn a_dead_first_waiter_blocks_the_line_no_longer_than_its_ttl() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = Lockrun::at(&redis).key("job").args(["--ttl", "2s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     let mut dead = wait_in_line(&redis, &["--wait", "1m", "--ttl", "2s"], dir.path(), "dead");
     let next = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "next");
     // No release, and no hand-over to notice it by: the holder's lease and
@@ -343,7 +337,7 @@ fn a_dead_first_waiter_blocks_the_line_no_longer_than_its_ttl() {
 fn a_lease_that_runs_out_unreleased_goes_to_the_first_waiter() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = Lockrun::at(&redis).key("job").args(["--ttl", "2s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     let names = ["w1", "w2", "w3"];
     let mut runs: Vec<Running> = names
         .iter()
@@ -360,7 +354,7 @@ fn a_lease_that_runs_out_unreleased_goes_to_the_first_waiter() {
 fn a_waiter_that_becomes_first_notices_a_lease_shorter_than_its_own_refresh() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = Lockrun::at(&redis).key("job").args(["--ttl", "2s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     let mut ahead = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "ahead");
     // It refreshes its place every 20s: only being told that it is first,
     // and how long the lease has left, lets it notice the lease run out.

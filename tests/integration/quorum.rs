@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{
     eventually, no_overlap_fences, quorum, read_fence, read_when_ready, scratch, until_voting,
-    uptime, Lockrun, Ran, Running, Server, PATIENCE,
+    uptime, Lockrun, Running, Server, PATIENCE,
 };
 
 const NAME: &str = "q";
@@ -153,11 +153,6 @@ fn two_redis_urls_are_refused_and_four_warn() {
     assert!(ran.one_line().contains("even number"), "{}", ran.stderr);
 }
 
-/// `lockrun status` or `release` on every server of `servers`.
-fn admin_on(servers: &[Server], args: &[&str]) -> Ran {
-    Lockrun::on_all(servers).args(args).key(NAME).run()
-}
-
 #[test]
 fn status_shows_each_member_and_release_force_works_on_all() {
     let mut servers = quorum(5);
@@ -172,7 +167,7 @@ fn status_shows_each_member_and_release_force_works_on_all() {
     let fence = read_fence(&dir.path().join("fence"));
     servers[4].kill();
 
-    let ran = admin_on(&servers, &["status", "--json"]);
+    let ran = lockrun_on(&servers, &["--json"]).subcommand("status").run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("JSON");
     assert_eq!(json["held"], true, "{json}");
@@ -186,16 +181,14 @@ fn status_shows_each_member_and_release_force_works_on_all() {
     }
     assert_eq!(members[4]["reachable"], false);
 
-    let ran = admin_on(&servers, &["status"]);
+    let ran = lockrun_on(&servers, &[]).subcommand("status").run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    assert!(
-        ran.stdout.contains("4 of 5 servers, a majority agrees"),
-        "{}",
-        ran.stdout
-    );
-    assert!(ran.stdout.contains("unreachable"), "{}", ran.stdout);
+    ran.assert_stdout_has("4 of 5 servers, a majority agrees");
+    ran.assert_stdout_has("unreachable");
 
-    let ran = admin_on(&servers, &["release", "--force"]);
+    let ran = lockrun_on(&servers, &["--force"])
+        .subcommand("release")
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert!(
         ran.stdout.starts_with("released q on 4 of 5 servers"),
@@ -204,7 +197,7 @@ fn status_shows_each_member_and_release_force_works_on_all() {
     );
     assert_eq!(holder.wait().code(), Some(76));
 
-    let ran = admin_on(&servers, &["status"]);
+    let ran = lockrun_on(&servers, &[]).subcommand("status").run();
     assert_eq!(ran.code, Some(1), "{}", ran.stdout);
     assert!(
         ran.stdout

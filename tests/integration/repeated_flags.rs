@@ -9,8 +9,9 @@ use crate::harness::{Lockrun, Server};
 #[test]
 fn the_last_key_wins_but_two_redis_urls_are_refused() {
     let redis = Server::start();
-    let ran = Lockrun::at(&redis)
-        .args(["-k", "first", "--key", "last", "-q", "--quiet"])
+    let ran = redis
+        .lockrun("first")
+        .args(["--key", "last", "-q", "--quiet"])
         .command(["sh", "-c", r#"echo "$LOCKRUN_KEY""#])
         .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
@@ -24,11 +25,7 @@ fn the_last_key_wins_but_two_redis_urls_are_refused() {
         .command(["true"])
         .run();
     assert_eq!(ran.code, Some(64), "{}", ran.stderr);
-    assert!(
-        ran.stderr.contains("a quorum needs 3 or more servers"),
-        "{}",
-        ran.stderr
-    );
+    ran.assert_stderr_has("a quorum needs 3 or more servers");
 
     // The subcommands too.
     let ran = Lockrun::at(&redis)
@@ -42,10 +39,7 @@ fn the_last_key_wins_but_two_redis_urls_are_refused() {
 #[test]
 fn wait_forever_then_wait_1s_waits_1s() {
     let redis = Server::start();
-    let _holder = Lockrun::at(&redis)
-        .key("job")
-        .command(["sleep", "60"])
-        .hold();
+    let _holder = redis.lockrun("job").command(["sleep", "60"]).hold();
     assert!(redis.is_locked("job"), "the holder never took the lock");
 
     let ran = Lockrun::at(&redis)

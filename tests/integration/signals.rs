@@ -27,8 +27,8 @@ fn stderr(dir: &Path) -> String {
 #[test]
 fn every_forwarded_signal_reaches_the_command_once_and_lockrun_waits_for_it() {
     let redis = Server::start();
-    let mut holder = Lockrun::at(&redis)
-        .key("job")
+    let mut holder = redis
+        .lockrun("job")
         .args(["--ttl", "2s"])
         .hold_script("bash", TRAPS);
 
@@ -74,10 +74,10 @@ fn every_forwarded_signal_reaches_the_command_once_and_lockrun_waits_for_it() {
 /// Starts `lockrun -k job --wait forever -- touch RAN` against a held lock
 /// and returns once it is waiting, its stderr in `dir`.
 fn start_waiting(redis: &Server, dir: &Path, ran: &Path) -> Running {
-    let waiter = Lockrun::at(redis)
-        .args(["-v", "-k", "job", "--wait", "forever"])
-        .command(["touch"])
-        .command([ran])
+    let waiter = redis
+        .lockrun("job")
+        .args(["-v", "--wait", "forever"])
+        .touch(ran)
         .stderr(log_file(&dir.join("stderr")))
         .spawn();
     // Logged after the first attempt, so its signal handlers are in place.
@@ -91,7 +91,7 @@ fn start_waiting(redis: &Server, dir: &Path, ran: &Path) -> Running {
 #[test]
 fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
     let redis = Server::start();
-    let mut holder = Lockrun::at(&redis).key("job").args(["--ttl", "2s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
 
     for signal in [Signal::SIGTERM, Signal::SIGINT] {
         let dir = scratch();
@@ -126,7 +126,7 @@ fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
 #[test]
 fn a_terminal_resize_does_not_end_a_wait() {
     let redis = Server::start();
-    let holder = Lockrun::at(&redis).key("job").args(["--ttl", "2s"]).hold();
+    let holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     let dir = scratch();
     let ran = dir.path().join("ran");
     let mut waiter = start_waiting(&redis, dir.path(), &ran);
@@ -141,8 +141,8 @@ fn a_terminal_resize_does_not_end_a_wait() {
 #[test]
 fn sigterm_from_a_service_manager_stops_the_command_and_releases_the_lock() {
     let redis = Server::start();
-    let mut holder = Lockrun::at(&redis)
-        .key("job")
+    let mut holder = redis
+        .lockrun("job")
         .hold_script("sh", r#"echo $$ > "$1/pid"; exec sleep 60"#);
     holder.run.signal(Signal::SIGTERM);
     // The command died of the forwarded SIGTERM, and lockrun says so.

@@ -34,8 +34,8 @@ fn assert_one_line(ran: &Ran, what: &str) {
 fn stdin_reaches_the_command_unchanged() {
     let redis = Server::start();
     let data = noise(1 << 20);
-    let ran = Lockrun::at(&redis)
-        .key("job")
+    let ran = redis
+        .lockrun("job")
         .command(["cat"])
         .input(data.clone())
         .run();
@@ -56,8 +56,9 @@ fn large_stdout_carries_only_the_commands_bytes() {
     let data = noise(20 << 20);
     std::fs::write(&file, &data).expect("write data");
     // --verbose makes lockrun talk during the run: all of it must go to stderr.
-    let ran = Lockrun::at(&redis)
-        .args(["-v", "-k", "job"])
+    let ran = redis
+        .lockrun("job")
+        .arg("-v")
         .command(["head", "-c", &(20 << 20).to_string()])
         .command([&file])
         .run();
@@ -68,7 +69,7 @@ fn large_stdout_carries_only_the_commands_bytes() {
         ran.stdout_bytes().len(),
         data.len()
     );
-    assert!(ran.stderr.contains("lockrun: acquired"), "{}", ran.stderr);
+    ran.assert_stderr_has("lockrun: acquired");
     assert!(
         ran.stderr.lines().all(|line| line.starts_with("lockrun: ")),
         "{}",
@@ -80,10 +81,7 @@ fn large_stdout_carries_only_the_commands_bytes() {
 fn a_command_killed_by_a_signal_gives_128_plus_n() {
     let redis = Server::start();
     for (script, want) in [("kill -9 $$", 137), ("kill -TERM $$", 143)] {
-        let ran = Lockrun::at(&redis)
-            .key("job")
-            .command(["sh", "-c", script])
-            .run();
+        let ran = redis.lockrun("job").command(["sh", "-c", script]).run();
         assert_eq!(ran.code, Some(want), "{script}: {}", ran.stderr);
     }
     redis.assert_only_fence("job");
@@ -117,7 +115,7 @@ fn a_command_that_cannot_start_gives_126_or_127_and_releases_the_lock() {
         ),
     ];
     for (program, want, why) in cases {
-        let ran = Lockrun::at(&redis).key("job").command([program]).run();
+        let ran = redis.lockrun("job").command([program]).run();
         let what = program.display();
         assert_eq!(ran.code, Some(want.into()), "{what}: {}", ran.stderr);
         assert_one_line(&ran, &what.to_string());
@@ -168,8 +166,9 @@ fn usage_errors_exit_64_and_touch_nothing() {
 #[test]
 fn unsafe_timing_says_what_would_fit() {
     let redis = Server::start();
-    let ran = Lockrun::at(&redis)
-        .args(["-k", "job", "--ttl", "1s", "--kill-grace", "5s"])
+    let ran = redis
+        .lockrun("job")
+        .args(["--ttl", "1s", "--kill-grace", "5s"])
         .command(["true"])
         .run();
     assert_eq!(ran.code, Some(64));
@@ -195,8 +194,9 @@ fn stragglers_in_the_commands_group_are_stopped_when_it_exits() {
         sleep 60 & echo $! > "$1/polite"
         (trap '' TERM; exec sleep 60) & echo $! > "$1/stubborn"
         exit 0"#;
-    let mut run = Lockrun::at(&redis)
-        .args(["-k", "job", "--ttl", "2s"])
+    let mut run = redis
+        .lockrun("job")
+        .args(["--ttl", "2s"])
         .sh(script, dir.path())
         // A straggler holding the test's pipe open would hang it.
         .stdout(Stdio::null())

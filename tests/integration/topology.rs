@@ -59,8 +59,7 @@ fn sentinel_lease_handed_to_a_waiter_is_acknowledged_before_its_command_starts()
     let stderr = dir.path().join("stderr");
     let mut waiter = Lockrun::via(&url)
         .args(["-k", "job", "--wait", "60s", "--redis-timeout", "500ms"])
-        .command(["touch"])
-        .command([&started])
+        .touch(&started)
         .stderr(log_file(&stderr))
         .spawn();
     assert!(
@@ -117,7 +116,9 @@ fn sentinel_run_keeps_its_lock_through_a_primary_crash() {
     assert_eq!(busy.code, Some(75), "{}", busy.stderr);
 
     let status = Lockrun::via(&url)
-        .args(["status", "--json", "-k", "job"])
+        .key("job")
+        .subcommand("status")
+        .arg("--json")
         .run();
     let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("JSON");
     assert_eq!(json["held"], true);
@@ -184,29 +185,23 @@ fn sentinel_acknowledgement_refuses_to_start_without_replicas_and_leaves_no_lock
     }
     let refused = Lockrun::via(&url)
         .args(["-k", "job", "--redis-timeout", "500ms"])
-        .command(["touch"])
-        .command([&ran])
+        .touch(&ran)
         .run();
     let waited = Lockrun::via(&url)
         .args(["-k", "job", "--redis-timeout", "500ms", "--wait", "1s"])
-        .command(["touch"])
-        .command([&ran])
+        .touch(&ran)
         .run();
     for replica in replicas {
         replica.resume();
     }
     let (took, waited_for) = (refused.took, waited.took);
     assert_eq!(refused.code, Some(69), "{}", refused.stderr);
-    assert!(
-        refused.stderr.contains("only 0 of 2 replicas acknowledged"),
-        "{}",
-        refused.stderr
-    );
+    refused.assert_stderr_has("only 0 of 2 replicas acknowledged");
     assert!(took < Duration::from_secs(5), "took {took:?}");
     // A waiting run keeps trying until its wait runs out.
     assert_eq!(waited.code, Some(69), "{}", waited.stderr);
     assert!(waited_for >= Duration::from_secs(1), "{waited_for:?}");
-    assert!(waited.stderr.contains("still waiting"), "{}", waited.stderr);
+    waited.assert_stderr_has("still waiting");
     assert!(!ran.exists(), "the command ran without acknowledgement");
 
     // The lock was given back: once the replicas catch up, no server has it.
@@ -215,11 +210,7 @@ fn sentinel_acknowledgement_refuses_to_start_without_replicas_and_leaves_no_lock
         assert_eq!(server.lock_value("job"), None, "{}", server.addr());
     }
 
-    let ok = Lockrun::via(&url)
-        .key("job")
-        .command(["touch"])
-        .command([&ran])
-        .run();
+    let ok = Lockrun::via(&url).key("job").touch(&ran).run();
     assert_eq!(ok.code, Some(0), "{}", ok.stderr);
     assert!(ran.exists());
 }
@@ -263,11 +254,7 @@ fn sentinel_url_works_while_any_sentinel_answers() {
 
     let refused = run(None);
     assert_eq!(refused.code, Some(69));
-    assert!(
-        refused.stderr.contains("LOCKRUN_SENTINEL_PASSWORD"),
-        "{}",
-        refused.stderr
-    );
+    refused.assert_stderr_has("LOCKRUN_SENTINEL_PASSWORD");
     let wrong = run(Some("wrong-guess"));
     assert_eq!(wrong.code, Some(69));
     assert!(!wrong.stderr.contains("wrong-guess"), "{}", wrong.stderr);
@@ -283,11 +270,7 @@ fn sentinel_url_works_while_any_sentinel_answers() {
     set.sentinels[2].kill();
     let none = run(Some(sentinel_pass));
     assert_eq!(none.code, Some(69));
-    assert!(
-        none.stderr.contains("no sentinel answered"),
-        "{}",
-        none.stderr
-    );
+    none.assert_stderr_has("no sentinel answered");
     for secret in [redis_pass, sentinel_pass] {
         for output in [&refused, &wrong, &none] {
             assert!(!output.stderr.contains(secret), "{}", output.stderr);
@@ -321,14 +304,16 @@ fn cluster_follows_moved_from_a_node_that_does_not_own_the_slot() {
         "this is a Redis Cluster node; use --redis redis+cluster://{}",
         cluster.node(other).addr()
     );
-    assert!(plain.stderr.contains(&hint), "{}", plain.stderr);
+    plain.assert_stderr_has(&hint);
 
     let url = cluster.url_via(&[other]);
     let mut holder = hold_via(&url, &["--ttl", "3s"]);
     assert!(cluster.node(owner).is_locked("job"));
 
     let status = Lockrun::via(&url)
-        .args(["status", "--json", "-k", "job"])
+        .key("job")
+        .subcommand("status")
+        .arg("--json")
         .run();
     let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("JSON");
     assert_eq!(json["held"], true);
@@ -390,8 +375,7 @@ fn clusterdown_ends_a_run_without_wait_within_the_redis_timeout() {
     let url = cluster.url_via(&[owner]);
     let output = Lockrun::via(&url)
         .args(["-k", "job", "--redis-timeout", "1s"])
-        .command(["touch"])
-        .command([&ran])
+        .touch(&ran)
         .run();
     let took = output.took;
     assert_eq!(output.code, Some(69), "{}", output.stderr);

@@ -29,9 +29,10 @@ fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
     let dir = scratch();
     // A long lease, so that only the release, not its expiry, can let the
     // waiter in before the deadline checked below.
-    let mut holder = Lockrun::at(&redis).key("job").args(["--ttl", "30s"]).hold();
-    let mut waiter = Lockrun::at(&redis)
-        .args(["-k", "job", "--wait", "forever"])
+    let mut holder = redis.lockrun("job").args(["--ttl", "30s"]).hold();
+    let mut waiter = redis
+        .lockrun("job")
+        .args(["--wait", "forever"])
         .sh(r#"echo started > "$1/started""#, dir.path())
         .spawn();
     wait_for_subscribers(&redis, "job", 1);
@@ -62,10 +63,11 @@ fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
 fn a_waiter_acquires_after_the_holder_is_killed_and_its_lease_runs_out() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = Lockrun::at(&redis).key("job").args(["--ttl", "3s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "3s"]).hold();
     let first = holder.fence();
-    let mut waiter = Lockrun::at(&redis)
-        .args(["-k", "job", "--wait", "60s"])
+    let mut waiter = redis
+        .lockrun("job")
+        .args(["--wait", "60s"])
         .sh(
             r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/started""#,
             dir.path(),
@@ -98,11 +100,12 @@ fn each_release_lets_one_waiter_through_and_all_complete() {
     const WAITERS: usize = 6;
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = Lockrun::at(&redis).key("job").args(["--ttl", "30s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "30s"]).hold();
     let mut waiters: Vec<Running> = (0..WAITERS)
         .map(|_| {
-            Lockrun::at(&redis)
-                .args(["-k", "job", "--wait", "2m"])
+            redis
+                .lockrun("job")
+                .args(["--wait", "2m"])
                 .no_overlap_job(dir.path(), "0.2")
                 .spawn()
         })
@@ -127,10 +130,11 @@ fn each_release_lets_one_waiter_through_and_all_complete() {
 fn a_waiter_keeps_waiting_through_a_redis_restart() {
     let mut redis = Server::start();
     let dir = scratch();
-    let mut holder = Lockrun::at(&redis).key("job").args(["--ttl", "2s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     let stderr = dir.path().join("stderr");
-    let mut waiter = Lockrun::at(&redis)
-        .args(["-k", "job", "--wait", "60s"])
+    let mut waiter = redis
+        .lockrun("job")
+        .args(["--wait", "60s"])
         .sh(
             r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/started""#,
             dir.path(),

@@ -13,13 +13,14 @@ use super::{eventually, Running, Server, PATIENCE};
 /// themselves, so they get twice that.
 const RUN_LIMIT: Duration = Duration::from_secs(60);
 
-/// A lockrun command line: `lockrun [ARGS] [--redis URL]... [-- COMMAND]`,
-/// with none of the caller's LOCKRUN_* settings and stdin closed. The URLs
-/// go last so that a subcommand can be the first of `args`.
+/// A lockrun command line, `lockrun [SUBCOMMAND] [ARGS] [--redis URL]...
+/// [-- COMMAND]`, with none of the caller's LOCKRUN_* settings and stdin
+/// closed.
 #[derive(Default)]
 pub struct Lockrun<'a> {
     /// The server given with `at`: a holder reads its lock there.
     pub(super) server: Option<&'a Server>,
+    subcommand: Option<&'static str>,
     redis: Vec<String>,
     args: Vec<OsString>,
     command: Vec<OsString>,
@@ -65,6 +66,12 @@ impl<'a> Lockrun<'a> {
         self
     }
 
+    /// `status` or `release`, which clap wants before any flag.
+    pub fn subcommand(mut self, name: &'static str) -> Self {
+        self.subcommand = Some(name);
+        self
+    }
+
     /// `-k NAME`.
     pub fn key(mut self, name: &str) -> Self {
         self.key = Some(name.to_string());
@@ -98,6 +105,11 @@ impl<'a> Lockrun<'a> {
         self.command
             .extend(argv.into_iter().map(|arg| arg.as_ref().to_owned()));
         self
+    }
+
+    /// Runs `touch PATH`: whether `path` exists tells whether it ran.
+    pub fn touch(self, path: impl AsRef<OsStr>) -> Self {
+        self.command(["touch"]).command([path])
     }
 
     /// Runs the sh `script` with `dir` as its `$1`; `command` adds `$2`...
@@ -139,7 +151,7 @@ impl<'a> Lockrun<'a> {
                 command.env_remove(name);
             }
         }
-        command.args(&self.args);
+        command.args(self.subcommand).args(&self.args);
         for url in &self.redis {
             command.arg("--redis").arg(url);
         }
@@ -218,6 +230,14 @@ impl<'a> Lockrun<'a> {
     }
 }
 
+impl Server {
+    /// lockrun on lock `name` in this server, the usual start of a test's
+    /// command line.
+    pub fn lockrun(&self, name: &str) -> Lockrun<'_> {
+        Lockrun::at(self).key(name)
+    }
+}
+
 /// Reads `pipe` to its end on a thread of its own, so that neither pipe can
 /// fill up and stall the process while the other is read.
 fn read_all(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<Vec<u8>> {
@@ -250,6 +270,25 @@ impl Ran {
             (Some(line), None) => line.strip_prefix("lockrun: ").unwrap_or(line),
             _ => panic!("want one line on stderr, got {:?}", self.stderr),
         }
+    }
+
+    /// Asserts that stderr holds `needle`, showing all of it if not.
+    #[track_caller]
+    pub fn assert_stderr_has(&self, needle: &str) {
+        assert!(
+            self.stderr.contains(needle),
+            "want {needle:?}: {}",
+            self.stderr
+        );
+    }
+
+    #[track_caller]
+    pub fn assert_stdout_has(&self, needle: &str) {
+        assert!(
+            self.stdout.contains(needle),
+            "want {needle:?}: {}",
+            self.stdout
+        );
     }
 
     /// Exactly the bytes written to stdout.
