@@ -503,18 +503,18 @@ fn field_names(value: &serde_json::Value, names: &mut BTreeSet<String>) {
 #[test]
 fn readme_and_man_page_name_every_status_json_field() {
     let redis = Server::start();
-    let mut holder = Lockrun::at(&redis)
-        .key("job")
-        .command(["sleep", "60"])
-        .hold();
+    let mut holder = redis.lockrun("job").command(["sleep", "60"]).hold();
     // A waiter, so that the fields of the waiters' entries show too.
-    let mut waiter = Lockrun::at(&redis)
-        .args(["--key", "job", "--wait", "1m"])
+    let mut waiter = redis
+        .lockrun("job")
+        .args(["--wait", "1m"])
         .command(["true"])
         .spawn();
     let status = || {
-        let ran = Lockrun::at(&redis)
-            .args(["status", "--json", "--key", "job"])
+        let ran = redis
+            .lockrun("job")
+            .subcommand("status")
+            .arg("--json")
             .run();
         assert_eq!(ran.code, Some(0), "held: {}", ran.stderr);
         serde_json::from_str::<serde_json::Value>(&ran.stdout).expect("one JSON object")

@@ -172,11 +172,7 @@ fn a_password_file_serves_runs_status_and_release() {
     let file = password_file(dir.path(), 0o600);
     let flag = ["--redis-password-file", file.as_str()];
 
-    let ran = Lockrun::at(&redis)
-        .args(flag)
-        .key("job")
-        .command(["true"])
-        .run();
+    let ran = redis.lockrun("job").args(flag).command(["true"]).run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let env = env_of(Lockrun::at(&redis).env("LOCKRUN_REDIS_PASSWORD_FILE", &file));
     assert!(
@@ -200,9 +196,9 @@ fn a_password_file_serves_runs_status_and_release() {
     assert_eq!(release.code, Some(0), "{}", release.stderr);
 
     // Two passwords: which one was meant cannot be guessed.
-    let both = Lockrun::at(&redis)
+    let both = redis
+        .lockrun("job")
         .args(flag)
-        .key("job")
         .command(["true"])
         .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
         .run();
@@ -216,9 +212,9 @@ fn a_password_file_every_user_can_read_is_refused() {
     let dir = scratch();
     let ran = dir.path().join("ran");
     let run = |file: &str| {
-        Lockrun::at(&redis)
+        redis
+            .lockrun("job")
             .args(["--redis-password-file", file])
-            .key("job")
             .touch(&ran)
             .run()
     };

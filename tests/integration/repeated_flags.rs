@@ -29,7 +29,8 @@ fn the_last_key_wins_but_two_redis_urls_are_refused() {
 
     // The subcommands too.
     let ran = Lockrun::at(&redis)
-        .args(["status", "--json", "--key", "first", "--key", "last"])
+        .subcommand("status")
+        .args(["--json", "--key", "first", "--key", "last"])
         .run();
     assert_eq!(ran.code, Some(1), "free: {}", ran.stderr);
     let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("JSON");

@@ -84,7 +84,7 @@ impl<'a> Lockrun<'a> {
         self.args(["--prefix", prefix])
     }
 
-    /// lockrun's own arguments (a subcommand, flags), before the `--`.
+    /// lockrun's own flags, before the `--`.
     pub fn args<S: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
         for arg in args {
             let arg = arg.as_ref();
