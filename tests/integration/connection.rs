@@ -185,36 +185,22 @@ fn tls_verifies_the_server_certificate() {
     assert!(!marker.exists(), "the command did not run");
 }
 
-/// Runs `lockrun -- bash -c COMMAND` on a pseudo-terminal (util-linux
-/// `script`), feeding it `typed` once COMMAND has touched `$STARTED`.
+/// Runs `lockrun -- bash -c COMMAND` on a pseudo-terminal, feeding it
+/// `typed` once COMMAND has touched `$STARTED`.
 fn in_terminal(redis: &Server, dir: &Path, command: &str, typed: &[u8]) -> (Option<i32>, String) {
     let started = dir.join("started");
-    let line = format!(
-        "STARTED={started} {bin} --redis {url} -k tty -- bash -c '{command}'",
-        bin = env!("CARGO_BIN_EXE_lockrun"),
+    let mut terminal = Terminal::start(&format!(
+        "STARTED={started} {LOCKRUN} --redis {url} -k tty -- bash -c '{command}'",
         url = redis.url(),
         started = started.display(),
-    );
-    let mut script = Command::new("script");
-    script
-        .args(["-qec", &line, "/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut running = Running::spawn(&mut script);
+    ));
     assert!(
         eventually(PATIENCE, || started.exists()),
         "command never started"
     );
-    let mut stdin = running.child.stdin.take().expect("stdin");
-    std::io::Write::write_all(&mut stdin, typed).expect("type");
-    let status = running.wait();
-    drop(stdin);
-    let mut out = String::new();
-    if let Some(mut stdout) = running.child.stdout.take() {
-        std::io::Read::read_to_string(&mut stdout, &mut out).expect("read terminal");
-    }
-    (status.code(), out)
+    terminal.type_in(typed);
+    let (status, screen) = terminal.wait();
+    (status.code(), screen)
 }
 
 #[test]
@@ -248,26 +234,15 @@ fn ctrl_c_in_the_terminal_reaches_the_command() {
 }
 
 /// An interactive bash with job control on a pseudo-terminal, typed into.
-struct JobShell {
-    shell: Running,
-    keyboard: std::process::ChildStdin,
-}
+struct JobShell(Terminal);
 
 impl JobShell {
     fn start() -> Self {
-        let mut shell = Command::new("script");
-        shell
-            .args(["-qec", "bash --norc --noprofile -i", "/dev/null"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut shell = Running::spawn(&mut shell);
-        let keyboard = shell.child.stdin.take().expect("stdin");
-        JobShell { shell, keyboard }
+        JobShell(Terminal::start("bash --norc --noprofile -i"))
     }
 
     fn type_in(&mut self, text: &str) {
-        std::io::Write::write_all(&mut self.keyboard, text.as_bytes()).expect("type");
+        self.0.type_in(text.as_bytes());
     }
 
     /// Starts `lockrun -k tty ARGS -- <a loop>` at the prompt; returns
@@ -275,9 +250,8 @@ impl JobShell {
     fn start_lockrun(&mut self, redis: &Server, dir: &Path, args: &str) -> i32 {
         let (started, ppid) = (dir.join("started"), dir.join("ppid"));
         self.type_in(&format!(
-            "{bin} --redis {url} -k tty {args} -- bash -c 'echo $PPID > {ppid}; \
+            "{LOCKRUN} --redis {url} -k tty {args} -- bash -c 'echo $PPID > {ppid}; \
              touch {started}; while :; do sleep 0.1; done'\n",
-            bin = env!("CARGO_BIN_EXE_lockrun"),
             url = redis.url(),
             ppid = ppid.display(),
             started = started.display(),
@@ -292,12 +266,8 @@ impl JobShell {
     /// Types `exit` and returns everything the terminal showed.
     fn finish(mut self, last: &str) -> String {
         self.type_in(&format!("{last}; exit\n"));
-        drop(self.keyboard);
-        let status = self.shell.wait();
-        let mut screen = String::new();
-        if let Some(mut stdout) = self.shell.child.stdout.take() {
-            std::io::Read::read_to_string(&mut stdout, &mut screen).expect("read terminal");
-        }
+        self.0.close_keyboard();
+        let (status, screen) = self.0.wait();
         assert!(status.success(), "{screen}");
         screen
     }

@@ -6,7 +6,7 @@
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -82,37 +82,13 @@ fn a_background_lockrun_is_not_stopped_by_its_own_messages() {
     // terminal would stop lockrun (SIGTTOU), and with it the renewals and the
     // deadline. bash -i gives the job control an operator's shell has.
     let line = format!(
-        "stty tostop; {} --redis {} -v -k job --ttl 1s -- sleep 1; echo rc=$?; exit",
-        env!("CARGO_BIN_EXE_lockrun"),
+        "stty tostop; {LOCKRUN} --redis {} -v -k job --ttl 1s -- sleep 1; echo rc=$?; exit",
         redis.url()
     );
-    let mut script = Command::new("script");
-    script
-        .args([
-            "-qec",
-            &format!("bash --norc --noprofile -ic '{line}'"),
-            "/dev/null",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("LOCKRUN_") {
-            script.env_remove(name);
-        }
-    }
-    let mut run = Running::spawn(&mut script);
-    assert!(
-        run.wait_for(PATIENCE).is_some(),
-        "lockrun never finished in the terminal"
-    );
-    let mut terminal = String::new();
-    run.child
-        .stdout
-        .take()
-        .expect("piped")
-        .read_to_string(&mut terminal)
-        .expect("read the terminal");
+    let mut run = Terminal::start(&format!("bash --norc --noprofile -ic '{line}'"));
+    run.close_keyboard();
+    // Fails the test if lockrun never finished in the terminal.
+    let (_, terminal) = run.wait();
     assert!(!terminal.contains("Stopped"), "{terminal}");
     assert!(terminal.contains("lockrun: renewed"), "{terminal}");
     assert!(terminal.contains("rc=0"), "{terminal}");

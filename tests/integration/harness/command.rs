@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use super::{eventually, Running, Server, PATIENCE};
 
+/// The lockrun just built.
+pub const LOCKRUN: &str = env!("CARGO_BIN_EXE_lockrun");
+
 /// How long a run to its end may take: some wait up to `PATIENCE` for a lock
 /// themselves, so they get twice that.
 const RUN_LIMIT: Duration = Duration::from_secs(60);
@@ -145,12 +148,8 @@ impl<'a> Lockrun<'a> {
     }
 
     pub(super) fn build(&mut self) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_lockrun"));
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("LOCKRUN_") {
-                command.env_remove(name);
-            }
-        }
+        let mut command = Command::new(LOCKRUN);
+        clear_lockrun_env(&mut command);
         command.args(self.subcommand).args(&self.args);
         for url in &self.redis {
             command.arg("--redis").arg(url);
@@ -238,9 +237,18 @@ impl Server {
     }
 }
 
+/// Keeps the caller's LOCKRUN_* settings from reaching a test's lockrun.
+pub(super) fn clear_lockrun_env(command: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("LOCKRUN_") {
+            command.env_remove(name);
+        }
+    }
+}
+
 /// Reads `pipe` to its end on a thread of its own, so that neither pipe can
 /// fill up and stall the process while the other is read.
-fn read_all(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<Vec<u8>> {
+pub(super) fn read_all(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<Vec<u8>> {
     let mut pipe = pipe.expect("piped");
     std::thread::spawn(move || {
         let mut bytes = Vec::new();

@@ -7,6 +7,7 @@
 //! - `command`: `Lockrun`, the one builder, and `Ran`, a run to its end.
 //! - `holder`: `Holder`, a run kept holding a lock, and the no-overlap job.
 //! - `process`: `Running`, pids, polling with deadlines, scratch files.
+//! - `terminal`: `Terminal`, a command line on a pseudo-terminal.
 //! - `postgres`: `PostgresServer`, for the fencing example.
 
 mod cluster;
@@ -17,6 +18,7 @@ mod postgres;
 mod process;
 mod sentinel;
 mod server;
+mod terminal;
 mod topology;
 
 pub use cluster::*;
@@ -26,6 +28,7 @@ pub use postgres::PostgresServer;
 pub use process::*;
 pub use sentinel::*;
 pub use server::*;
+pub use terminal::Terminal;
 pub use topology::*;
 
 use std::time::Duration;
