@@ -25,7 +25,7 @@ exit "$2"
 "#;
 
 /// The lock deploy.sh takes for environment `staging`.
-const LOCK: &str = "lockrun:{deploy-staging}";
+const LOCK: &str = "deploy-staging";
 
 /// `sh examples/ci/deploy.sh staging ARG` in a directory of its own, with the
 /// lockrun just built first on PATH, pointed at the Redis at `url`.
@@ -103,19 +103,12 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn locked(redis: &Server) -> bool {
-    redis::cmd("EXISTS")
-        .arg(LOCK)
-        .query(&mut redis.client())
-        .expect("EXISTS")
-}
-
 #[test]
 fn deploy_sh_exits_with_the_deploys_status() {
     let redis = Server::start();
     let mut deploy = Deploy::start(&redis.url(), "3");
     assert_eq!(deploy.wait().code(), Some(3));
-    assert!(!locked(&redis), "the lock outlived the deploy");
+    assert!(!redis.is_locked(LOCK), "the lock outlived the deploy");
 
     let mut deploy = Deploy::start("redis://127.0.0.1:1", "0");
     assert_eq!(
@@ -134,7 +127,7 @@ fn sigterm_to_deploy_sh_alone_stops_the_deploy_and_frees_the_lock() {
     let redis = Server::start();
     let mut deploy = Deploy::start(&redis.url(), "hang");
     let deploy_pid = deploy.deploy_pid();
-    assert!(locked(&redis), "the deploy runs without the lock");
+    assert!(redis.is_locked(LOCK), "the deploy runs without the lock");
     let lockrun_pid = parent(deploy_pid).expect("the deploy's parent, lockrun");
 
     // The signal a CI runner sends when the job is cancelled, to the
@@ -151,5 +144,5 @@ fn sigterm_to_deploy_sh_alone_stops_the_deploy_and_frees_the_lock() {
     );
     assert!(!alive(deploy_pid), "the deploy is still running");
     assert!(!alive(lockrun_pid), "lockrun is still running");
-    assert!(!locked(&redis), "the lock is still held");
+    assert!(!redis.is_locked(LOCK), "the lock is still held");
 }
