@@ -3,14 +3,7 @@
 //! are not Redis or want a password, and the order in which lockrun explains a
 //! failure.
 
-use std::path::Path;
-
 use crate::harness::*;
-
-/// lockrun on key `job` with `args`, its command touching `ran`.
-fn touch<'a>(redis: &'a Server, args: &[&str], ran: &Path) -> Lockrun<'a> {
-    redis.lockrun("job").args(args).touch(ran)
-}
 
 /// Whether the server answers a PING with the error `code`.
 fn answers(redis: &Server, code: &str) -> bool {
@@ -36,7 +29,7 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
         &["--min-hold", "584000000000y"],
     ];
     for args in cases {
-        let run = touch(&redis, args, &ran).run();
+        let run = redis.lockrun("job").args(args).touch(&ran).run();
         assert_eq!(run.code, Some(64), "{args:?}: {}", run.stderr);
         let line = run.one_line();
         assert!(
@@ -49,12 +42,11 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
     }
 
     // The bound itself is accepted.
-    let run = touch(
-        &redis,
-        &["--ttl", "1y", "--timeout", "1y", "--wait", "1y"],
-        &ran,
-    )
-    .run();
+    let run = redis
+        .lockrun("job")
+        .args(["--ttl", "1y", "--timeout", "1y", "--wait", "1y"])
+        .touch(&ran)
+        .run();
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(ran.exists(), "the command did not run");
     redis.assert_only_fence("job");
@@ -108,7 +100,7 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
 
         // Neither a busy lock (75) nor one worth waiting for.
         for wait in [&[][..], &["--wait", "forever"]] {
-            let run = touch(&redis, wait, &ran).run();
+            let run = redis.lockrun("job").args(wait).touch(&ran).run();
             assert_eq!(run.code, Some(69), "{planted:?} {wait:?}");
             assert_eq!(run.one_line(), want, "{planted:?} {wait:?}");
             assert!(!ran.exists(), "{planted:?}: the command ran");
@@ -178,7 +170,7 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
     let dir = scratch();
     let ran = dir.path().join("ran");
 
-    let run = touch(&redis, &[], &ran).run();
+    let run = redis.lockrun("job").touch(&ran).run();
     assert_eq!(run.code, Some(69), "{}", run.stderr);
     let line = run.one_line();
     assert!(
@@ -191,7 +183,11 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
     );
     assert!(!ran.exists(), "the command ran without the lock");
 
-    let waiter = touch(&redis, &["--wait", "30s"], &ran).run();
+    let waiter = redis
+        .lockrun("job")
+        .args(["--wait", "30s"])
+        .touch(&ran)
+        .run();
     assert_eq!(waiter.code, Some(0), "{}", waiter.stderr);
     assert!(ran.exists(), "the waiter never ran its command");
     assert!(
@@ -224,7 +220,7 @@ fn a_waiter_waits_while_a_script_keeps_redis_busy() {
     let dir = scratch();
     let ran = dir.path().join("ran");
 
-    let run = touch(&redis, &[], &ran).run();
+    let run = redis.lockrun("job").touch(&ran).run();
     assert_eq!(run.code, Some(69), "{}", run.stderr);
     assert!(
         run.one_line().ends_with(
@@ -237,7 +233,10 @@ fn a_waiter_waits_while_a_script_keeps_redis_busy() {
     assert!(!ran.exists(), "the command ran without the lock");
 
     let log = dir.path().join("stderr");
-    let mut waiter = touch(&redis, &["--wait", "30s"], &ran)
+    let mut waiter = redis
+        .lockrun("job")
+        .args(["--wait", "30s"])
+        .touch(&ran)
         .stderr(log_file(&log))
         .spawn();
     assert!(

@@ -58,13 +58,15 @@ fn sentinel_lease_handed_to_a_waiter_is_acknowledged_before_its_command_starts()
     let started = dir.path().join("started");
     let stderr = dir.path().join("stderr");
     let mut waiter = Lockrun::via(&url)
-        .args(["-k", "job", "--wait", "60s", "--redis-timeout", "500ms"])
+        .key("job")
+        .args(["--wait", "60s", "--redis-timeout", "500ms"])
         .touch(&started)
         .stderr(log_file(&stderr))
         .spawn();
     assert!(
-        eventually(TOPOLOGY_PATIENCE, || set.primary().listening_waiters("job")
-            == 1),
+        eventually(TOPOLOGY_PATIENCE, || {
+            set.primary().listening_waiters("job") == 1
+        }),
         "the waiter never listened in line: {}",
         read_log(&stderr)
     );
@@ -184,11 +186,13 @@ fn sentinel_acknowledgement_refuses_to_start_without_replicas_and_leaves_no_lock
         replica.pause();
     }
     let refused = Lockrun::via(&url)
-        .args(["-k", "job", "--redis-timeout", "500ms"])
+        .key("job")
+        .args(["--redis-timeout", "500ms"])
         .touch(&ran)
         .run();
     let waited = Lockrun::via(&url)
-        .args(["-k", "job", "--redis-timeout", "500ms", "--wait", "1s"])
+        .key("job")
+        .args(["--redis-timeout", "500ms", "--wait", "1s"])
         .touch(&ran)
         .run();
     for replica in replicas {
@@ -321,7 +325,9 @@ fn cluster_follows_moved_from_a_node_that_does_not_own_the_slot() {
     assert_eq!(json["redis_node"], cluster.node(owner).addr());
 
     let released = Lockrun::via(&url)
-        .args(["release", "--force", "-k", "job"])
+        .key("job")
+        .subcommand("release")
+        .arg("--force")
         .run();
     assert_eq!(released.code, Some(0), "{}", released.stderr);
     assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
@@ -374,7 +380,8 @@ fn clusterdown_ends_a_run_without_wait_within_the_redis_timeout() {
     let ran = dir.path().join("ran");
     let url = cluster.url_via(&[owner]);
     let output = Lockrun::via(&url)
-        .args(["-k", "job", "--redis-timeout", "1s"])
+        .key("job")
+        .args(["--redis-timeout", "1s"])
         .touch(&ran)
         .run();
     let took = output.took;
@@ -404,7 +411,8 @@ fn cluster_waiter_through_another_node_is_handed_the_lock_on_release() {
     // It refreshes its place every 20 s: only the hand-over's message lets
     // it start sooner.
     let mut waiter = Lockrun::via(&cluster.url_via(&[other]))
-        .args(["-k", "job", "--wait", "60s", "--ttl", "60s"])
+        .key("job")
+        .args(["--wait", "60s", "--ttl", "60s"])
         .sh(r#"echo started > "$1/started""#, dir.path())
         .spawn();
     // The waiter was given another node, but listens on the one that owns
