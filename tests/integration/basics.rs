@@ -5,12 +5,12 @@ use crate::harness::*;
 
 #[test]
 fn exit_statuses_pass_through_and_nothing_is_left_behind() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     for code in [0, 3, 255] {
-        let ran = run_once(lockrun_at(
-            &redis,
-            &["--key", "job", "--", "sh", "-c", &format!("exit {code}")],
-        ));
+        let ran = redis
+            .lockrun("job")
+            .command(["sh", "-c", &format!("exit {code}")])
+            .run();
         assert_eq!(ran.code, Some(code));
         assert!(
             ran.stdout.is_empty() && ran.stderr.is_empty(),
@@ -23,19 +23,12 @@ fn exit_statuses_pass_through_and_nothing_is_left_behind() {
 
 #[test]
 fn command_gets_key_and_increasing_fencing_tokens() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let fence = || -> u64 {
-        let ran = run_once(lockrun_at(
-            &redis,
-            &[
-                "-k",
-                "job",
-                "--",
-                "sh",
-                "-c",
-                "echo $LOCKRUN_KEY $LOCKRUN_FENCING_TOKEN",
-            ],
-        ));
+        let ran = redis
+            .lockrun("job")
+            .command(["sh", "-c", "echo $LOCKRUN_KEY $LOCKRUN_FENCING_TOKEN"])
+            .run();
         let (key, fence) = ran.stdout.trim().split_once(' ').expect("two words");
         assert_eq!(key, "job");
         fence.parse().expect("number")

@@ -8,15 +8,18 @@ use crate::harness::*;
 
 #[test]
 fn tcp_url_and_environment_url_both_work() {
-    let redis = RedisServer::start_tcp();
-    let ran = run_once(lockrun().args(["--redis", &redis.tcp_url(), "-k", "job", "--", "true"]));
+    let redis = Server::start_tcp();
+    let ran = Lockrun::via(&redis.tcp_url())
+        .key("job")
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 
-    let ran = run_once(
-        lockrun()
-            .env("LOCKRUN_REDIS_URL", redis.tcp_url())
-            .args(["-k", "job", "--", "true"]),
-    );
+    let ran = Lockrun::new()
+        .env("LOCKRUN_REDIS_URL", redis.tcp_url())
+        .key("job")
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     redis.assert_only_fence("job");
 }
@@ -24,7 +27,7 @@ fn tcp_url_and_environment_url_both_work() {
 #[test]
 fn invalid_url_is_a_usage_error() {
     for url in ["localhost:6379", "http://example.com", ""] {
-        let ran = run_once(lockrun().args(["--redis", url, "-k", "job", "--", "true"]));
+        let ran = Lockrun::via(url).key("job").command(["true"]).run();
         assert_eq!(ran.code, Some(64), "{url}");
         assert!(
             ran.stderr.starts_with("lockrun: invalid Redis URL"),
@@ -37,44 +40,40 @@ fn invalid_url_is_a_usage_error() {
 #[test]
 fn passwords_come_from_the_environment_or_url_and_never_show() {
     let secret = "s3cret-pass";
-    let redis = RedisServer::start_with(Some(free_port()), &["--requirepass", secret]);
+    let redis = Server::start_with(Some(free_port()), &["--requirepass", secret]);
     let url = redis.tcp_url();
 
     // No password: refused, and told where to put one.
-    let ran = run_once(lockrun().args(["--redis", &url, "-k", "job", "--", "true"]));
+    let ran = Lockrun::via(&url).key("job").command(["true"]).run();
     assert_eq!(ran.code, Some(69));
-    assert!(
-        ran.stderr.contains("LOCKRUN_REDIS_PASSWORD"),
-        "{}",
-        ran.stderr
-    );
+    ran.assert_stderr_has("LOCKRUN_REDIS_PASSWORD");
 
     // A wrong password in the URL: refused, and the password is not echoed.
     let wrong = url.replace("redis://", "redis://:wrong-pass@");
-    let ran = run_once(lockrun().args(["--redis", &wrong, "-k", "job", "--", "true"]));
+    let ran = Lockrun::via(&wrong).key("job").command(["true"]).run();
     assert_eq!(ran.code, Some(69));
     assert!(!ran.stderr.contains("wrong-pass"), "{}", ran.stderr);
-    assert!(
-        ran.stderr.contains("refused authentication"),
-        "{}",
-        ran.stderr
-    );
+    ran.assert_stderr_has("refused authentication");
 
     // The right password from the environment overrides the URL's.
-    let ran = run_once(
-        lockrun()
-            .env("LOCKRUN_REDIS_PASSWORD", secret)
-            .args(["--redis", &wrong, "-k", "job", "--", "true"]),
-    );
+    let ran = Lockrun::via(&wrong)
+        .env("LOCKRUN_REDIS_PASSWORD", secret)
+        .key("job")
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 
     // And in the URL.
     let right = url.replace("redis://", &format!("redis://:{secret}@"));
-    let ran = run_once(lockrun().args(["--redis", &right, "-k", "job", "--", "true"]));
+    let ran = Lockrun::via(&right).key("job").command(["true"]).run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 
     // A lease lost to a Redis that went away names the address, not the secret.
-    let ran = run_once(lockrun().args(["--redis", &right, "-k", "job", "-v", "--", "true"]));
+    let ran = Lockrun::via(&right)
+        .key("job")
+        .arg("-v")
+        .command(["true"])
+        .run();
     assert!(!ran.stderr.contains(secret), "{}", ran.stderr);
 }
 
@@ -148,7 +147,7 @@ fn tls_verifies_the_server_certificate() {
     let port = free_port().to_string();
     let file = |name: &str| certs.path().join(name).display().to_string();
     let (cert, key, ca) = (file("server.pem"), file("server.key"), file("ca.pem"));
-    let redis = RedisServer::start_with(
+    let redis = Server::start_with(
         None,
         &[
             "--tls-port",
@@ -166,67 +165,47 @@ fn tls_verifies_the_server_certificate() {
     let url = format!("rediss://localhost:{port}");
 
     // Trusting our CA (rustls reads SSL_CERT_FILE): the lock works over TLS.
-    let ran = run_once(
-        lockrun()
-            .env("SSL_CERT_FILE", &ca)
-            .args(["--redis", &url, "-k", "job", "--", "true"]),
-    );
+    let ran = Lockrun::via(&url)
+        .env("SSL_CERT_FILE", &ca)
+        .key("job")
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     redis.assert_only_fence("job");
 
     // Not trusting it: the certificate is refused and the command never runs.
     let marker = certs.path().join("ran");
-    let ran = run_once(
-        lockrun()
-            .env("SSL_CERT_FILE", "/dev/null")
-            .env("SSL_CERT_DIR", certs.path().join("empty"))
-            .args(["--redis", &url, "-k", "job", "--", "touch"])
-            .arg(&marker),
-    );
+    let ran = Lockrun::via(&url)
+        .env("SSL_CERT_FILE", "/dev/null")
+        .env("SSL_CERT_DIR", certs.path().join("empty"))
+        .key("job")
+        .touch(&marker)
+        .run();
     assert_eq!(ran.code, Some(69), "{}", ran.stderr);
     assert!(!marker.exists(), "the command did not run");
 }
 
-/// Runs `lockrun -- bash -c COMMAND` on a pseudo-terminal (util-linux
-/// `script`), feeding it `typed` once COMMAND has touched `$STARTED`.
-fn in_terminal(
-    redis: &RedisServer,
-    dir: &Path,
-    command: &str,
-    typed: &[u8],
-) -> (Option<i32>, String) {
+/// Runs `lockrun -- bash -c COMMAND` on a pseudo-terminal, feeding it
+/// `typed` once COMMAND has touched `$STARTED`.
+fn in_terminal(redis: &Server, dir: &Path, command: &str, typed: &[u8]) -> (Option<i32>, String) {
     let started = dir.join("started");
-    let line = format!(
-        "STARTED={started} {bin} --redis {url} -k tty -- bash -c '{command}'",
-        bin = env!("CARGO_BIN_EXE_lockrun"),
+    let mut terminal = Terminal::start(&format!(
+        "STARTED={started} {LOCKRUN} --redis {url} -k tty -- bash -c '{command}'",
         url = redis.url(),
         started = started.display(),
-    );
-    let mut script = Command::new("script");
-    script
-        .args(["-qec", &line, "/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut running = Running::spawn(&mut script);
+    ));
     assert!(
         eventually(PATIENCE, || started.exists()),
         "command never started"
     );
-    let mut stdin = running.child.stdin.take().expect("stdin");
-    std::io::Write::write_all(&mut stdin, typed).expect("type");
-    let status = running.wait();
-    drop(stdin);
-    let mut out = String::new();
-    if let Some(mut stdout) = running.child.stdout.take() {
-        std::io::Read::read_to_string(&mut stdout, &mut out).expect("read terminal");
-    }
-    (status.code(), out)
+    terminal.type_in(typed);
+    let (status, screen) = terminal.wait();
+    (status.code(), screen)
 }
 
 #[test]
 fn interactive_command_reads_the_terminal() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let (code, screen) = in_terminal(
         &redis,
@@ -240,7 +219,7 @@ fn interactive_command_reads_the_terminal() {
 
 #[test]
 fn ctrl_c_in_the_terminal_reaches_the_command() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");
     // bash, not sh: dash has a window after `touch` in which it swallows a
     // SIGINT meant for the command it is about to start.
@@ -255,36 +234,24 @@ fn ctrl_c_in_the_terminal_reaches_the_command() {
 }
 
 /// An interactive bash with job control on a pseudo-terminal, typed into.
-struct JobShell {
-    shell: Running,
-    keyboard: std::process::ChildStdin,
-}
+struct JobShell(Terminal);
 
 impl JobShell {
     fn start() -> Self {
-        let mut shell = Command::new("script");
-        shell
-            .args(["-qec", "bash --norc --noprofile -i", "/dev/null"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut shell = Running::spawn(&mut shell);
-        let keyboard = shell.child.stdin.take().expect("stdin");
-        JobShell { shell, keyboard }
+        JobShell(Terminal::start("bash --norc --noprofile -i"))
     }
 
     fn type_in(&mut self, text: &str) {
-        std::io::Write::write_all(&mut self.keyboard, text.as_bytes()).expect("type");
+        self.0.type_in(text.as_bytes());
     }
 
     /// Starts `lockrun -k tty ARGS -- <a loop>` at the prompt; returns
     /// lockrun's pid once the loop runs.
-    fn start_lockrun(&mut self, redis: &RedisServer, dir: &Path, args: &str) -> i32 {
+    fn start_lockrun(&mut self, redis: &Server, dir: &Path, args: &str) -> i32 {
         let (started, ppid) = (dir.join("started"), dir.join("ppid"));
         self.type_in(&format!(
-            "{bin} --redis {url} -k tty {args} -- bash -c 'echo $PPID > {ppid}; \
+            "{LOCKRUN} --redis {url} -k tty {args} -- bash -c 'echo $PPID > {ppid}; \
              touch {started}; while :; do sleep 0.1; done'\n",
-            bin = env!("CARGO_BIN_EXE_lockrun"),
             url = redis.url(),
             ppid = ppid.display(),
             started = started.display(),
@@ -299,12 +266,8 @@ impl JobShell {
     /// Types `exit` and returns everything the terminal showed.
     fn finish(mut self, last: &str) -> String {
         self.type_in(&format!("{last}; exit\n"));
-        drop(self.keyboard);
-        let status = self.shell.wait();
-        let mut screen = String::new();
-        if let Some(mut stdout) = self.shell.child.stdout.take() {
-            std::io::Read::read_to_string(&mut stdout, &mut screen).expect("read terminal");
-        }
+        self.0.close_keyboard();
+        let (status, screen) = self.0.wait();
         assert!(status.success(), "{screen}");
         screen
     }
@@ -312,7 +275,7 @@ impl JobShell {
 
 #[test]
 fn ctrl_z_stops_lockrun_with_its_command_and_fg_continues_both() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let mut shell = JobShell::start();
     let lockrun = shell.start_lockrun(&redis, dir.path(), "--ttl 10s");
@@ -341,7 +304,7 @@ fn ctrl_z_stops_lockrun_with_its_command_and_fg_continues_both() {
 
 #[test]
 fn a_job_stopped_past_its_lease_is_killed_when_continued() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let mut shell = JobShell::start();
     let lockrun = shell.start_lockrun(&redis, dir.path(), "--ttl 1s");

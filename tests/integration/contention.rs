@@ -6,18 +6,12 @@ use crate::harness::*;
 
 #[test]
 fn a_busy_lock_is_refused_as_configured() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let marker = dir.path().join("ran");
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "2s"])
-        .start();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     // One attempt on the held lock, whose command would leave `marker` behind.
-    let attempt = |args: &[&str]| {
-        run_once(
-            lockrun_at(&redis, &[&["-k", "job"], args, &["--", "touch"]].concat()).arg(&marker),
-        )
-    };
+    let attempt = |args: &[&str]| redis.lockrun("job").args(args).touch(&marker).run();
 
     // No --wait: one attempt, the default busy status, one line naming the holder.
     let ran = attempt(&[]);
@@ -60,7 +54,7 @@ fn a_busy_lock_is_refused_as_configured() {
         waited >= Duration::from_millis(500),
         "gave up after {waited:?}"
     );
-    assert!(ran.stderr.contains("after waiting 500ms"), "{}", ran.stderr);
+    ran.assert_stderr_has("after waiting 500ms");
 
     assert!(!marker.exists(), "a refused run ran its command");
     assert_eq!(
@@ -76,15 +70,17 @@ fn a_busy_lock_is_refused_as_configured() {
 fn a_command_that_outlives_several_ttls_keeps_the_lock() {
     // The command runs over three ttls: only renewals can keep the lock.
     const TTL: Duration = Duration::from_secs(2);
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let (started, done) = (dir.path().join("started"), dir.path().join("done"));
     let first_stderr = dir.path().join("first.stderr");
     let long = r#"touch "$1/started"; sleep 6.5; touch "$1/done""#;
-    let mut first = Running::spawn(
-        lockrun_sh(&redis, &["-k", "job", "--ttl", "2s"], long, dir.path())
-            .stderr(log_file(&first_stderr)),
-    );
+    let mut first = redis
+        .lockrun("job")
+        .args(["--ttl", "2s"])
+        .sh(long, dir.path())
+        .stderr(log_file(&first_stderr))
+        .spawn();
     let first_says = || std::fs::read_to_string(&first_stderr).unwrap_or_default();
     assert!(
         eventually(PATIENCE, || started.exists()),
@@ -96,7 +92,7 @@ fn a_command_that_outlives_several_ttls_keeps_the_lock() {
     let second = r#"[ -e "$1/done" ] || touch "$1/overlap""#;
     let mut refused = Vec::new();
     while !done.exists() {
-        let ran = run_once(lockrun_sh(&redis, &["-k", "job"], second, dir.path()));
+        let ran = redis.lockrun("job").sh(second, dir.path()).run();
         // Only an attempt that ended before the first command did must have
         // been refused: a later one may rightly find the lock released.
         if done.exists() {
@@ -130,38 +126,33 @@ fn a_command_that_outlives_several_ttls_keeps_the_lock() {
 
 #[test]
 fn release_leaves_only_the_fencing_counter() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     // Long enough for a few renewals, which touch the holder record too.
-    let ran = run_once(lockrun_at(
-        &redis,
-        &["-v", "-k", "job", "--ttl", "2s", "--", "sleep", "1.5"],
-    ));
+    let ran = redis
+        .lockrun("job")
+        .args(["-v", "--ttl", "2s"])
+        .command(["sleep", "1.5"])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    assert!(
-        ran.stderr.contains("lockrun: renewed lockrun:{job}"),
-        "{}",
-        ran.stderr
-    );
-    assert!(
-        ran.stderr.contains("lockrun: released lockrun:{job}"),
-        "{}",
-        ran.stderr
-    );
+    ran.assert_stderr_has("lockrun: renewed lockrun:{job}");
+    ran.assert_stderr_has("lockrun: released lockrun:{job}");
     redis.assert_only_fence("job");
 }
 
 #[test]
 fn twenty_waiting_runs_never_overlap_and_all_complete() {
     const RUNS: usize = 20;
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
-    let mut runs = spawn_no_overlap_jobs(
-        &redis,
-        RUNS,
-        &["-k", "job", "--wait", "60s"],
-        dir.path(),
-        "0.05",
-    );
+    let mut runs: Vec<Running> = (0..RUNS)
+        .map(|_| {
+            redis
+                .lockrun("job")
+                .args(["--wait", "60s"])
+                .no_overlap_job(dir.path(), "0.05")
+                .spawn()
+        })
+        .collect();
     for run in &mut runs {
         let status = run
             .wait_for(Duration::from_secs(90))

@@ -13,7 +13,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use wait_timeout::ChildExt;
 
-use crate::harness::{eventually, scratch, RedisServer, PATIENCE};
+use crate::harness::{alive, eventually, parent, scratch, Server, PATIENCE};
 
 /// Stands in for the project's own deploy script, which deploy.sh runs as
 /// `./scripts/deploy.sh ENV ARG...`: it writes its pid, then either hangs
@@ -25,7 +25,7 @@ exit "$2"
 "#;
 
 /// The lock deploy.sh takes for environment `staging`.
-const LOCK: &str = "lockrun:{deploy-staging}";
+const LOCK: &str = "deploy-staging";
 
 /// `sh examples/ci/deploy.sh staging ARG` in a directory of its own, with the
 /// lockrun just built first on PATH, pointed at the Redis at `url`.
@@ -90,7 +90,7 @@ impl Drop for Deploy {
         // A failed test may leave lockrun and the stand-in behind: lockrun
         // stops the stand-in when it gets SIGTERM.
         if let Ok(pid) = std::fs::read_to_string(self.dir.path().join("deploy.pid")) {
-            if let Some(lockrun) = pid.trim().parse().ok().and_then(parent_of) {
+            if let Some(lockrun) = pid.trim().parse().ok().and_then(parent) {
                 let _ = kill(Pid::from_raw(lockrun), Signal::SIGTERM);
             }
         }
@@ -103,38 +103,12 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The parent of process `pid`, while it exists.
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name, which is in parentheses: state, ppid.
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// Whether process `pid` exists and has not exited (a zombie has).
-fn running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let (_, rest) = stat.rsplit_once(')')?;
-            rest.trim_start().chars().next()
-        })
-        .is_some_and(|state| state != 'Z')
-}
-
-fn locked(redis: &RedisServer) -> bool {
-    redis::cmd("EXISTS")
-        .arg(LOCK)
-        .query(&mut redis.client())
-        .expect("EXISTS")
-}
-
 #[test]
 fn deploy_sh_exits_with_the_deploys_status() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let mut deploy = Deploy::start(&redis.url(), "3");
     assert_eq!(deploy.wait().code(), Some(3));
-    assert!(!locked(&redis), "the lock outlived the deploy");
+    assert!(!redis.is_locked(LOCK), "the lock outlived the deploy");
 
     let mut deploy = Deploy::start("redis://127.0.0.1:1", "0");
     assert_eq!(
@@ -150,11 +124,11 @@ fn deploy_sh_exits_with_the_deploys_status() {
 
 #[test]
 fn sigterm_to_deploy_sh_alone_stops_the_deploy_and_frees_the_lock() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let mut deploy = Deploy::start(&redis.url(), "hang");
     let deploy_pid = deploy.deploy_pid();
-    assert!(locked(&redis), "the deploy runs without the lock");
-    let lockrun_pid = parent_of(deploy_pid).expect("the deploy's parent, lockrun");
+    assert!(redis.is_locked(LOCK), "the deploy runs without the lock");
+    let lockrun_pid = parent(deploy_pid).expect("the deploy's parent, lockrun");
 
     // The signal a CI runner sends when the job is cancelled, to the
     // script's pid only.
@@ -168,7 +142,7 @@ fn sigterm_to_deploy_sh_alone_stops_the_deploy_and_frees_the_lock() {
         Some(128 + Signal::SIGTERM as i32),
         "{status}"
     );
-    assert!(!running(deploy_pid), "the deploy is still running");
-    assert!(!running(lockrun_pid), "lockrun is still running");
-    assert!(!locked(&redis), "the lock is still held");
+    assert!(!alive(deploy_pid), "the deploy is still running");
+    assert!(!alive(lockrun_pid), "lockrun is still running");
+    assert!(!redis.is_locked(LOCK), "the lock is still held");
 }

@@ -25,10 +25,8 @@ fn fault_until_stopped(child: i32, fault: impl FnOnce()) -> (Instant, Instant) {
 
 #[test]
 fn redis_killed_mid_run_stops_the_command_before_the_lease_could_lapse() {
-    let mut redis = RedisServer::start();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", TTL_ARG])
-        .start();
+    let mut redis = Server::start();
+    let mut holder = redis.lockrun("job").args(["--ttl", TTL_ARG]).hold();
 
     // Every renewal lockrun could have made was sent before the fault began,
     // so no lease it holds can outlast killed + ttl.
@@ -49,11 +47,11 @@ fn redis_killed_mid_run_stops_the_command_before_the_lease_could_lapse() {
 
 #[test]
 fn a_command_that_ignores_sigterm_is_killed_when_the_lease_cannot_be_renewed() {
-    let mut redis = RedisServer::start();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", TTL_ARG])
-        .sh(r#"trap '' TERM; echo $$ > "$1/pid"; while :; do sleep 0.05; done"#)
-        .start();
+    let mut redis = Server::start();
+    let mut holder = redis.lockrun("job").args(["--ttl", TTL_ARG]).hold_script(
+        "sh",
+        r#"trap '' TERM; echo $$ > "$1/pid"; while :; do sleep 0.05; done"#,
+    );
 
     // SIGTERM is ignored, so only the SIGKILL at the lease deadline stops it.
     // That deadline is at most ttl − drift after the kill, and the drift
@@ -71,10 +69,8 @@ fn a_command_that_ignores_sigterm_is_killed_when_the_lease_cannot_be_renewed() {
 
 #[test]
 fn redis_paused_mid_run_stops_the_command_before_the_lease_could_lapse() {
-    let redis = RedisServer::start();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", TTL_ARG])
-        .start();
+    let redis = Server::start();
+    let mut holder = redis.lockrun("job").args(["--ttl", TTL_ARG]).hold();
 
     let (paused, gone) = fault_until_stopped(holder.child(), || redis.pause());
     assert!(
@@ -95,10 +91,8 @@ fn redis_paused_mid_run_stops_the_command_before_the_lease_could_lapse() {
 
 #[test]
 fn redis_restarted_empty_mid_run_exits_76_and_fencing_tokens_keep_growing() {
-    let mut redis = RedisServer::start();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", TTL_ARG])
-        .start();
+    let mut redis = Server::start();
+    let mut holder = redis.lockrun("job").args(["--ttl", TTL_ARG]).hold();
     let before = holder.fence();
 
     let (restarted, gone) = fault_until_stopped(holder.child(), || redis.restart_empty());
@@ -114,7 +108,7 @@ fn redis_restarted_empty_mid_run_exits_76_and_fencing_tokens_keep_growing() {
     );
 
     // The counter went with the restart, yet the next token is still larger.
-    let after = next_fence(&redis, "job", &[]);
+    let after = redis.lockrun("job").next_fence();
     assert!(
         after > before,
         "fencing token went from {before} to {after} across the restart"
@@ -123,16 +117,15 @@ fn redis_restarted_empty_mid_run_exits_76_and_fencing_tokens_keep_growing() {
 
 #[test]
 fn lockrun_paused_past_its_ttl_stops_its_command_and_spares_the_new_holder() {
-    let redis = RedisServer::start();
-    let mut first = Holder::builder(&redis, "job")
-        .args(&["--ttl", TTL_ARG])
-        .start();
+    let redis = Server::start();
+    let mut first = redis.lockrun("job").args(["--ttl", TTL_ARG]).hold();
 
     // Freeze lockrun only: its command keeps running, its lease runs out.
     first.run.signal(Signal::SIGSTOP);
-    let mut second = Holder::builder(&redis, "job")
-        .args(&["--ttl", TTL_ARG, "--wait", "30s"])
-        .start();
+    let mut second = redis
+        .lockrun("job")
+        .args(["--ttl", TTL_ARG, "--wait", "30s"])
+        .hold();
     assert!(second.fence() > first.fence());
     assert!(first.run.running(), "the first run must still be paused");
 
@@ -169,10 +162,8 @@ fn lockrun_paused_past_its_ttl_stops_its_command_and_spares_the_new_holder() {
 
 #[test]
 fn sigkill_to_lockrun_kills_its_command_and_the_next_run_gets_a_larger_token() {
-    let redis = RedisServer::start();
-    let mut first = Holder::builder(&redis, "job")
-        .args(&["--ttl", TTL_ARG])
-        .start();
+    let redis = Server::start();
+    let mut first = redis.lockrun("job").args(["--ttl", TTL_ARG]).hold();
 
     first.run.signal(Signal::SIGKILL);
     assert_eq!(
@@ -186,7 +177,7 @@ fn sigkill_to_lockrun_kills_its_command_and_the_next_run_gets_a_larger_token() {
     );
 
     // Nobody released the dead run's lease: the next run waits for it to expire.
-    let after = next_fence(&redis, "job", &["--wait", "30s"]);
+    let after = redis.lockrun("job").args(["--wait", "30s"]).next_fence();
     let before = first.fence();
     assert!(
         after > before,
@@ -205,11 +196,7 @@ fn redis_down_at_start_exits_69_and_runs_nothing() {
         format!("redis://127.0.0.1:{nothing}"),
     ];
     for url in urls {
-        let ran = run_once(
-            lockrun()
-                .args(["--redis", &url, "-k", "job", "--", "touch"])
-                .arg(&marker),
-        );
+        let ran = Lockrun::via(&url).key("job").touch(&marker).run();
         assert_eq!(ran.code, Some(69), "{url}: {}", ran.stderr);
         assert!(!marker.exists(), "{url}: the command ran without the lock");
         assert!(

@@ -5,7 +5,6 @@
 //! `PostgresServer`), or the one `LOCKRUN_TEST_DATABASE_URL` names.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 
 use nix::sys::signal::Signal;
 
@@ -20,7 +19,7 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
     let Some(database) = PostgresServer::start() else {
         return;
     };
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let ready = dir.path().join("a-ready");
     let go = dir.path().join("a-go");
@@ -46,16 +45,14 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
         script = script.display(),
         status = a_status.display(),
     );
-    let mut a = Running::spawn(
-        lockrun_at(
-            &redis,
-            &["-k", &job, "--ttl", "1s", "--", "sh", "-c", &a_job],
-        )
+    let mut a = redis
+        .lockrun(&job)
+        .args(["--ttl", "1s"])
+        .command(["sh", "-c", &a_job])
         .env("DATABASE_URL", database.url())
         .env("BILLING_JOB", &job)
         .env("BILLING_WHO", "A")
-        .stdin(Stdio::null()),
-    );
+        .spawn();
     let a_fence: u64 = read_when_ready(&ready).parse().expect("A's token");
 
     // lockrun A is paused past its lease, so it can neither renew nor stop
@@ -63,13 +60,14 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
     a.signal(Signal::SIGSTOP);
 
     // Run B takes the lock and charges.
-    let b = run_once(
-        lockrun_at(&redis, &["-k", &job, "--wait", "30s", "--"])
-            .arg(&script)
-            .env("DATABASE_URL", database.url())
-            .env("BILLING_JOB", &job)
-            .env("BILLING_WHO", "B"),
-    );
+    let b = redis
+        .lockrun(&job)
+        .args(["--wait", "30s"])
+        .command([&script])
+        .env("DATABASE_URL", database.url())
+        .env("BILLING_JOB", &job)
+        .env("BILLING_WHO", "B")
+        .run();
     assert_eq!(b.code, Some(0), "B charged: {}", b.stderr);
 
     // A's job wakes up, still believing it holds the lock, and writes late.

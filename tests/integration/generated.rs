@@ -502,18 +502,20 @@ fn field_names(value: &serde_json::Value, names: &mut BTreeSet<String>) {
 
 #[test]
 fn readme_and_man_page_name_every_status_json_field() {
-    let redis = RedisServer::start();
-    let mut holder = Holder::builder(&redis, "job")
-        .command(&["sleep", "60"])
-        .start();
+    let redis = Server::start();
+    let mut holder = redis.lockrun("job").command(["sleep", "60"]).hold();
     // A waiter, so that the fields of the waiters' entries show too.
-    let mut waiter = Running::spawn(&mut lockrun_at(
-        &redis,
-        &["--key", "job", "--wait", "1m", "--", "true"],
-    ));
+    let mut waiter = redis
+        .lockrun("job")
+        .args(["--wait", "1m"])
+        .command(["true"])
+        .spawn();
     let status = || {
-        let ran =
-            run_once(lockrun().args(["status", "--json", "--key", "job", "--redis", &redis.url()]));
+        let ran = redis
+            .lockrun("job")
+            .subcommand("status")
+            .arg("--json")
+            .run();
         assert_eq!(ran.code, Some(0), "held: {}", ran.stderr);
         serde_json::from_str::<serde_json::Value>(&ran.stdout).expect("one JSON object")
     };
@@ -638,17 +640,16 @@ fn example_command_lines_are_accepted() {
     let lines = example_command_lines();
     assert!(lines.len() >= 4, "found the examples: {lines:?}");
     for (line, args) in lines {
-        let output = lockrun()
+        let ran = Lockrun::new()
             .env("LOCKRUN_REDIS_URL", unreachable)
             .args(&args)
-            .args(["--", "true"])
-            .output()
-            .expect("run lockrun");
+            .command(["true"])
+            .run();
         assert_eq!(
-            output.status.code(),
+            ran.code,
             Some(i32::from(lockrun::exit_code::REDIS_UNAVAILABLE)),
             "{line}\n{}",
-            String::from_utf8_lossy(&output.stderr)
+            ran.stderr
         );
     }
     // examples/ci/deploy.sh is run for real in examples.rs.

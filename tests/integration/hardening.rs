@@ -3,27 +3,17 @@
 //! are not Redis or want a password, and the order in which lockrun explains a
 //! failure.
 
-use std::path::Path;
-use std::process::Command;
-
 use crate::harness::*;
 
-/// lockrun on key `job` with `args`, its command touching `ran`.
-fn touch(redis: &RedisServer, args: &[&str], ran: &Path) -> Command {
-    let mut command = lockrun_at(redis, &[&["-k", "job"], args].concat());
-    command.arg("--").arg("touch").arg(ran);
-    command
-}
-
 /// Whether the server answers a PING with the error `code`.
-fn answers(redis: &RedisServer, code: &str) -> bool {
+fn answers(redis: &Server, code: &str) -> bool {
     let reply: redis::RedisResult<String> = redis::cmd("PING").query(&mut redis.client());
     matches!(reply, Err(err) if err.code() == Some(code))
 }
 
 #[test]
 fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let ran = dir.path().join("ran");
     let cases: [&[&str]; 8] = [
@@ -39,7 +29,7 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
         &["--min-hold", "584000000000y"],
     ];
     for args in cases {
-        let run = run_once(touch(&redis, args, &ran));
+        let run = redis.lockrun("job").args(args).touch(&ran).run();
         assert_eq!(run.code, Some(64), "{args:?}: {}", run.stderr);
         let line = run.one_line();
         assert!(
@@ -52,11 +42,11 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
     }
 
     // The bound itself is accepted.
-    let run = run_once(touch(
-        &redis,
-        &["--ttl", "1y", "--timeout", "1y", "--wait", "1y"],
-        &ran,
-    ));
+    let run = redis
+        .lockrun("job")
+        .args(["--ttl", "1y", "--timeout", "1y", "--wait", "1y"])
+        .touch(&ran)
+        .run();
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(ran.exists(), "the command did not run");
     redis.assert_only_fence("job");
@@ -64,7 +54,7 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
 
 /// Runs `command` (a write), which stores a value of another type than
 /// lockrun keeps under one of the lock's names.
-fn plant(redis: &RedisServer, command: &[&str]) {
+fn plant(redis: &Server, command: &[&str]) {
     let mut cmd = redis::cmd(command[0]);
     for arg in &command[1..] {
         cmd.arg(*arg);
@@ -102,7 +92,7 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
         ),
     ];
     for (planted, want) in cases {
-        let redis = RedisServer::start();
+        let redis = Server::start();
         plant(&redis, planted);
         let before = redis.keys();
         let dir = scratch();
@@ -110,22 +100,25 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
 
         // Neither a busy lock (75) nor one worth waiting for.
         for wait in [&[][..], &["--wait", "forever"]] {
-            let run = run_once(touch(&redis, wait, &ran));
+            let run = redis.lockrun("job").args(wait).touch(&ran).run();
             assert_eq!(run.code, Some(69), "{planted:?} {wait:?}");
             assert_eq!(run.one_line(), want, "{planted:?} {wait:?}");
             assert!(!ran.exists(), "{planted:?}: the command ran");
             assert_eq!(redis.keys(), before, "{planted:?}: Redis was changed");
         }
 
-        let status = run_once(lockrun().args(["status", "--redis", &redis.url(), "-k", "job"]));
+        let status = redis.lockrun("job").subcommand("status").run();
         assert_eq!(status.code, Some(69), "{planted:?}");
         assert_eq!(status.one_line(), want, "{planted:?}");
         assert!(status.stdout.is_empty(), "{planted:?}");
 
         // A forced release may hand the lock to a waiter, with a new
         // fencing token: every key counts.
-        let release =
-            run_once(lockrun().args(["release", "--redis", &redis.url(), "-k", "job", "--force"]));
+        let release = redis
+            .lockrun("job")
+            .subcommand("release")
+            .arg("--force")
+            .run();
         assert_eq!(release.code, Some(69), "{planted:?}");
         assert_eq!(release.one_line(), want, "{planted:?}");
         assert_eq!(redis.keys(), before, "{planted:?}: Redis was changed");
@@ -134,8 +127,8 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
 
 #[test]
 fn a_holder_gives_back_its_lease_and_leaves_a_queue_key_of_another_type_alone() {
-    let redis = RedisServer::start();
-    let mut holder = Holder::builder(&redis, "job").start();
+    let redis = Server::start();
+    let mut holder = redis.lockrun("job").hold();
     // Someone else's data appears where the lock's line would be.
     plant(&redis, &["SET", "lockrun:{job}:queue", "theirs"]);
     holder.go();
@@ -153,7 +146,7 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
     // 20,000 keys read at 100 µs each keep Redis loading for about 4 s
     // (measured: 3.8 s), answering LOADING every 1 KiB read meanwhile;
     // both runs below start within milliseconds of the restart.
-    let mut redis = RedisServer::start_with(
+    let mut redis = Server::start_with(
         None,
         &[
             "--key-load-delay",
@@ -177,7 +170,7 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
     let dir = scratch();
     let ran = dir.path().join("ran");
 
-    let run = run_once(touch(&redis, &[], &ran));
+    let run = redis.lockrun("job").touch(&ran).run();
     assert_eq!(run.code, Some(69), "{}", run.stderr);
     let line = run.one_line();
     assert!(
@@ -190,7 +183,11 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
     );
     assert!(!ran.exists(), "the command ran without the lock");
 
-    let waiter = run_once(touch(&redis, &["--wait", "30s"], &ran));
+    let waiter = redis
+        .lockrun("job")
+        .args(["--wait", "30s"])
+        .touch(&ran)
+        .run();
     assert_eq!(waiter.code, Some(0), "{}", waiter.stderr);
     assert!(ran.exists(), "the waiter never ran its command");
     assert!(
@@ -205,7 +202,7 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
 
 #[test]
 fn a_waiter_waits_while_a_script_keeps_redis_busy() {
-    let redis = RedisServer::start_with(None, &["--lua-time-limit", "50"]);
+    let redis = Server::start_with(None, &["--lua-time-limit", "50"]);
     let script = {
         let mut client = redis.client();
         std::thread::spawn(move || {
@@ -223,7 +220,7 @@ fn a_waiter_waits_while_a_script_keeps_redis_busy() {
     let dir = scratch();
     let ran = dir.path().join("ran");
 
-    let run = run_once(touch(&redis, &[], &ran));
+    let run = redis.lockrun("job").touch(&ran).run();
     assert_eq!(run.code, Some(69), "{}", run.stderr);
     assert!(
         run.one_line().ends_with(
@@ -236,7 +233,12 @@ fn a_waiter_waits_while_a_script_keeps_redis_busy() {
     assert!(!ran.exists(), "the command ran without the lock");
 
     let log = dir.path().join("stderr");
-    let mut waiter = Running::spawn(touch(&redis, &["--wait", "30s"], &ran).stderr(log_file(&log)));
+    let mut waiter = redis
+        .lockrun("job")
+        .args(["--wait", "30s"])
+        .touch(&ran)
+        .stderr(log_file(&log))
+        .spawn();
     assert!(
         wait_for_text(&log, "(BUSY)"),
         "the waiter never said Redis is busy"
@@ -273,11 +275,7 @@ fn a_server_that_is_not_redis_is_named_as_such() {
     let dir = scratch();
     let ran = dir.path().join("ran");
 
-    let run = run_once(
-        lockrun()
-            .args(["--redis", &url, "-k", "job", "--", "touch"])
-            .arg(&ran),
-    );
+    let run = Lockrun::via(&url).key("job").touch(&ran).run();
     assert_eq!(run.code, Some(69), "{}", run.stderr);
     assert_eq!(
         run.one_line(),
@@ -291,28 +289,29 @@ fn a_server_that_is_not_redis_is_named_as_such() {
 
 #[test]
 fn a_server_that_wants_a_password_says_so() {
-    let redis = RedisServer::start_with(None, &["--requirepass", "s3cret"]);
+    let redis = Server::start_with(None, &["--requirepass", "s3cret"]);
     let want = format!(
         "Redis at {} requires a password; give it in LOCKRUN_REDIS_PASSWORD, --redis-password-file or the URL",
         redis.url()
     );
-    let run = run_once(lockrun_at(&redis, &["-k", "job", "--", "true"]));
+    let run = redis.lockrun("job").command(["true"]).run();
     assert_eq!(run.code, Some(69), "{}", run.stderr);
     assert_eq!(run.one_line(), want);
-    let status = run_once(lockrun().args(["status", "--redis", &redis.url(), "-k", "job"]));
+    let status = redis.lockrun("job").subcommand("status").run();
     assert_eq!(status.code, Some(69), "{}", status.stderr);
     assert_eq!(status.one_line(), want);
 }
 
 #[test]
 fn an_unanswered_acquire_says_how_long_lockrun_waited_in_all() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     redis.pause();
     let began = std::time::Instant::now();
-    let run = run_once(lockrun_at(
-        &redis,
-        &["-k", "job", "--redis-timeout", "1s", "--", "true"],
-    ));
+    let run = redis
+        .lockrun("job")
+        .args(["--redis-timeout", "1s"])
+        .command(["true"])
+        .run();
     let took = began.elapsed();
     redis.resume();
     assert_eq!(run.code, Some(69), "{}", run.stderr);
@@ -334,10 +333,8 @@ fn an_unanswered_acquire_says_how_long_lockrun_waited_in_all() {
 
 #[test]
 fn when_redis_dies_mid_run_the_lost_lease_is_said_before_the_failed_release() {
-    let mut redis = RedisServer::start();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "2s"])
-        .start();
+    let mut redis = Server::start();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     redis.kill();
     assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
     let text = holder.stderr();

@@ -24,5 +24,4 @@ mod repeated_flags;
 mod signals;
 mod supervision;
 mod topology;
-mod topology_harness;
 mod wakeup;

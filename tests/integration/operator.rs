@@ -1,36 +1,32 @@
 //! The operator's controls: status, release --force, --min-hold, --timeout,
 //! fencing tokens across a Redis restart.
 
-use std::process::Command;
-
 use crate::harness::*;
-
-/// `lockrun SUBCOMMAND ARGS --redis URL`: a subcommand pointed at `redis`.
-fn admin(redis: &RedisServer, args: &[&str]) -> Command {
-    let mut command = lockrun();
-    command.args(args).arg("--redis").arg(redis.url());
-    command
-}
 
 #[test]
 fn status_reports_holder_and_free_lock() {
-    let redis = RedisServer::start();
-    let ran = run_once(admin(&redis, &["status", "--key", "job"]));
+    let redis = Server::start();
+    let ran = redis.lockrun("job").subcommand("status").run();
     assert_eq!(ran.code, Some(1), "free lock exits 1");
-    assert!(ran.stdout.contains("job: free"), "{}", ran.stdout);
+    ran.assert_stdout_has("job: free");
 
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "10s"])
-        .command(&["sleep", "60"])
-        .start();
-    let ran = run_once(admin(&redis, &["status", "-k", "job"]));
+    let mut holder = redis
+        .lockrun("job")
+        .args(["--ttl", "10s"])
+        .command(["sleep", "60"])
+        .hold();
+    let ran = redis.lockrun("job").subcommand("status").run();
     assert_eq!(ran.code, Some(0), "held lock exits 0");
     let pid = holder.run.pid().to_string();
-    assert!(ran.stdout.contains(&format!("pid {pid}")), "{}", ran.stdout);
-    assert!(ran.stdout.contains("fencing token"), "{}", ran.stdout);
-    assert!(ran.stdout.contains("command: sleep 60"), "{}", ran.stdout);
+    ran.assert_stdout_has(&format!("pid {pid}"));
+    ran.assert_stdout_has("fencing token");
+    ran.assert_stdout_has("command: sleep 60");
 
-    let ran = run_once(admin(&redis, &["status", "-k", "job", "--json"]));
+    let ran = redis
+        .lockrun("job")
+        .subcommand("status")
+        .arg("--json")
+        .run();
     assert_eq!(ran.code, Some(0));
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("one JSON object");
     let mut fields: Vec<&str> = json
@@ -92,7 +88,11 @@ fn status_reports_holder_and_free_lock() {
 
     holder.run.signal(nix::sys::signal::Signal::SIGTERM);
     holder.run.wait();
-    let ran = run_once(admin(&redis, &["status", "-k", "job", "--json"]));
+    let ran = redis
+        .lockrun("job")
+        .subcommand("status")
+        .arg("--json")
+        .run();
     assert_eq!(ran.code, Some(1));
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("JSON");
     assert_eq!(json["held"], false);
@@ -101,9 +101,9 @@ fn status_reports_holder_and_free_lock() {
 
 #[test]
 fn status_with_redis_down_exits_69() {
-    let mut redis = RedisServer::start();
+    let mut redis = Server::start();
     redis.kill();
-    let ran = run_once(admin(&redis, &["status", "-k", "job"]));
+    let ran = redis.lockrun("job").subcommand("status").run();
     assert_eq!(ran.code, Some(69));
     assert!(ran.stdout.is_empty());
     assert!(
@@ -115,11 +115,9 @@ fn status_with_redis_down_exits_69() {
 
 #[test]
 fn busy_message_names_the_holder() {
-    let redis = RedisServer::start();
-    let holder = Holder::builder(&redis, "job")
-        .command(&["sleep", "60"])
-        .start();
-    let ran = run_once(lockrun_at(&redis, &["-k", "job", "--", "true"]));
+    let redis = Server::start();
+    let holder = redis.lockrun("job").command(["sleep", "60"]).hold();
+    let ran = redis.lockrun("job").command(["true"]).run();
     assert_eq!(ran.code, Some(75));
     let host = nix::unistd::gethostname().expect("hostname");
     let expected = format!(
@@ -127,45 +125,51 @@ fn busy_message_names_the_holder() {
         host.to_string_lossy(),
         holder.run.pid()
     );
-    assert!(ran.stderr.contains(&expected), "{}", ran.stderr);
+    ran.assert_stderr_has(&expected);
     assert_eq!(ran.stderr.lines().count(), 1, "one line: {}", ran.stderr);
 }
 
 #[test]
 fn force_release_stops_the_old_holder() {
-    let redis = RedisServer::start();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "2s"])
-        .command(&["sleep", "60"])
-        .start();
+    let redis = Server::start();
+    let mut holder = redis
+        .lockrun("job")
+        .args(["--ttl", "2s"])
+        .command(["sleep", "60"])
+        .hold();
 
-    let ran = run_once(admin(&redis, &["release", "-k", "job"]));
+    let ran = redis.lockrun("job").subcommand("release").run();
     assert_eq!(ran.code, Some(64), "refuses without --force");
-    assert!(ran.stderr.contains("--force"), "{}", ran.stderr);
+    ran.assert_stderr_has("--force");
     assert!(redis.is_locked("job"));
 
-    let ran = run_once(admin(&redis, &["release", "-k", "job", "--force"]));
+    let ran = redis
+        .lockrun("job")
+        .subcommand("release")
+        .arg("--force")
+        .run();
     assert_eq!(ran.code, Some(0));
-    assert!(
-        ran.stdout.contains(&format!("pid {}", holder.run.pid())),
-        "{}",
-        ran.stdout
-    );
+    ran.assert_stdout_has(&format!("pid {}", holder.run.pid()));
     // The old holder notices at its next renewal and stops its command.
     assert_eq!(holder.run.wait().code(), Some(76));
 
-    let ran = run_once(admin(&redis, &["release", "-k", "job", "--force"]));
+    let ran = redis
+        .lockrun("job")
+        .subcommand("release")
+        .arg("--force")
+        .run();
     assert_eq!(ran.code, Some(0));
-    assert!(ran.stdout.contains("was not held"), "{}", ran.stdout);
+    ran.assert_stdout_has("was not held");
 }
 
 #[test]
 fn min_hold_keeps_a_late_second_run_out_then_lets_it_in() {
-    let redis = RedisServer::start();
-    let ran = run_once(lockrun_at(
-        &redis,
-        &["-k", "job", "--min-hold", "3s", "--", "true"],
-    ));
+    let redis = Server::start();
+    let ran = redis
+        .lockrun("job")
+        .args(["--min-hold", "3s"])
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(0));
     assert!(redis.is_locked("job"), "kept after the command ended");
     let pttl = redis.pttl("job");
@@ -173,7 +177,7 @@ fn min_hold_keeps_a_late_second_run_out_then_lets_it_in() {
         pttl > 0 && pttl <= 3000,
         "kept for what remains of 3s: {pttl}"
     );
-    let ran = run_once(lockrun_at(&redis, &["-k", "job", "-q", "--", "true"]));
+    let ran = redis.lockrun("job").arg("-q").command(["true"]).run();
     assert_eq!(
         ran.code,
         Some(75),
@@ -181,21 +185,22 @@ fn min_hold_keeps_a_late_second_run_out_then_lets_it_in() {
     );
     // Once the minimum is over, the next run gets in.
     assert!(eventually(PATIENCE, || !redis.is_locked("job")));
-    let ran = run_once(lockrun_at(&redis, &["-k", "job", "--", "true"]));
+    let ran = redis.lockrun("job").command(["true"]).run();
     assert_eq!(ran.code, Some(0));
     redis.assert_only_fence("job");
 }
 
 #[test]
 fn a_lock_kept_for_min_hold_is_shown_as_finished_not_as_a_live_holder() {
-    let redis = RedisServer::start();
-    let ran = run_once(lockrun_at(
-        &redis,
-        &["-k", "job", "--min-hold", "60s", "--", "true"],
-    ));
+    let redis = Server::start();
+    let ran = redis
+        .lockrun("job")
+        .args(["--min-hold", "60s"])
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 
-    let status = run_once(admin(&redis, &["status", "-k", "job"]));
+    let status = redis.lockrun("job").subcommand("status").run();
     assert_eq!(status.code, Some(0), "still held: {}", status.stderr);
     assert!(
         status.stdout.starts_with("job: kept for --min-hold for ")
@@ -203,11 +208,15 @@ fn a_lock_kept_for_min_hold_is_shown_as_finished_not_as_a_live_holder() {
         "{}",
         status.stdout
     );
-    let json = run_once(admin(&redis, &["status", "-k", "job", "--json"]));
+    let json = redis
+        .lockrun("job")
+        .subcommand("status")
+        .arg("--json")
+        .run();
     let json: serde_json::Value = serde_json::from_str(&json.stdout).expect("one JSON object");
     assert!(json["holder"]["finished_at_ms"].is_u64(), "{json}");
 
-    let busy = run_once(lockrun_at(&redis, &["-k", "job", "--", "true"]));
+    let busy = redis.lockrun("job").command(["true"]).run();
     assert_eq!(busy.code, Some(75));
     assert!(
         busy.stderr
@@ -220,47 +229,42 @@ fn a_lock_kept_for_min_hold_is_shown_as_finished_not_as_a_live_holder() {
         "{}",
         busy.stderr
     );
-    let released = run_once(admin(&redis, &["release", "-k", "job", "--force"]));
+    let released = redis
+        .lockrun("job")
+        .subcommand("release")
+        .arg("--force")
+        .run();
     assert_eq!(released.code, Some(0));
     redis.assert_only_fence("job");
 }
 
 #[test]
 fn timeout_stops_the_command_and_releases() {
-    let redis = RedisServer::start();
-    let ran = run_once(lockrun_at(
-        &redis,
-        &["-k", "job", "--timeout", "500ms", "--", "sleep", "30"],
-    ));
+    let redis = Server::start();
+    let ran = redis
+        .lockrun("job")
+        .args(["--timeout", "500ms"])
+        .command(["sleep", "30"])
+        .run();
     assert_eq!(ran.code, Some(124));
-    assert!(ran.stderr.contains("--timeout"), "{}", ran.stderr);
+    ran.assert_stderr_has("--timeout");
     redis.assert_only_fence("job");
 }
 
 #[test]
 fn timeout_kills_a_command_that_ignores_sigterm() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let pidfile = dir.path().join("pid");
     let script = format!(
         "trap '' TERM; echo $$ > {}; while :; do sleep 0.1; done",
         pidfile.display()
     );
-    let ran = run_once(lockrun_at(
-        &redis,
-        &[
-            "-k",
-            "job",
-            "--timeout",
-            "500ms",
-            "--kill-grace",
-            "500ms",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    ));
+    let ran = redis
+        .lockrun("job")
+        .args(["--timeout", "500ms", "--kill-grace", "500ms"])
+        .command(["sh", "-c", &script])
+        .run();
     assert_eq!(ran.code, Some(124));
     let pid: i32 = read_when_ready(&pidfile).parse().expect("pid");
     assert!(eventually(PATIENCE, || !alive(pid)), "command killed");
@@ -269,38 +273,44 @@ fn timeout_kills_a_command_that_ignores_sigterm() {
 
 #[test]
 fn fencing_tokens_grow_across_a_redis_restart_that_lost_everything() {
-    let mut redis = RedisServer::start();
-    let first = next_fence(&redis, "job", &[]);
+    let mut redis = Server::start();
+    let first = redis.lockrun("job").next_fence();
     redis.restart_empty();
     assert!(redis.keys().is_empty(), "restarted empty");
-    let second = next_fence(&redis, "job", &[]);
+    let second = redis.lockrun("job").next_fence();
     assert!(second > first, "{second} > {first}");
 }
 
 #[test]
 fn fencing_tokens_stay_above_a_counter_ahead_of_the_clock() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let ahead: u64 = 8_000_000_000_000_000;
     redis.set_fence("job", ahead);
-    assert_eq!(next_fence(&redis, "job", &[]), ahead + 1);
-    assert_eq!(next_fence(&redis, "job", &[]), ahead + 2);
+    assert_eq!(redis.lockrun("job").next_fence(), ahead + 1);
+    assert_eq!(redis.lockrun("job").next_fence(), ahead + 2);
 }
 
 #[test]
 fn status_and_release_honour_the_prefix() {
-    let redis = RedisServer::start();
-    let _holder = Holder::builder(&redis, "job")
+    let redis = Server::start();
+    let _holder = redis
+        .lockrun("job")
         .prefix("team-a:")
-        .command(&["sleep", "60"])
-        .start();
+        .command(["sleep", "60"])
+        .hold();
     assert!(redis.keys().contains(&"team-a:{job}".to_string()));
-    let ran = run_once(admin(&redis, &["status", "-k", "job"]));
+    let ran = redis.lockrun("job").subcommand("status").run();
     assert_eq!(ran.code, Some(1), "other prefix: free");
-    let ran = run_once(admin(
-        &redis,
-        &["status", "-k", "job", "--prefix", "team-a:"],
-    ));
+    let ran = redis
+        .lockrun("job")
+        .subcommand("status")
+        .args(["--prefix", "team-a:"])
+        .run();
     assert_eq!(ran.code, Some(0));
-    let ran = run_once(admin(&redis, &["status", "-k", "job"]).env("LOCKRUN_PREFIX", "team-a:"));
+    let ran = redis
+        .lockrun("job")
+        .subcommand("status")
+        .env("LOCKRUN_PREFIX", "team-a:")
+        .run();
     assert_eq!(ran.code, Some(0), "LOCKRUN_PREFIX is read");
 }

@@ -6,7 +6,7 @@
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -16,58 +16,23 @@ use crate::harness::*;
 
 const PASSWORD: &str = "s3cret-Pw";
 
-/// lockrun pointed at `redis` with `args`, running the sh `script` with `dir`
-/// as its `$1`.
-fn sh(redis: &RedisServer, args: &[&str], script: &str, dir: &Path) -> Command {
-    let mut command = lockrun_at(redis, args);
-    command.args(["--", "sh", "-c", script, "sh"]).arg(dir);
-    command
-}
-
-/// Fields of `/proc/PID/stat` after the command name: state, parent, group,
-/// session. None once the process is gone (reaped).
-fn stat(pid: i32) -> Option<(char, i32, i32, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let number = |i: usize| fields.get(i).and_then(|f| f.parse().ok());
-    Some((
-        fields.first()?.chars().next()?,
-        number(1)?,
-        number(2)?,
-        number(3)?,
-    ))
-}
-
-fn parent(pid: i32) -> Option<i32> {
-    stat(pid).map(|(_, parent, _, _)| parent)
-}
-
-/// Not even a zombie is left: the process was reaped.
-fn reaped(pid: i32) -> bool {
-    stat(pid).is_none()
-}
-
 // --- stderr ---
 
 #[test]
 fn a_stderr_nobody_reads_does_not_hold_up_the_deadline() {
-    let mut redis = RedisServer::start();
+    let mut redis = Server::start();
     let dir = scratch();
     // The command fills the stderr it shares with lockrun and blocks there,
     // deaf to SIGTERM: only the SIGKILL at the deadline ends it. --verbose
     // has lockrun say something at every renewal.
     let script = r#"trap '' TERM; echo $$ > "$1/pid"; exec head -c 1048576 /dev/zero >&2"#;
-    let mut run = Running::spawn(
-        sh(
-            &redis,
-            &["-v", "-k", "job", "--ttl", "2s"],
-            script,
-            dir.path(),
-        )
+    let mut run = redis
+        .lockrun("job")
+        .args(["-v", "--ttl", "2s"])
+        .sh(script, dir.path())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped()),
-    );
+        .stderr(Stdio::piped())
+        .spawn();
     let pid = read_pid(&dir.path().join("pid"));
     redis.kill();
     let killed = Instant::now();
@@ -111,43 +76,19 @@ fn a_background_lockrun_is_not_stopped_by_its_own_messages() {
         println!("note: script(1) or bash is missing; the tostop terminal was not tried");
         return;
     }
-    let redis = RedisServer::start();
+    let redis = Server::start();
     // In a terminal, the command's group takes the foreground and lockrun
     // goes to the background; with `stty tostop`, a background write to the
     // terminal would stop lockrun (SIGTTOU), and with it the renewals and the
     // deadline. bash -i gives the job control an operator's shell has.
     let line = format!(
-        "stty tostop; {} --redis {} -v -k job --ttl 1s -- sleep 1; echo rc=$?; exit",
-        env!("CARGO_BIN_EXE_lockrun"),
+        "stty tostop; {LOCKRUN} --redis {} -v -k job --ttl 1s -- sleep 1; echo rc=$?; exit",
         redis.url()
     );
-    let mut script = Command::new("script");
-    script
-        .args([
-            "-qec",
-            &format!("bash --norc --noprofile -ic '{line}'"),
-            "/dev/null",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("LOCKRUN_") {
-            script.env_remove(name);
-        }
-    }
-    let mut run = Running::spawn(&mut script);
-    assert!(
-        run.wait_for(PATIENCE).is_some(),
-        "lockrun never finished in the terminal"
-    );
-    let mut terminal = String::new();
-    run.child
-        .stdout
-        .take()
-        .expect("piped")
-        .read_to_string(&mut terminal)
-        .expect("read the terminal");
+    let mut run = Terminal::start(&format!("bash --norc --noprofile -ic '{line}'"));
+    run.close_keyboard();
+    // Fails the test if lockrun never finished in the terminal.
+    let (_, terminal) = run.wait();
     assert!(!terminal.contains("Stopped"), "{terminal}");
     assert!(terminal.contains("lockrun: renewed"), "{terminal}");
     assert!(terminal.contains("rc=0"), "{terminal}");
@@ -158,8 +99,8 @@ fn a_background_lockrun_is_not_stopped_by_its_own_messages() {
 
 /// Runs `env` under lockrun as `command` sets it up; returns what `env`
 /// printed after checking that the run succeeded, so the password worked.
-fn env_of(command: &mut Command) -> String {
-    let ran = run_once(command.args(["-k", "job", "--", "env"]));
+fn env_of(command: Lockrun) -> String {
+    let ran = command.key("job").command(["env"]).run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     ran.stdout
 }
@@ -167,10 +108,10 @@ fn env_of(command: &mut Command) -> String {
 #[test]
 fn the_command_never_sees_the_redis_password() {
     let port = free_port();
-    let redis = RedisServer::start_with(Some(port), &["--requirepass", PASSWORD]);
+    let redis = Server::start_with(Some(port), &["--requirepass", PASSWORD]);
     let socket = redis.url().replacen("unix://", "", 1);
 
-    let env = env_of(lockrun_at(&redis, &[]).env("LOCKRUN_REDIS_PASSWORD", PASSWORD));
+    let env = env_of(Lockrun::at(&redis).env("LOCKRUN_REDIS_PASSWORD", PASSWORD));
     assert!(env.contains("LOCKRUN_KEY=job"), "{env}");
     assert!(!env.contains(PASSWORD), "the password leaked: {env}");
     assert!(!env.contains("LOCKRUN_REDIS_PASSWORD="), "{env}");
@@ -186,7 +127,7 @@ fn the_command_never_sees_the_redis_password() {
             format!("LOCKRUN_REDIS_URL=redis://127.0.0.1:{port}/0\n"),
         ),
     ] {
-        let env = env_of(lockrun().env("LOCKRUN_REDIS_URL", &url));
+        let env = env_of(Lockrun::new().env("LOCKRUN_REDIS_URL", &url));
         assert!(!env.contains(PASSWORD), "the password leaked: {env}");
         assert!(env.contains(&kept), "{url}: want {kept:?} in {env}");
     }
@@ -200,59 +141,58 @@ fn password_file(dir: &Path, mode: u32) -> String {
     file.to_str().expect("utf-8 temp path").to_string()
 }
 
-fn admin(redis: &RedisServer, args: &[&str]) -> Ran {
-    run_once(
-        lockrun()
-            .args(args)
-            .args(["--key", "job", "--redis", &redis.url()]),
-    )
-}
-
 #[test]
 fn a_password_file_serves_runs_status_and_release() {
-    let redis = RedisServer::start_with(None, &["--requirepass", PASSWORD]);
+    let redis = Server::start_with(None, &["--requirepass", PASSWORD]);
     let dir = scratch();
     let file = password_file(dir.path(), 0o600);
     let flag = ["--redis-password-file", file.as_str()];
 
-    let ran = run_once(lockrun_at(
-        &redis,
-        &[&flag[..], &["-k", "job", "--", "true"]].concat(),
-    ));
+    let ran = redis.lockrun("job").args(flag).command(["true"]).run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    let env = env_of(lockrun_at(&redis, &[]).env("LOCKRUN_REDIS_PASSWORD_FILE", &file));
+    let env = env_of(Lockrun::at(&redis).env("LOCKRUN_REDIS_PASSWORD_FILE", &file));
     assert!(
         env.contains(&format!("LOCKRUN_REDIS_PASSWORD_FILE={file}\n")),
         "a nested lockrun needs it: {env}"
     );
 
     // status: 1 is "free", 69 "cannot ask Redis" (here: no password).
-    assert_eq!(admin(&redis, &["status"]).code, Some(69));
-    let status = admin(&redis, &[&["status"], &flag[..]].concat());
+    assert_eq!(
+        redis.lockrun("job").subcommand("status").run().code,
+        Some(69)
+    );
+    let status = redis.lockrun("job").subcommand("status").args(flag).run();
     assert_eq!(status.code, Some(1), "{}", status.stderr);
-    let release = admin(&redis, &[&["release", "--force"], &flag[..]].concat());
+    let release = redis
+        .lockrun("job")
+        .subcommand("release")
+        .arg("--force")
+        .args(flag)
+        .run();
     assert_eq!(release.code, Some(0), "{}", release.stderr);
 
     // Two passwords: which one was meant cannot be guessed.
-    let both = run_once(
-        lockrun_at(&redis, &[&flag[..], &["-k", "job", "--", "true"]].concat())
-            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD),
-    );
+    let both = redis
+        .lockrun("job")
+        .args(flag)
+        .command(["true"])
+        .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
+        .run();
     assert_eq!(both.code, Some(64), "{}", both.stderr);
     assert!(!both.stderr.contains(PASSWORD));
 }
 
 #[test]
 fn a_password_file_every_user_can_read_is_refused() {
-    let redis = RedisServer::start_with(None, &["--requirepass", PASSWORD]);
+    let redis = Server::start_with(None, &["--requirepass", PASSWORD]);
     let dir = scratch();
     let ran = dir.path().join("ran");
     let run = |file: &str| {
-        run_once(
-            lockrun_at(&redis, &["--redis-password-file", file, "-k", "job", "--"])
-                .arg("touch")
-                .arg(&ran),
-        )
+        redis
+            .lockrun("job")
+            .args(["--redis-password-file", file])
+            .touch(&ran)
+            .run()
     };
 
     let open = password_file(dir.path(), 0o644);
@@ -277,7 +217,7 @@ fn a_password_file_every_user_can_read_is_refused() {
 
 #[test]
 fn daemons_that_left_the_group_are_stopped_before_the_lock_is_released() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     // Two daemons in sessions of their own: an orphan, and one whose parent
     // waits for it; that one ignores SIGTERM and needs the SIGKILL after the
@@ -286,12 +226,14 @@ fn daemons_that_left_the_group_are_stopped_before_the_lock_is_released() {
         setsid sh -c 'sleep 300 & echo $! > "$1/orphan"' sh "$1" &
         setsid sh -c 'trap "" TERM; sleep 300 & echo $! > "$1/stubborn"; wait' sh "$1" &
         while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
-    let mut run = Running::spawn(
-        sh(&redis, &["-k", "job", "--ttl", "2s"], script, dir.path())
-            // A daemon holding the test's pipe open would hang it.
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
+    let mut run = redis
+        .lockrun("job")
+        .args(["--ttl", "2s"])
+        .sh(script, dir.path())
+        // A daemon holding the test's pipe open would hang it.
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
     let lockrun = run.pid().as_raw();
     let orphan = read_pid(&dir.path().join("orphan"));
     let stubborn = read_pid(&dir.path().join("stubborn"));
@@ -317,16 +259,18 @@ fn daemons_that_left_the_group_are_stopped_before_the_lock_is_released() {
 
 #[test]
 fn a_daemon_is_killed_when_the_lease_is_lost() {
-    let mut redis = RedisServer::start();
+    let mut redis = Server::start();
     let dir = scratch();
     let script = r#"trap '' TERM
         setsid sh -c 'sleep 300 & echo $! > "$1/daemon"' sh "$1" &
         while :; do sleep 0.05; done"#;
-    let mut run = Running::spawn(
-        sh(&redis, &["-k", "job", "--ttl", "2s"], script, dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
+    let mut run = redis
+        .lockrun("job")
+        .args(["--ttl", "2s"])
+        .sh(script, dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
     let daemon = read_pid(&dir.path().join("daemon"));
     assert!(alive(daemon));
     redis.kill();
@@ -337,18 +281,14 @@ fn a_daemon_is_killed_when_the_lease_is_lost() {
 
 #[test]
 fn an_orphan_left_running_does_not_hold_up_the_exit() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let started = Instant::now();
-    let mut run = Running::spawn(
-        sh(
-            &redis,
-            &["-k", "job"],
-            r#"sleep 30 & echo $! > "$1/orphan"; exit 0"#,
-            dir.path(),
-        )
-        .stdout(Stdio::null()),
-    );
+    let mut run = redis
+        .lockrun("job")
+        .sh(r#"sleep 30 & echo $! > "$1/orphan"; exit 0"#, dir.path())
+        .stdout(Stdio::null())
+        .spawn();
     let status = run.wait_for(PATIENCE).expect("lockrun exits");
     let took = started.elapsed();
     println!("lockrun returned {took:?} after starting `sleep 30 & exit 0`");
@@ -361,12 +301,15 @@ fn an_orphan_left_running_does_not_hold_up_the_exit() {
 
 #[test]
 fn orphans_are_reaped_while_the_command_runs() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let script = r#"(sleep 300 & echo $! > "$1/orphan")
         while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
-    let mut run =
-        Running::spawn(sh(&redis, &["-k", "job"], script, dir.path()).stdout(Stdio::null()));
+    let mut run = redis
+        .lockrun("job")
+        .sh(script, dir.path())
+        .stdout(Stdio::null())
+        .spawn();
     let lockrun = run.pid().as_raw();
     let orphan = read_pid(&dir.path().join("orphan"));
     assert!(

@@ -5,7 +5,6 @@
 //! what a slow, busy machine needs, and from what a broken queue would take.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -18,13 +17,14 @@ const NOTE_ORDER: &str = r#"echo "$2 $LOCKRUN_FENCING_TOKEN" >> "$1/order""#;
 
 /// Starts a run of `NOTE_ORDER` for lock `job` as `name`, with `args`
 /// before the `--`, its stderr in `NAME.stderr` in `dir`.
-fn spawn_run(redis: &RedisServer, args: &[&str], dir: &Path, name: &str) -> Running {
-    Running::spawn(
-        lockrun_sh(redis, &[&["-k", "job"], args].concat(), NOTE_ORDER, dir)
-            .arg(name)
-            .stdin(Stdio::null())
-            .stderr(log_file(&dir.join(format!("{name}.stderr")))),
-    )
+fn spawn_run(redis: &Server, args: &[&str], dir: &Path, name: &str) -> Running {
+    redis
+        .lockrun("job")
+        .args(args)
+        .sh(NOTE_ORDER, dir)
+        .command([name])
+        .stderr(log_file(&dir.join(format!("{name}.stderr"))))
+        .spawn()
 }
 
 fn stderr_of(dir: &Path, name: &str) -> String {
@@ -34,7 +34,7 @@ fn stderr_of(dir: &Path, name: &str) -> String {
 /// Starts a waiting run and returns once it has its place in line and
 /// listens for its wake-up message, so that runs started one after the
 /// other arrive in that order.
-fn wait_in_line(redis: &RedisServer, args: &[&str], dir: &Path, name: &str) -> Running {
+fn wait_in_line(redis: &Server, args: &[&str], dir: &Path, name: &str) -> Running {
     let before = redis.in_line("job");
     let mut run = spawn_run(redis, args, dir, name);
     let queued = eventually(PATIENCE, || {
@@ -81,7 +81,7 @@ fn finish_all(runs: &mut [Running], dir: &Path, names: &[&str]) {
 /// lock, within `bound` of `since` (what `what` names), and that nothing of
 /// the queue is left in Redis.
 fn only_run_within(
-    redis: &RedisServer,
+    redis: &Server,
     dir: &Path,
     run: Running,
     name: &str,
@@ -97,9 +97,9 @@ fn only_run_within(
 
 #[test]
 fn the_lock_goes_to_waiters_in_arrival_order() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
-    let mut holder = Holder::builder(&redis, "job").start();
+    let mut holder = redis.lockrun("job").hold();
     let names = ["w1", "w2", "w3", "w4", "w5", "w6"];
     let mut runs: Vec<Running> = names
         .iter()
@@ -116,9 +116,9 @@ fn the_lock_goes_to_waiters_in_arrival_order() {
 
 #[test]
 fn status_lists_the_waiters_in_order() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
-    let mut holder = Holder::builder(&redis, "job").start();
+    let mut holder = redis.lockrun("job").hold();
     let names = ["w1", "w2", "w3"];
     let mut runs: Vec<Running> = names
         .iter()
@@ -131,9 +131,7 @@ fn status_lists_the_waiters_in_order() {
         "w4",
     ));
 
-    let status = |args: &[&str]| {
-        run_once(lockrun().args([&["status", "-k", "job", "--redis", &redis.url()], args].concat()))
-    };
+    let status = |args: &[&str]| redis.lockrun("job").subcommand("status").args(args).run();
     let ran = status(&["--json"]);
     assert_eq!(ran.code, Some(0), "held: {}", ran.stderr);
     let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("JSON");
@@ -182,11 +180,9 @@ fn status_lists_the_waiters_in_order() {
 
 #[test]
 fn a_run_without_wait_does_not_overtake_the_line() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "1s"])
-        .start();
+    let mut holder = redis.lockrun("job").args(["--ttl", "1s"]).hold();
     let mut first = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "first");
     // Held up between the lock coming free and taking it: the lock is free
     // while a live waiter is first in line.
@@ -198,9 +194,10 @@ fn a_run_without_wait_does_not_overtake_the_line() {
         "the dead holder's lease never ran out"
     );
 
-    let ran = run_once(
-        lockrun_at(&redis, &["-k", "job", "--", "touch"]).arg(dir.path().join("overtook")),
-    );
+    let ran = redis
+        .lockrun("job")
+        .touch(dir.path().join("overtook"))
+        .run();
     assert_eq!(ran.code, Some(75), "{}", ran.stderr);
     assert_eq!(
         ran.one_line(),
@@ -221,11 +218,11 @@ fn a_run_without_wait_does_not_overtake_the_line() {
 
 #[test]
 fn supersede_ends_older_waiting_runs_but_never_the_holder() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let supersede = ["--wait", "1m", "--supersede"];
     // Three pushes of a deploy, and a run of something else in between.
-    let mut first = Holder::builder(&redis, "job").args(&supersede).start();
+    let mut first = redis.lockrun("job").args(supersede).hold();
     let mut second = wait_in_line(&redis, &supersede, dir.path(), "second");
     let other = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "other");
     // Its place replaces the second's, so the line does not grow.
@@ -255,9 +252,9 @@ fn supersede_ends_older_waiting_runs_but_never_the_holder() {
 
 #[test]
 fn a_waiter_interrupted_by_sigint_leaves_the_line() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
-    let mut holder = Holder::builder(&redis, "job").start();
+    let mut holder = redis.lockrun("job").hold();
     let mut quitter = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "quitter");
     let stayer = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "stayer");
     assert_eq!(redis.in_line("job"), 2);
@@ -283,9 +280,9 @@ fn a_waiter_interrupted_by_sigint_leaves_the_line() {
 
 #[test]
 fn a_release_skips_a_first_waiter_that_was_killed() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
-    let mut holder = Holder::builder(&redis, "job").start();
+    let mut holder = redis.lockrun("job").hold();
     // A place that lasts 30s: only skipping it lets the next run in sooner.
     let mut dead = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "dead");
     let next = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "next");
@@ -313,11 +310,9 @@ fn a_release_skips_a_first_waiter_that_was_killed() {
 
 #[test]
 fn a_dead_first_waiter_blocks_the_line_no_longer_than_its_ttl() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "2s"])
-        .start();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     let mut dead = wait_in_line(&redis, &["--wait", "1m", "--ttl", "2s"], dir.path(), "dead");
     let next = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "next");
     // No release, and no hand-over to notice it by: the holder's lease and
@@ -340,11 +335,9 @@ fn a_dead_first_waiter_blocks_the_line_no_longer_than_its_ttl() {
 
 #[test]
 fn a_lease_that_runs_out_unreleased_goes_to_the_first_waiter() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "2s"])
-        .start();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     let names = ["w1", "w2", "w3"];
     let mut runs: Vec<Running> = names
         .iter()
@@ -359,11 +352,9 @@ fn a_lease_that_runs_out_unreleased_goes_to_the_first_waiter() {
 
 #[test]
 fn a_waiter_that_becomes_first_notices_a_lease_shorter_than_its_own_refresh() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "2s"])
-        .start();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     let mut ahead = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "ahead");
     // It refreshes its place every 20s: only being told that it is first,
     // and how long the lease has left, lets it notice the lease run out.

@@ -1,12 +1,12 @@
 //! `--redis` given three or more times: the lock held on a majority of five
 //! independent servers, which the tests kill, restart empty and fence.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    eventually, lockrun, no_overlap_fences, read_when_ready, run_once, scratch, RedisServer,
-    Running, NO_OVERLAP_JOB, PATIENCE,
+    eventually, no_overlap_fences, quorum, read_fence, read_when_ready, scratch, until_voting,
+    uptime, Lockrun, Running, Server, PATIENCE,
 };
 
 const NAME: &str = "q";
@@ -22,58 +22,19 @@ const TIMING: [&str; 6] = [
     "100ms",
 ];
 
-fn five() -> Vec<RedisServer> {
-    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
-    until_voting(&servers, 1);
-    servers
-}
-
-fn uptime(server: &RedisServer) -> Option<u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query(&mut server.client())
-        .ok()?;
-    info.lines()
-        .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
-        .and_then(|n| n.trim().parse().ok())
-}
-
-/// Waits until every server of `servers` has been up `seconds`, so that it
-/// votes.
-fn until_voting(servers: &[RedisServer], seconds: u64) {
-    let voting = eventually(PATIENCE, || {
-        servers
-            .iter()
-            .all(|s| uptime(s).is_some_and(|up| up >= seconds))
-    });
-    assert!(voting, "the servers did not come up");
-}
-
 /// lockrun on every server of `servers`, with `args` before the `--`.
-fn lockrun_on(servers: &[RedisServer], args: &[&str]) -> Command {
-    let mut command = lockrun();
-    for server in servers {
-        command.arg("--redis").arg(server.url());
-    }
-    command.args(["--key", NAME]).args(args);
-    command
+fn lockrun_on(servers: &[Server], args: &[&str]) -> Lockrun<'static> {
+    Lockrun::on_all(servers).key(NAME).args(args)
 }
 
 /// A run that prints its fencing token.
-fn token_run(servers: &[RedisServer]) -> u64 {
-    let ran = run_once(lockrun_on(servers, &TIMING).args([
-        "--",
-        "sh",
-        "-c",
-        r#"echo "$LOCKRUN_FENCING_TOKEN""#,
-    ]));
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    ran.stdout.trim().parse().expect("a fencing token")
+fn token_run(servers: &[Server]) -> u64 {
+    lockrun_on(servers, &TIMING).next_fence()
 }
 
 #[test]
 fn two_of_five_down_still_runs_and_raises_the_fence_on_the_rest() {
-    let mut servers = five();
+    let mut servers = quorum(5);
     servers[0].kill();
     servers[3].kill();
     let fence = token_run(&servers);
@@ -85,17 +46,15 @@ fn two_of_five_down_still_runs_and_raises_the_fence_on_the_rest() {
 
 #[test]
 fn three_of_five_down_exits_69_without_running_the_command() {
-    let mut servers = five();
+    let mut servers = quorum(5);
     for at in [0, 2, 4] {
         servers[at].kill();
     }
     let dir = scratch();
     let started = Instant::now();
-    let ran = run_once(
-        lockrun_on(&servers, &TIMING)
-            .args(["--", "sh", "-c", r#"touch "$1/ran""#, "sh"])
-            .arg(dir.path()),
-    );
+    let ran = lockrun_on(&servers, &TIMING)
+        .sh(r#"touch "$1/ran""#, dir.path())
+        .run();
     assert_eq!(ran.code, Some(69), "{}", ran.stderr);
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(ran.one_line().contains("no majority"), "{}", ran.stderr);
@@ -107,47 +66,35 @@ fn three_of_five_down_exits_69_without_running_the_command() {
 
 #[test]
 fn a_held_quorum_lock_is_busy_for_another_run() {
-    let servers = five();
+    let servers = quorum(5);
     let dir = scratch();
-    let mut holder = Running::spawn(
-        lockrun_on(&servers, &TIMING)
-            .args([
-                "--",
-                "sh",
-                "-c",
-                r#"echo go > "$1/started"; sleep 30"#,
-                "sh",
-            ])
-            .arg(dir.path())
-            .stdin(Stdio::null()),
-    );
+    let mut holder = lockrun_on(&servers, &TIMING)
+        .sh(r#"echo go > "$1/started"; sleep 30"#, dir.path())
+        .spawn();
     read_when_ready(&dir.path().join("started"));
-    let ran = run_once(lockrun_on(&servers, &TIMING).args(["--", "true"]));
+    let ran = lockrun_on(&servers, &TIMING).command(["true"]).run();
     assert_eq!(ran.code, Some(75), "{}", ran.stderr);
     // A run that waits gets it once the holder is gone.
     holder.signal(nix::sys::signal::Signal::SIGTERM);
     holder.wait();
-    let ran = run_once(lockrun_on(&servers, &TIMING).args(["--wait", "20s", "--", "true"]));
+    let ran = lockrun_on(&servers, &TIMING)
+        .args(["--wait", "20s"])
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
 }
 
 #[test]
 fn losing_the_majority_mid_run_stops_the_command_and_exits_76() {
-    let mut servers = five();
+    let mut servers = quorum(5);
     let dir = scratch();
-    let mut run = Running::spawn(
-        lockrun_on(&servers, &TIMING)
-            .args([
-                "--",
-                "sh",
-                "-c",
-                r#"trap 'echo term > "$1/term"; exit 1' TERM; echo $$ > "$1/pid"; while :; do sleep 0.05; done"#,
-                "sh",
-            ])
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stderr(Stdio::piped()),
-    );
+    let mut run = lockrun_on(&servers, &TIMING)
+        .sh(
+            r#"trap 'echo term > "$1/term"; exit 1' TERM; echo $$ > "$1/pid"; while :; do sleep 0.05; done"#,
+            dir.path(),
+        )
+        .stderr(Stdio::piped())
+        .spawn();
     read_when_ready(&dir.path().join("pid"));
     for at in [1, 2, 3] {
         servers[at].kill();
@@ -159,7 +106,7 @@ fn losing_the_majority_mid_run_stops_the_command_and_exits_76() {
 
 #[test]
 fn tokens_grow_across_the_quorum_with_a_member_restarted_empty() {
-    let mut servers = five();
+    let mut servers = quorum(5);
     // One member's counter far ahead of the others (a clock ahead, say).
     let ahead = servers[0].fence(NAME).unwrap_or(0).max(1) + 4_000_000_000_000_000;
     servers[0].set_fence(NAME, ahead);
@@ -177,18 +124,18 @@ fn tokens_grow_across_the_quorum_with_a_member_restarted_empty() {
 
 #[test]
 fn a_member_restarted_recently_does_not_vote() {
-    let mut servers = five();
+    let mut servers = quorum(5);
     servers[0].kill();
     servers[1].kill();
     // A longer ttl: the member restarted now votes only after 4s.
     let timing = ["--ttl", "3s"];
     servers[2].restart_empty();
-    let ran = run_once(lockrun_on(&servers, &timing).args(["--", "true"]));
+    let ran = lockrun_on(&servers, &timing).command(["true"]).run();
     assert_eq!(ran.code, Some(69), "{}", ran.stderr);
     assert!(ran.one_line().contains("restarted"), "{}", ran.stderr);
     // Once it has been up for a ttl, it votes again.
     let voted = eventually(PATIENCE, || {
-        run_once(lockrun_on(&servers, &timing).args(["--", "true"])).code == Some(0)
+        lockrun_on(&servers, &timing).command(["true"]).run().code == Some(0)
     });
     assert!(voted, "the restarted member never voted again");
     assert!(uptime(&servers[2]).is_some_and(|up| up >= 4));
@@ -196,51 +143,31 @@ fn a_member_restarted_recently_does_not_vote() {
 
 #[test]
 fn two_redis_urls_are_refused_and_four_warn() {
-    let servers: Vec<RedisServer> = (0..4).map(|_| RedisServer::start()).collect();
-    let ran = run_once(lockrun_on(&servers[..2], &[]).args(["--", "true"]));
+    let servers: Vec<Server> = (0..4).map(|_| Server::start()).collect();
+    let ran = lockrun_on(&servers[..2], &[]).command(["true"]).run();
     assert_eq!(ran.code, Some(64), "{}", ran.stderr);
     assert!(ran.one_line().contains("3 or more"), "{}", ran.stderr);
     until_voting(&servers, 1);
-    let ran = run_once(lockrun_on(&servers, &TIMING).args(["--", "true"]));
+    let ran = lockrun_on(&servers, &TIMING).command(["true"]).run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert!(ran.one_line().contains("even number"), "{}", ran.stderr);
 }
 
-/// `lockrun status` or `release` on every server of `servers`.
-fn admin_on(servers: &[RedisServer], args: &[&str]) -> Command {
-    let mut command = lockrun();
-    command.args(args);
-    for server in servers {
-        command.arg("--redis").arg(server.url());
-    }
-    command.args(["--key", NAME]);
-    command
-}
-
 #[test]
 fn status_shows_each_member_and_release_force_works_on_all() {
-    let mut servers = five();
+    let mut servers = quorum(5);
     let dir = scratch();
-    let mut holder = Running::spawn(
-        lockrun_on(&servers, &TIMING)
-            .args([
-                "--",
-                "sh",
-                "-c",
-                r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; sleep 30"#,
-                "sh",
-            ])
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    let fence: u64 = read_when_ready(&dir.path().join("fence"))
-        .trim()
-        .parse()
-        .expect("a token");
+    let mut holder = lockrun_on(&servers, &TIMING)
+        .sh(
+            r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; sleep 30"#,
+            dir.path(),
+        )
+        .stderr(Stdio::null())
+        .spawn();
+    let fence = read_fence(&dir.path().join("fence"));
     servers[4].kill();
 
-    let ran = run_once(admin_on(&servers, &["status", "--json"]));
+    let ran = lockrun_on(&servers, &["--json"]).subcommand("status").run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("JSON");
     assert_eq!(json["held"], true, "{json}");
@@ -254,16 +181,14 @@ fn status_shows_each_member_and_release_force_works_on_all() {
     }
     assert_eq!(members[4]["reachable"], false);
 
-    let ran = run_once(admin_on(&servers, &["status"]));
+    let ran = lockrun_on(&servers, &[]).subcommand("status").run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    assert!(
-        ran.stdout.contains("4 of 5 servers, a majority agrees"),
-        "{}",
-        ran.stdout
-    );
-    assert!(ran.stdout.contains("unreachable"), "{}", ran.stdout);
+    ran.assert_stdout_has("4 of 5 servers, a majority agrees");
+    ran.assert_stdout_has("unreachable");
 
-    let ran = run_once(admin_on(&servers, &["release", "--force"]));
+    let ran = lockrun_on(&servers, &["--force"])
+        .subcommand("release")
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert!(
         ran.stdout.starts_with("released q on 4 of 5 servers"),
@@ -272,7 +197,7 @@ fn status_shows_each_member_and_release_force_works_on_all() {
     );
     assert_eq!(holder.wait().code(), Some(76));
 
-    let ran = run_once(admin_on(&servers, &["status"]));
+    let ran = lockrun_on(&servers, &[]).subcommand("status").run();
     assert_eq!(ran.code, Some(1), "{}", ran.stdout);
     assert!(
         ran.stdout
@@ -287,19 +212,15 @@ fn status_shows_each_member_and_release_force_works_on_all() {
 /// run the job, and the fencing tokens they got grow in the order they ran.
 #[test]
 fn racing_runs_never_overlap_while_a_minority_of_members_fails() {
-    let mut servers = five();
+    let mut servers = quorum(5);
     let dir = scratch();
     let args = [&TIMING[..], &["--wait", "60s"]].concat();
     let mut runs: Vec<Running> = (0..12)
         .map(|_| {
-            Running::spawn(
-                lockrun_on(&servers, &args)
-                    .args(["--", "sh", "-c", NO_OVERLAP_JOB, "sh"])
-                    .arg(dir.path())
-                    .arg("0.3")
-                    .stdin(Stdio::null())
-                    .stderr(Stdio::null()),
-            )
+            lockrun_on(&servers, &args)
+                .no_overlap_job(dir.path(), "0.3")
+                .stderr(Stdio::null())
+                .spawn()
         })
         .collect();
 

@@ -26,11 +26,11 @@ fn stderr(dir: &Path) -> String {
 
 #[test]
 fn every_forwarded_signal_reaches_the_command_once_and_lockrun_waits_for_it() {
-    let redis = RedisServer::start();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "2s"])
-        .bash(TRAPS)
-        .start();
+    let redis = Server::start();
+    let mut holder = redis
+        .lockrun("job")
+        .args(["--ttl", "2s"])
+        .hold_script("bash", TRAPS);
 
     let forwarded = [
         (Signal::SIGINT, "INT"),
@@ -73,15 +73,13 @@ fn every_forwarded_signal_reaches_the_command_once_and_lockrun_waits_for_it() {
 
 /// Starts `lockrun -k job --wait forever -- touch RAN` against a held lock
 /// and returns once it is waiting, its stderr in `dir`.
-fn start_waiting(redis: &RedisServer, dir: &Path, ran: &Path) -> Running {
-    let waiter = Running::spawn(
-        lockrun_at(
-            redis,
-            &["-v", "-k", "job", "--wait", "forever", "--", "touch"],
-        )
-        .arg(ran)
-        .stderr(log_file(&dir.join("stderr"))),
-    );
+fn start_waiting(redis: &Server, dir: &Path, ran: &Path) -> Running {
+    let waiter = redis
+        .lockrun("job")
+        .args(["-v", "--wait", "forever"])
+        .touch(ran)
+        .stderr(log_file(&dir.join("stderr")))
+        .spawn();
     // Logged after the first attempt, so its signal handlers are in place.
     if !wait_for_text(&dir.join("stderr"), "is busy; waiting") {
         waiter.signal(Signal::SIGKILL);
@@ -92,10 +90,8 @@ fn start_waiting(redis: &RedisServer, dir: &Path, ran: &Path) -> Running {
 
 #[test]
 fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
-    let redis = RedisServer::start();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "2s"])
-        .start();
+    let redis = Server::start();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
 
     for signal in [Signal::SIGTERM, Signal::SIGINT] {
         let dir = scratch();
@@ -129,10 +125,8 @@ fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
 
 #[test]
 fn a_terminal_resize_does_not_end_a_wait() {
-    let redis = RedisServer::start();
-    let holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "2s"])
-        .start();
+    let redis = Server::start();
+    let holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     let dir = scratch();
     let ran = dir.path().join("ran");
     let mut waiter = start_waiting(&redis, dir.path(), &ran);
@@ -146,10 +140,10 @@ fn a_terminal_resize_does_not_end_a_wait() {
 
 #[test]
 fn sigterm_from_a_service_manager_stops_the_command_and_releases_the_lock() {
-    let redis = RedisServer::start();
-    let mut holder = Holder::builder(&redis, "job")
-        .sh(r#"echo $$ > "$1/pid"; exec sleep 60"#)
-        .start();
+    let redis = Server::start();
+    let mut holder = redis
+        .lockrun("job")
+        .hold_script("sh", r#"echo $$ > "$1/pid"; exec sleep 60"#);
     holder.run.signal(Signal::SIGTERM);
     // The command died of the forwarded SIGTERM, and lockrun says so.
     assert_eq!(holder.run.wait().code(), Some(143), "{}", holder.stderr());

@@ -1,6 +1,5 @@
 //! The command's life: stdin and stdout pass through, process group, exec failures, a command killed by a signal.
 
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Stdio;
@@ -33,20 +32,13 @@ fn assert_one_line(ran: &Ran, what: &str) {
 
 #[test]
 fn stdin_reaches_the_command_unchanged() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let data = noise(1 << 20);
-    let mut child = lockrun_at(&redis, &["-k", "job", "--", "cat"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let input = data.clone();
-    // Written from another thread: cat's output must be drained meanwhile.
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let ran = Ran::from(child.wait_with_output().expect("run"));
-    writer.join().expect("writer").expect("write stdin");
+    let ran = redis
+        .lockrun("job")
+        .command(["cat"])
+        .input(data.clone())
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert!(
         ran.stdout_bytes() == data,
@@ -58,17 +50,18 @@ fn stdin_reaches_the_command_unchanged() {
 
 #[test]
 fn large_stdout_carries_only_the_commands_bytes() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let file = dir.path().join("data");
     let data = noise(20 << 20);
     std::fs::write(&file, &data).expect("write data");
     // --verbose makes lockrun talk during the run: all of it must go to stderr.
-    let ran = run_once(
-        lockrun_at(&redis, &["-v", "-k", "job", "--", "head", "-c"])
-            .arg((20 << 20).to_string())
-            .arg(&file),
-    );
+    let ran = redis
+        .lockrun("job")
+        .arg("-v")
+        .command(["head", "-c", &(20 << 20).to_string()])
+        .command([&file])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert!(
         ran.stdout_bytes() == data,
@@ -76,7 +69,7 @@ fn large_stdout_carries_only_the_commands_bytes() {
         ran.stdout_bytes().len(),
         data.len()
     );
-    assert!(ran.stderr.contains("lockrun: acquired"), "{}", ran.stderr);
+    ran.assert_stderr_has("lockrun: acquired");
     assert!(
         ran.stderr.lines().all(|line| line.starts_with("lockrun: ")),
         "{}",
@@ -86,9 +79,9 @@ fn large_stdout_carries_only_the_commands_bytes() {
 
 #[test]
 fn a_command_killed_by_a_signal_gives_128_plus_n() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     for (script, want) in [("kill -9 $$", 137), ("kill -TERM $$", 143)] {
-        let ran = run_once(lockrun_at(&redis, &["-k", "job", "--", "sh", "-c", script]));
+        let ran = redis.lockrun("job").command(["sh", "-c", script]).run();
         assert_eq!(ran.code, Some(want), "{script}: {}", ran.stderr);
     }
     redis.assert_only_fence("job");
@@ -96,7 +89,7 @@ fn a_command_killed_by_a_signal_gives_128_plus_n() {
 
 #[test]
 fn a_command_that_cannot_start_gives_126_or_127_and_releases_the_lock() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let marker = dir.path().join("ran");
     let script = dir.path().join("not-executable");
@@ -122,7 +115,7 @@ fn a_command_that_cannot_start_gives_126_or_127_and_releases_the_lock() {
         ),
     ];
     for (program, want, why) in cases {
-        let ran = run_once(lockrun_at(&redis, &["-k", "job", "--"]).arg(program));
+        let ran = redis.lockrun("job").command([program]).run();
         let what = program.display();
         assert_eq!(ran.code, Some(want.into()), "{what}: {}", ran.stderr);
         assert_one_line(&ran, &what.to_string());
@@ -139,30 +132,21 @@ fn a_command_that_cannot_start_gives_126_or_127_and_releases_the_lock() {
 
 #[test]
 fn usage_errors_exit_64_and_touch_nothing() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     let marker = dir.path().join("ran");
     let marker = marker.to_str().expect("utf-8 temp path");
-    let cases: [&[&str]; 6] = [
-        &["-k", "job", "--no-such-flag", "--", "touch", marker],
-        &["-k", "job", "--ttl", "30", "--", "touch", marker],
-        &["--", "touch", marker],
-        &["-k", "job"],
-        &[
-            "-k",
-            "job",
-            "--ttl",
-            "1s",
-            "--kill-grace",
-            "5s",
-            "--",
-            "touch",
-            marker,
-        ],
-        &["-k", "", "--", "touch", marker],
+    let touch = ["touch", marker];
+    let cases: [(&[&str], &[&str]); 6] = [
+        (&["-k", "job", "--no-such-flag"], &touch),
+        (&["-k", "job", "--ttl", "30"], &touch),
+        (&[], &touch),
+        (&["-k", "job"], &[]),
+        (&["-k", "job", "--ttl", "1s", "--kill-grace", "5s"], &touch),
+        (&["-k", ""], &touch),
     ];
-    for args in cases {
-        let ran = run_once(lockrun_at(&redis, args));
+    for (args, command) in cases {
+        let ran = Lockrun::at(&redis).args(args).command(command).run();
         assert_eq!(ran.code, Some(64), "{args:?}: {}", ran.stderr);
         assert!(ran.stdout.is_empty(), "{args:?}: usage errors go to stderr");
         // Also clap's own errors: one line, like every other lockrun error.
@@ -181,20 +165,12 @@ fn usage_errors_exit_64_and_touch_nothing() {
 
 #[test]
 fn unsafe_timing_says_what_would_fit() {
-    let redis = RedisServer::start();
-    let ran = run_once(lockrun_at(
-        &redis,
-        &[
-            "-k",
-            "job",
-            "--ttl",
-            "1s",
-            "--kill-grace",
-            "5s",
-            "--",
-            "true",
-        ],
-    ));
+    let redis = Server::start();
+    let ran = redis
+        .lockrun("job")
+        .args(["--ttl", "1s", "--kill-grace", "5s"])
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(64));
     assert!(
         ran.stderr.starts_with("lockrun: unsafe timing:"),
@@ -210,7 +186,7 @@ fn unsafe_timing_says_what_would_fit() {
 
 #[test]
 fn stragglers_in_the_commands_group_are_stopped_when_it_exits() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     // One grandchild dies of SIGTERM; the other ignores it and needs SIGKILL
     // (within the kill grace, 500ms at this ttl).
@@ -218,11 +194,13 @@ fn stragglers_in_the_commands_group_are_stopped_when_it_exits() {
         sleep 60 & echo $! > "$1/polite"
         (trap '' TERM; exec sleep 60) & echo $! > "$1/stubborn"
         exit 0"#;
-    let mut run = Running::spawn(
-        lockrun_sh(&redis, &["-k", "job", "--ttl", "2s"], script, dir.path())
-            // A straggler holding the test's pipe open would hang it.
-            .stdout(Stdio::null()),
-    );
+    let mut run = redis
+        .lockrun("job")
+        .args(["--ttl", "2s"])
+        .sh(script, dir.path())
+        // A straggler holding the test's pipe open would hang it.
+        .stdout(Stdio::null())
+        .spawn();
     let polite = read_pid(&dir.path().join("polite"));
     let stubborn = read_pid(&dir.path().join("stubborn"));
     assert_eq!(run.wait().code(), Some(0));

@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use crate::harness::*;
 
 /// Waits until `count` runs wait in line for lock `name`, listening.
-fn wait_for_subscribers(redis: &RedisServer, name: &str, count: usize) {
+fn wait_for_subscribers(redis: &Server, name: &str, count: usize) {
     let mut seen = 0;
     let subscribed = eventually(PATIENCE, || {
         seen = redis.listening_waiters(name);
@@ -25,19 +25,16 @@ fn wait_for_subscribers(redis: &RedisServer, name: &str, count: usize) {
 
 #[test]
 fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
     // A long lease, so that only the release, not its expiry, can let the
     // waiter in before the deadline checked below.
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "30s"])
-        .start();
-    let mut waiter = Running::spawn(&mut lockrun_sh(
-        &redis,
-        &["-k", "job", "--wait", "forever"],
-        r#"echo started > "$1/started""#,
-        dir.path(),
-    ));
+    let mut holder = redis.lockrun("job").args(["--ttl", "30s"]).hold();
+    let mut waiter = redis
+        .lockrun("job")
+        .args(["--wait", "forever"])
+        .sh(r#"echo started > "$1/started""#, dir.path())
+        .spawn();
     wait_for_subscribers(&redis, "job", 1);
     assert!(waiter.running(), "the waiter must still be waiting");
     assert!(!dir.path().join("started").exists());
@@ -64,18 +61,18 @@ fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
 
 #[test]
 fn a_waiter_acquires_after_the_holder_is_killed_and_its_lease_runs_out() {
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "3s"])
-        .start();
+    let mut holder = redis.lockrun("job").args(["--ttl", "3s"]).hold();
     let first = holder.fence();
-    let mut waiter = Running::spawn(&mut lockrun_sh(
-        &redis,
-        &["-k", "job", "--wait", "60s"],
-        r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/started""#,
-        dir.path(),
-    ));
+    let mut waiter = redis
+        .lockrun("job")
+        .args(["--wait", "60s"])
+        .sh(
+            r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/started""#,
+            dir.path(),
+        )
+        .spawn();
     wait_for_subscribers(&redis, "job", 1);
 
     // SIGKILL: no release, no message; the key stays until its ttl ends.
@@ -101,18 +98,18 @@ fn a_waiter_acquires_after_the_holder_is_killed_and_its_lease_runs_out() {
 #[test]
 fn each_release_lets_one_waiter_through_and_all_complete() {
     const WAITERS: usize = 6;
-    let redis = RedisServer::start();
+    let redis = Server::start();
     let dir = scratch();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "30s"])
-        .start();
-    let mut waiters = spawn_no_overlap_jobs(
-        &redis,
-        WAITERS,
-        &["-k", "job", "--wait", "2m"],
-        dir.path(),
-        "0.2",
-    );
+    let mut holder = redis.lockrun("job").args(["--ttl", "30s"]).hold();
+    let mut waiters: Vec<Running> = (0..WAITERS)
+        .map(|_| {
+            redis
+                .lockrun("job")
+                .args(["--wait", "2m"])
+                .no_overlap_job(dir.path(), "0.2")
+                .spawn()
+        })
+        .collect();
     wait_for_subscribers(&redis, "job", WAITERS);
     assert!(!dir.path().join("fences").exists(), "nobody ran while held");
 
@@ -131,21 +128,19 @@ fn each_release_lets_one_waiter_through_and_all_complete() {
 
 #[test]
 fn a_waiter_keeps_waiting_through_a_redis_restart() {
-    let mut redis = RedisServer::start();
+    let mut redis = Server::start();
     let dir = scratch();
-    let mut holder = Holder::builder(&redis, "job")
-        .args(&["--ttl", "2s"])
-        .start();
+    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     let stderr = dir.path().join("stderr");
-    let mut waiter = Running::spawn(
-        lockrun_sh(
-            &redis,
-            &["-k", "job", "--wait", "60s"],
+    let mut waiter = redis
+        .lockrun("job")
+        .args(["--wait", "60s"])
+        .sh(
             r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/started""#,
             dir.path(),
         )
-        .stderr(log_file(&stderr)),
-    );
+        .stderr(log_file(&stderr))
+        .spawn();
     wait_for_subscribers(&redis, "job", 1);
 
     // Redis goes away under both runs: the holder stops its command (76),

@@ -1,6 +1,8 @@
-//! A PostgreSQL server owned by one test, the way `RedisServer` is: a fresh
-//! cluster (`initdb`) in a temporary directory, served by `postgres` on a
-//! unix socket in that directory only (no TCP), trust auth, fsync off.
+//! `PostgresServer`: a PostgreSQL server one test owns, for the fencing example.
+//!
+//! Owned the way a `Server` is: a fresh cluster (`initdb`) in a temporary
+//! directory, served by `postgres` on a unix socket in that directory only
+//! (no TCP), trust auth, fsync off.
 //!
 //! The server binaries come from the newest `/usr/lib/postgresql/NN/bin`
 //! (Debian keeps them off PATH), else from PATH. `initdb` and `postgres`

@@ -1,0 +1,206 @@
+//! `Cluster`: a Redis Cluster of three primaries with one replica each, all `Server`s, that a test fails over.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::sentinel::is_primary;
+use super::topology::{on_port, on_port_mut, wait_until};
+use super::{free_ports, Server};
+
+/// Failure detection: a primary is failed over this long after it stops
+/// answering.
+const NODE_TIMEOUT_MS: u32 = 1500;
+
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+    pub started_in: Duration,
+}
+
+/// A primary, its replicas and its slots.
+#[derive(Debug, Clone)]
+pub struct Shard {
+    pub primary: u16,
+    pub replicas: Vec<u16>,
+    pub slots: Vec<std::ops::RangeInclusive<u16>>,
+}
+
+impl Cluster {
+    pub fn start() -> Self {
+        let began = Instant::now();
+        let config = format!(
+            "cluster-enabled yes\ncluster-config-file nodes.conf\n\
+             cluster-node-timeout {NODE_TIMEOUT_MS}\n"
+        );
+        let nodes: Vec<Server> = free_ports(6)
+            .into_iter()
+            .map(|port| Server::node(port, &config))
+            .collect();
+        for node in &nodes {
+            wait_until("cluster node up", || node.answers());
+        }
+        let output = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(nodes.iter().map(Server::addr))
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli must be installed (package redis-tools)");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        for node in &nodes {
+            wait_until("cluster state ok", || {
+                node.info("cluster", "cluster_enabled").is_some()
+                    && cluster_info(node, "cluster_state").as_deref() == Some("ok")
+                    && cluster_info(node, "cluster_known_nodes").as_deref() == Some("6")
+            });
+        }
+        for node in &nodes {
+            wait_until("cluster replica linked", || {
+                is_primary(node)
+                    || node.info("replication", "master_link_status").as_deref() == Some("up")
+            });
+        }
+        // Gossip tells the other nodes who replicates whom a little later;
+        // a failover test needs every node to know.
+        for node in &nodes {
+            wait_until("cluster topology known", || {
+                let shards = shards_seen_by(node);
+                shards.len() == 3 && shards.iter().all(|shard| shard.replicas.len() == 1)
+            });
+        }
+        Cluster {
+            nodes,
+            started_in: began.elapsed(),
+        }
+    }
+
+    pub fn node(&self, port: u16) -> &Server {
+        on_port(&self.nodes, port)
+    }
+
+    pub fn node_mut(&mut self, port: u16) -> &mut Server {
+        on_port_mut(&mut self.nodes, port)
+    }
+
+    /// `redis+cluster://` naming the nodes on `ports`.
+    pub fn url_via(&self, ports: &[u16]) -> String {
+        let hosts: Vec<String> = ports.iter().map(|&p| self.node(p).addr()).collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// Ports of the primaries that serve slots.
+    pub fn primaries(&self) -> Vec<u16> {
+        self.shards()
+            .into_iter()
+            .map(|shard| shard.primary)
+            .collect()
+    }
+
+    /// Every shard that serves slots, as the first live node that answers
+    /// sees them.
+    pub fn shards(&self) -> Vec<Shard> {
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .map(shards_seen_by)
+            .find(|shards| !shards.is_empty())
+            .unwrap_or_default()
+    }
+
+    pub fn slot_of(&self, key: &str) -> u16 {
+        let live = self
+            .nodes
+            .iter()
+            .find(|n| n.is_running())
+            .expect("a live node");
+        live.query(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+            .expect("CLUSTER KEYSLOT")
+    }
+
+    /// The port of the primary owning `key`'s slot, and of its replicas.
+    pub fn owner(&self, key: &str) -> (u16, Vec<u16>) {
+        let slot = self.slot_of(key);
+        self.shards()
+            .into_iter()
+            .find(|shard| shard.slots.iter().any(|r| r.contains(&slot)))
+            .map(|shard| (shard.primary, shard.replicas))
+            .expect("every slot is served")
+    }
+
+    /// Kills the primary owning `key` and waits until its replica took over
+    /// and the cluster is healthy again. Returns the new owner's port and
+    /// how long the failover took.
+    pub fn kill_owner_and_fail_over(&mut self, key: &str) -> (u16, Duration) {
+        let (old, replicas) = self.owner(key);
+        let began = Instant::now();
+        self.node_mut(old).kill();
+        let mut new = 0;
+        wait_until("cluster failover", || {
+            new = self.owner(key).0;
+            new != old
+                && replicas.contains(&new)
+                && is_primary(self.node(new))
+                && self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.is_running())
+                    .all(|n| cluster_info(n, "cluster_state").as_deref() == Some("ok"))
+        });
+        (new, began.elapsed())
+    }
+}
+
+/// The shards that serve slots, from `CLUSTER NODES` on `node` (which,
+/// unlike `CLUSTER SLOTS`, lists a replica before it reported its
+/// replication offset); empty if it does not answer. Each line reads
+/// `<id> <ip:port@cport> <flags> <primary id or -> … <link> <slots…>`.
+fn shards_seen_by(node: &Server) -> Vec<Shard> {
+    let Ok(text) = node.query::<String>(redis::cmd("CLUSTER").arg("NODES")) else {
+        return Vec::new();
+    };
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .filter(|fields: &Vec<&str>| fields.len() >= 8)
+        .collect();
+    let port = |fields: &[&str]| -> Option<u16> {
+        let addr = fields[1].split(['@', ',']).next()?;
+        addr.rsplit_once(':')?.1.parse().ok()
+    };
+    let flagged = |fields: &[&str], flag: &str| fields[2].split(',').any(|f| f == flag);
+    lines
+        .iter()
+        .filter(|fields| flagged(fields, "master") && fields.len() > 8)
+        .filter_map(|fields| {
+            let slots = fields[8..]
+                .iter()
+                .filter(|slot| !slot.starts_with('['))
+                .filter_map(|slot| {
+                    let (start, end) = slot.split_once('-').unwrap_or((slot, slot));
+                    Some(start.parse().ok()?..=end.parse().ok()?)
+                })
+                .collect();
+            let replicas = lines
+                .iter()
+                .filter(|other| other[3] == fields[0] && !flagged(other, "fail"))
+                .filter_map(|other| port(other))
+                .collect();
+            Some(Shard {
+                primary: port(fields)?,
+                replicas,
+                slots,
+            })
+        })
+        .collect()
+}
+
+/// A field of `CLUSTER INFO`, if the node answers.
+pub fn cluster_info(node: &Server, field: &str) -> Option<String> {
+    let text: String = node.query(redis::cmd("CLUSTER").arg("INFO")).ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{field}:")))
+        .map(|value| value.trim().to_string())
+}

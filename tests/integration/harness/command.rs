@@ -1,0 +1,306 @@
+//! `Lockrun`, the one builder of lockrun command lines, and `Ran`, a run to its end that a deadline bounds.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{eventually, Running, Server, PATIENCE};
+
+/// The lockrun just built.
+pub const LOCKRUN: &str = env!("CARGO_BIN_EXE_lockrun");
+
+/// How long a run to its end may take: some wait up to `PATIENCE` for a lock
+/// themselves, so they get twice that.
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+/// A lockrun command line, `lockrun [SUBCOMMAND] [ARGS] [--redis URL]...
+/// [-- COMMAND]`, with none of the caller's LOCKRUN_* settings and stdin
+/// closed.
+#[derive(Default)]
+pub struct Lockrun<'a> {
+    /// The server given with `at`: a holder reads its lock there.
+    pub(super) server: Option<&'a Server>,
+    subcommand: Option<&'static str>,
+    redis: Vec<String>,
+    args: Vec<OsString>,
+    command: Vec<OsString>,
+    pub(super) key: Option<String>,
+    pub(super) prefix: Option<String>,
+    env: Vec<(OsString, OsString)>,
+    input: Option<Vec<u8>>,
+    stdout: Option<Stdio>,
+    pub(super) stderr: Option<Stdio>,
+}
+
+impl Lockrun<'static> {
+    /// lockrun with no `--redis`: for the environment's URL, or none.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// lockrun pointed at any URL: a Sentinel set, a cluster, a bad one.
+    pub fn via(url: &str) -> Self {
+        Self::new().redis(url)
+    }
+
+    /// lockrun on every server of a quorum.
+    pub fn on_all(servers: &[Server]) -> Self {
+        servers
+            .iter()
+            .fold(Self::new(), |lockrun, server| lockrun.redis(&server.url()))
+    }
+}
+
+impl<'a> Lockrun<'a> {
+    /// lockrun pointed at `server`.
+    pub fn at(server: &'a Server) -> Self {
+        Lockrun {
+            server: Some(server),
+            ..Lockrun::via(&server.url())
+        }
+    }
+
+    /// One more `--redis URL`.
+    pub fn redis(mut self, url: &str) -> Self {
+        self.redis.push(url.to_string());
+        self
+    }
+
+    /// `status` or `release`, which clap wants before any flag.
+    pub fn subcommand(mut self, name: &'static str) -> Self {
+        self.subcommand = Some(name);
+        self
+    }
+
+    /// `-k NAME`.
+    pub fn key(mut self, name: &str) -> Self {
+        self.key = Some(name.to_string());
+        self.args(["-k", name])
+    }
+
+    /// `--prefix PREFIX`, which a holder needs to find its lock.
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        self.prefix = Some(prefix.to_string());
+        self.args(["--prefix", prefix])
+    }
+
+    /// lockrun's own flags, before the `--`.
+    pub fn args<S: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = S>) -> Self {
+        for arg in args {
+            let arg = arg.as_ref();
+            // The URLs follow the arguments: after a `--` they would be the
+            // command's.
+            assert_ne!(arg, "--", "give the command with .command()");
+            self.args.push(arg.to_owned());
+        }
+        self
+    }
+
+    pub fn arg(self, arg: impl AsRef<OsStr>) -> Self {
+        self.args([arg])
+    }
+
+    /// The command lockrun runs, after the `--`; more words each call.
+    pub fn command<S: AsRef<OsStr>>(mut self, argv: impl IntoIterator<Item = S>) -> Self {
+        self.command
+            .extend(argv.into_iter().map(|arg| arg.as_ref().to_owned()));
+        self
+    }
+
+    /// Runs `touch PATH`: whether `path` exists tells whether it ran.
+    pub fn touch(self, path: impl AsRef<OsStr>) -> Self {
+        self.command(["touch"]).command([path])
+    }
+
+    /// Runs the sh `script` with `dir` as its `$1`; `command` adds `$2`...
+    pub fn sh(self, script: &str, dir: &Path) -> Self {
+        self.command(["sh", "-c", script, "sh"]).command([dir])
+    }
+
+    pub fn env(mut self, name: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((name.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// What `run` writes to lockrun's stdin (closed otherwise).
+    pub fn input(mut self, bytes: Vec<u8>) -> Self {
+        self.input = Some(bytes);
+        self
+    }
+
+    /// For `spawn`; `run` always captures stdout and stderr.
+    pub fn stdout(mut self, stdout: impl Into<Stdio>) -> Self {
+        self.stdout = Some(stdout.into());
+        self
+    }
+
+    pub fn stderr(mut self, stderr: impl Into<Stdio>) -> Self {
+        self.stderr = Some(stderr.into());
+        self
+    }
+
+    pub(super) fn command_is_empty(&self) -> bool {
+        self.command.is_empty()
+    }
+
+    pub(super) fn build(&mut self) -> Command {
+        let mut command = Command::new(LOCKRUN);
+        clear_lockrun_env(&mut command);
+        command.args(self.subcommand).args(&self.args);
+        for url in &self.redis {
+            command.arg("--redis").arg(url);
+        }
+        if !self.command.is_empty() {
+            command.arg("--").args(&self.command);
+        }
+        command.envs(self.env.drain(..));
+        command.stdin(Stdio::null());
+        if let Some(stdout) = self.stdout.take() {
+            command.stdout(stdout);
+        }
+        if let Some(stderr) = self.stderr.take() {
+            command.stderr(stderr);
+        }
+        // A group of its own, so that a run past its deadline is killed with
+        // whatever it started in that group.
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        command
+    }
+
+    /// Starts lockrun and leaves it running.
+    pub fn spawn(mut self) -> Running {
+        Running::spawn_group(&mut self.build())
+    }
+
+    /// Runs lockrun to its end with its output captured. Fails the test,
+    /// killing the run's process group, if it has not ended after a minute
+    /// or if something it started still holds its output open.
+    pub fn run(mut self) -> Ran {
+        let input = self.input.take();
+        let mut command = self.build();
+        if input.is_some() {
+            command.stdin(Stdio::piped());
+        }
+        command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let began = Instant::now();
+        let mut run = Running::spawn_group(&mut command);
+        let writer = input.map(|bytes| {
+            let mut stdin = run.child.stdin.take().expect("piped");
+            // Its own thread: the output must be drained meanwhile.
+            std::thread::spawn(move || stdin.write_all(&bytes))
+        });
+        let stdout = read_all(run.child.stdout.take());
+        let stderr = read_all(run.child.stderr.take());
+        let Some(status) = run.wait_for(RUN_LIMIT) else {
+            run.kill();
+            panic!("{command:?} did not end within {RUN_LIMIT:?}; killed its process group");
+        };
+        let took = began.elapsed();
+        let finished = eventually(PATIENCE, || stdout.is_finished() && stderr.is_finished());
+        assert!(finished, "{command:?} ended, but its output was left open");
+        if let Some(writer) = writer {
+            writer.join().expect("writer").expect("write stdin");
+        }
+        let joined = |reader: JoinHandle<Vec<u8>>| reader.join().expect("output reader");
+        let (stdout, stderr) = (joined(stdout), joined(stderr));
+        Ran {
+            code: status.code(),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            stdout_bytes: stdout,
+            took,
+        }
+    }
+
+    /// The fencing token that this run gets, run to its end.
+    pub fn next_fence(self) -> u64 {
+        let ran = self
+            .command(["sh", "-c", r#"echo "$LOCKRUN_FENCING_TOKEN""#])
+            .run();
+        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+        ran.stdout
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{:?} is not a fencing token", ran.stdout))
+    }
+}
+
+impl Server {
+    /// lockrun on lock `name` in this server, the usual start of a test's
+    /// command line.
+    pub fn lockrun(&self, name: &str) -> Lockrun<'_> {
+        Lockrun::at(self).key(name)
+    }
+}
+
+/// Keeps the caller's LOCKRUN_* settings from reaching a test's lockrun.
+pub(super) fn clear_lockrun_env(command: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("LOCKRUN_") {
+            command.env_remove(name);
+        }
+    }
+}
+
+/// Reads `pipe` to its end on a thread of its own, so that neither pipe can
+/// fill up and stall the process while the other is read.
+pub(super) fn read_all(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<Vec<u8>> {
+    let mut pipe = pipe.expect("piped");
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        pipe.read_to_end(&mut bytes).expect("read output");
+        bytes
+    })
+}
+
+/// What a run to its end left: how it ended, what it wrote, how long it took.
+pub struct Ran {
+    /// The exit code; None when a signal ended the process.
+    pub code: Option<i32>,
+    /// stdout as text (invalid UTF-8 replaced); `stdout_bytes` has it exactly.
+    pub stdout: String,
+    pub stderr: String,
+    stdout_bytes: Vec<u8>,
+    pub took: Duration,
+}
+
+impl Ran {
+    /// lockrun's one line on stderr, without its `lockrun: ` prefix; fails
+    /// the test unless there is exactly one.
+    #[track_caller]
+    pub fn one_line(&self) -> &str {
+        let mut lines = self.stderr.lines();
+        match (lines.next(), lines.next()) {
+            (Some(line), None) => line.strip_prefix("lockrun: ").unwrap_or(line),
+            _ => panic!("want one line on stderr, got {:?}", self.stderr),
+        }
+    }
+
+    /// Asserts that stderr holds `needle`, showing all of it if not.
+    #[track_caller]
+    pub fn assert_stderr_has(&self, needle: &str) {
+        assert!(
+            self.stderr.contains(needle),
+            "want {needle:?}: {}",
+            self.stderr
+        );
+    }
+
+    #[track_caller]
+    pub fn assert_stdout_has(&self, needle: &str) {
+        assert!(
+            self.stdout.contains(needle),
+            "want {needle:?}: {}",
+            self.stdout
+        );
+    }
+
+    /// Exactly the bytes written to stdout.
+    pub fn stdout_bytes(&self) -> &[u8] {
+        &self.stdout_bytes
+    }
+}

@@ -1,0 +1,107 @@
+//! What lockrun left in a `Server` for lock NAME under the default prefix: lease, fencing counter, wait queue.
+
+use super::Server;
+
+/// The prefix lockrun puts before every key unless told otherwise.
+pub(super) const DEFAULT_PREFIX: &str = "lockrun:";
+
+/// The key of lock `name` under `prefix`, as lockrun names it.
+pub(super) fn lock_key(prefix: &str, name: &str) -> String {
+    format!("{prefix}{{{name}}}")
+}
+
+/// `lockrun:{NAME}:SUFFIX`, one of the keys that go with a lock.
+fn key(name: &str, suffix: &str) -> String {
+    format!("{}:{suffix}", lock_key(DEFAULT_PREFIX, name))
+}
+
+impl Server {
+    /// The lease: the value lockrun set on the lock key, if it is held.
+    pub fn lock_value(&self, name: &str) -> Option<String> {
+        self.get(&lock_key(DEFAULT_PREFIX, name))
+    }
+
+    pub fn is_locked(&self, name: &str) -> bool {
+        self.lock_value(name).is_some()
+    }
+
+    /// The lease's time left in ms (negative: no key, or no expiry).
+    pub fn pttl(&self, name: &str) -> i64 {
+        self.query(redis::cmd("PTTL").arg(lock_key(DEFAULT_PREFIX, name)))
+            .expect("PTTL")
+    }
+
+    /// The fencing counter of lock `name`, if there is one.
+    pub fn fence(&self, name: &str) -> Option<u64> {
+        self.get(&key(name, "fence")).map(|text| {
+            text.parse()
+                .unwrap_or_else(|_| panic!("{text:?} is not a fencing counter"))
+        })
+    }
+
+    /// Sets the fencing counter of lock `name`, as a long history would.
+    pub fn set_fence(&self, name: &str, value: u64) {
+        let _: () = self
+            .query(redis::cmd("SET").arg(key(name, "fence")).arg(value))
+            .expect("SET");
+    }
+
+    /// How many runs wait in line for lock `name` (see src/lock/queue.lua).
+    pub fn in_line(&self, name: &str) -> usize {
+        self.query(redis::cmd("ZCARD").arg(key(name, "queue")))
+            .expect("ZCARD")
+    }
+
+    /// The records of the runs waiting in line for lock `name` (JSON, in no
+    /// order).
+    pub fn waiter_records(&self, name: &str) -> Vec<String> {
+        self.query(redis::cmd("HVALS").arg(key(name, "waiters")))
+            .expect("HVALS")
+    }
+
+    /// How many runs wait in line for lock `name` and listen for their
+    /// wake-up message: a waiter records it once it has subscribed, right
+    /// after taking its place.
+    pub fn listening_waiters(&self, name: &str) -> usize {
+        self.waiter_records(name)
+            .iter()
+            .filter(|record| record.contains(r#""listening":true"#))
+            .count()
+    }
+
+    /// How many wake-up channels of lock `name` have subscribers here: one
+    /// per waiting run whose connection this server has not seen close.
+    pub fn wake_channels(&self, name: &str) -> usize {
+        let channels: Vec<String> = self
+            .query(
+                redis::cmd("PUBSUB")
+                    .arg("CHANNELS")
+                    .arg(key(name, "wake:*")),
+            )
+            .expect("PUBSUB CHANNELS");
+        channels.len()
+    }
+
+    /// Asserts that all this server holds is the fencing counter of lock
+    /// `name`: every run released its lease and holder record, and the
+    /// counter stays so that tokens keep growing.
+    #[track_caller]
+    pub fn assert_only_fence(&self, name: &str) {
+        assert_eq!(
+            self.keys(),
+            [key(name, "fence")],
+            "want only the fencing counter of {name} left in Redis"
+        );
+    }
+
+    /// Every key in this server, sorted.
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self.query(redis::cmd("KEYS").arg("*")).expect("KEYS");
+        keys.sort();
+        keys
+    }
+
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.query(redis::cmd("GET").arg(key)).expect("GET")
+    }
+}

@@ -1,0 +1,38 @@
+//! The test harness, modelled on ripgrep's `tests/util.rs`: one server type, one command builder, one bounded way to run lockrun.
+//!
+//! - `server`: `Server`, a redis-server (or sentinel) process a test owns.
+//! - `keys`: what lockrun left in a `Server`: lease, fence, wait queue.
+//! - `topology`: groups of `Server`s: a quorum, and what the others share.
+//! - `sentinel`, `cluster`: a Sentinel set and a Redis Cluster.
+//! - `command`: `Lockrun`, the one builder, and `Ran`, a run to its end.
+//! - `holder`: `Holder`, a run kept holding a lock, and the no-overlap job.
+//! - `process`: `Running`, pids, polling with deadlines, scratch files.
+//! - `terminal`: `Terminal`, a command line on a pseudo-terminal.
+//! - `postgres`: `PostgresServer`, for the fencing example.
+
+mod cluster;
+mod command;
+mod holder;
+mod keys;
+mod postgres;
+mod process;
+mod sentinel;
+mod server;
+mod terminal;
+mod topology;
+
+pub use cluster::*;
+pub use command::*;
+pub use holder::*;
+pub use postgres::PostgresServer;
+pub use process::*;
+pub use sentinel::*;
+pub use server::*;
+pub use terminal::Terminal;
+pub use topology::*;
+
+use std::time::Duration;
+
+/// How long any single wait in a test may take before it fails. Generous:
+/// the machine has two cores and runs several tests at once.
+pub const PATIENCE: Duration = Duration::from_secs(30);
