@@ -475,10 +475,10 @@ fn has_entry(section: &str, tag: &str) -> bool {
     section.contains(&format!(".TP\n{tag}\n"))
 }
 
-fn assert_none_missing(what: &str, missing: &[String]) {
+fn assert_none_missing(missing: &[String]) {
     assert!(
         missing.is_empty(),
-        "{what} missing from man/lockrun.1 (edit man/sections.roff or src/cli.rs, \
+        "missing from man/lockrun.1 (edit man/sections.roff or src/cli.rs, \
          then regenerate with {REGENERATE}):\n  {}",
         missing.join("\n  ")
     );
@@ -511,7 +511,7 @@ fn man_page_names_every_flag_variable_and_exit_status() {
             missing.push(format!("exit status {code} (an entry under EXIT STATUS)"));
         }
     }
-    assert_none_missing("undocumented", &missing);
+    assert_none_missing(&missing);
 }
 
 /// Every field name in a JSON value, nested ones (in arrays too) included.
@@ -621,10 +621,12 @@ fn man_page_names_every_status_json_field_and_redis_key() {
     for suffix in &forms {
         let tag = format!("\\fIP\\fR{{\\fIname\\fR}}{}", roff_escaped(suffix));
         if !has_entry(&section, &tag) {
-            missing.push(format!("Redis key P{{name}}{suffix} (an entry under REDIS KEYS)"));
+            missing.push(format!(
+                "Redis key P{{name}}{suffix} (an entry under REDIS KEYS)"
+            ));
         }
     }
-    assert_none_missing("undocumented", &missing);
+    assert_none_missing(&missing);
 }
 
 // --- README and the other Markdown files: only what they must have ---
@@ -644,7 +646,13 @@ fn quick_start() -> Vec<String> {
         .expect("the quick start has a ```sh block");
     block
         .lines()
-        .map(|line| line.split(" #").next().unwrap_or_default().trim().to_owned())
+        .map(|line| {
+            line.split(" #")
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        })
         .filter(|line| !line.is_empty())
         .collect()
 }
@@ -800,7 +808,11 @@ fn markdown_links_point_to_files_and_headings_that_exist() {
             }
         }
     }
-    assert!(broken.is_empty(), "broken links:\n  {}", broken.join("\n  "));
+    assert!(
+        broken.is_empty(),
+        "broken links:\n  {}",
+        broken.join("\n  ")
+    );
 }
 
 /// The Debian package carries the design and guarantees that the man page
