@@ -9,7 +9,7 @@
 //! every match that reached `compadd`. fish answers `complete -C LINE`.
 //!
 //! bash, bash-completion and zsh must be installed: a missing one fails the
-//! test with what to install (`.ci/run` installs them). fish is optional: without
+//! test with what to install (`scripts/test` installs them). fish is optional: without
 //! it only the generated text is checked.
 
 use std::io::Read;
@@ -36,7 +36,7 @@ fn required(program: &str, package: &str) -> PathBuf {
     on_path(program).unwrap_or_else(|| {
         panic!(
             "{program} is not installed; the completion tests need it: \
-             apt-get install {package} (.ci/run installs it)"
+             apt-get install {package} (scripts/test installs it)"
         )
     })
 }
@@ -118,7 +118,7 @@ fn bash_completes_subcommands_flags_and_the_command_after_double_dash() {
     assert!(
         Path::new(BASH_COMPLETION).is_file(),
         "{BASH_COMPLETION} is missing; the completion tests need it: \
-         apt-get install bash-completion (.ci/run installs it)"
+         apt-get install bash-completion (scripts/test installs it)"
     );
     check("bash with bash-completion", EMPTY_LISTS_FILES, |line| {
         bash(line, true)

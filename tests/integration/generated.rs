@@ -12,10 +12,15 @@
 //!
 //!     LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated
 //!
-//! The other tests here keep the hand-written documentation honest: README
-//! and man page name every flag, environment variable, exit status and
-//! `status --json` field; the command lines in the examples are accepted by
-//! lockrun; and the systemd example passes `systemd-analyze verify`.
+//! The other tests here keep the hand-written documentation honest. The man
+//! page is the reference: it names every flag, subcommand, environment
+//! variable, exit status, `status --json` field and Redis key (the fields and
+//! keys as a live run shows them). README is only held to what it must have:
+//! a two-command quick start whose test command is the one `.ci/run` runs, at
+//! most 250 lines; links between the Markdown files lead to files and
+//! headings that exist, and the Debian package ships `docs/`. The command
+//! lines in the examples are accepted by lockrun, and the systemd example
+//! passes `systemd-analyze verify`.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -391,7 +396,7 @@ complete -c lockrun -n __fish_lockrun_after_double_dash -f -a '(__fish_lockrun_c
 "#
 }
 
-// --- The hand-written documentation names everything the code has ---
+// --- The man page is the reference: it names everything the code has ---
 
 fn every_command() -> Vec<clap::Command> {
     let mut cmd = lockrun::cli::command();
@@ -442,44 +447,71 @@ const EXIT_CODES: [u8; 8] = {
     ]
 };
 
+/// `text` as roff writes it: every `-` escaped.
+fn roff_escaped(text: &str) -> String {
+    text.replace('-', "\\-")
+}
+
+/// The body of the man page's section `.SH NAME` (quoted or not), up to the
+/// next `.SH`; empty when there is none.
+fn man_section(page: &str, name: &str) -> String {
+    let mut body = String::new();
+    let mut inside = false;
+    for line in page.lines() {
+        if let Some(heading) = line.strip_prefix(".SH ") {
+            inside = heading.trim_matches('"') == name;
+            continue;
+        }
+        if inside {
+            body += line;
+            body.push('\n');
+        }
+    }
+    body
+}
+
+/// `.TP` entries whose tag line is `tag`: how the man page lists an item.
+fn has_entry(section: &str, tag: &str) -> bool {
+    section.contains(&format!(".TP\n{tag}\n"))
+}
+
+fn assert_none_missing(missing: &[String]) {
+    assert!(
+        missing.is_empty(),
+        "missing from man/lockrun.1 (edit man/sections.roff or src/cli.rs, \
+         then regenerate with {REGENERATE}):\n  {}",
+        missing.join("\n  ")
+    );
+}
+
 #[test]
-fn readme_and_man_page_name_every_flag_variable_and_exit_status() {
-    let readme = read("README.md");
-    let man = read("man/sections.roff");
+fn man_page_names_every_flag_variable_and_exit_status() {
+    let page = read("man/lockrun.1");
     let (flags, vars) = flags_and_variables();
     let mut missing = Vec::new();
     for flag in &flags {
-        if !readme.contains(&format!("`{flag}")) {
-            missing.push(format!("README.md: flag {flag}"));
+        if !page.contains(&format!("\\fB{}\\fR", roff_escaped(flag))) {
+            missing.push(format!("flag {flag}"));
         }
     }
+    let environment = man_section(&page, "ENVIRONMENT");
     for var in &vars {
-        if !readme.contains(var.as_str()) {
-            missing.push(format!("README.md: variable {var}"));
-        }
-        if !man.contains(&format!("\\fB{var}\\fR")) {
-            missing.push(format!("man/sections.roff: variable {var}"));
+        if !has_entry(&environment, &format!("\\fB{var}\\fR")) {
+            missing.push(format!("variable {var} (an entry under ENVIRONMENT)"));
         }
     }
     for sub in every_command().iter().skip(1) {
-        if !readme.contains(&format!("lockrun {}", sub.get_name())) {
-            missing.push(format!("README.md: subcommand {}", sub.get_name()));
+        if !page.contains(&format!(".SS \"lockrun {}\"\n", sub.get_name())) {
+            missing.push(format!("subcommand {}", sub.get_name()));
         }
     }
+    let exit_status = man_section(&page, "EXIT STATUS");
     for code in EXIT_CODES {
-        // A row of the exit status table in each.
-        if !readme.contains(&format!("\n| {code} ")) {
-            missing.push(format!("README.md: exit status {code}"));
-        }
-        if !man.contains(&format!(".TP\n{code}\n")) {
-            missing.push(format!("man/sections.roff: exit status {code}"));
+        if !has_entry(&exit_status, &code.to_string()) {
+            missing.push(format!("exit status {code} (an entry under EXIT STATUS)"));
         }
     }
-    assert!(
-        missing.is_empty(),
-        "undocumented:\n  {}",
-        missing.join("\n  ")
-    );
+    assert_none_missing(&missing);
 }
 
 /// Every field name in a JSON value, nested ones (in arrays too) included.
@@ -500,59 +532,304 @@ fn field_names(value: &serde_json::Value, names: &mut BTreeSet<String>) {
     }
 }
 
+/// `lockrun status --json` on these servers, parsed.
+fn status_json(servers: &[Server], name: &str, code: i32) -> serde_json::Value {
+    let ran = Lockrun::on_all(servers)
+        .subcommand("status")
+        .key(name)
+        .arg("--json")
+        .run();
+    assert_eq!(ran.code, Some(code), "lockrun status: {}", ran.stderr);
+    serde_json::from_str(&ran.stdout).expect("one JSON object")
+}
+
+/// Runs lockrun so that every field of `status --json` shows and every key
+/// and channel a lock can have exists: a holder, and a waiter with
+/// `--supersede` that listens for its wake-up; then the same status over a
+/// quorum of three servers. Checks the man page against what it saw: each
+/// JSON field in bold, each key (`P{name}:suffix`) an entry under REDIS KEYS.
 #[test]
-fn readme_and_man_page_name_every_status_json_field() {
+fn man_page_names_every_status_json_field_and_redis_key() {
     let redis = Server::start();
     let mut holder = redis.lockrun("job").command(["sleep", "60"]).hold();
-    // A waiter, so that the fields of the waiters' entries show too.
     let mut waiter = redis
         .lockrun("job")
-        .args(["--wait", "1m"])
+        .args(["--wait", "1m", "--supersede"])
         .command(["true"])
         .spawn();
-    let status = || {
-        let ran = redis
-            .lockrun("job")
-            .subcommand("status")
-            .arg("--json")
-            .run();
-        assert_eq!(ran.code, Some(0), "held: {}", ran.stderr);
-        serde_json::from_str::<serde_json::Value>(&ran.stdout).expect("one JSON object")
+    let channels = || -> Vec<String> {
+        redis
+            .query(redis::cmd("PUBSUB").arg("CHANNELS").arg("*"))
+            .expect("PUBSUB CHANNELS")
     };
-    let mut json = status();
+    let mut json = serde_json::Value::Null;
     assert!(
         eventually(PATIENCE, || {
-            json = status();
-            json["waiters"].as_array().is_some_and(|w| !w.is_empty())
+            json = status_json(std::slice::from_ref(&redis), "job", 0);
+            json["waiters"].as_array().is_some_and(|w| !w.is_empty()) && !channels().is_empty()
         }),
-        "the waiter never showed: {json}"
+        "the waiter never showed, listening: {json}"
     );
+    let keys = redis.keys();
+    let channels = channels();
     holder.run.signal(nix::sys::signal::Signal::SIGTERM);
     holder.run.wait();
     waiter.wait();
 
     let mut names = BTreeSet::new();
     field_names(&json, &mut names);
-    assert!(
-        names.contains("fencing_token") && names.contains("waited_ms"),
-        "holder and waiter fields present: {names:?}"
-    );
-    let readme = read("README.md");
-    let man = read("man/sections.roff");
+    let quorum: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    field_names(&status_json(&quorum, "job", 1), &mut names);
+    for expected in ["fencing_token", "waited_ms", "members", "reachable"] {
+        assert!(names.contains(expected), "{expected} in {names:?}");
+    }
+
+    let page = read("man/lockrun.1");
     let mut missing = Vec::new();
     for name in &names {
-        if !readme.contains(&format!("`{name}`")) {
-            missing.push(format!("README.md: {name}"));
+        if !page.contains(&format!("\\fB{}\\fR", roff_escaped(name))) {
+            missing.push(format!("status --json field {name}"));
         }
-        if !man.contains(&format!("\\fB{name}\\fR")) {
-            missing.push(format!("man/sections.roff: {name}"));
+    }
+    // Keys and channels as the man page writes them: prefix P, lock name
+    // and a waiter's token in italics.
+    let lock = "lockrun:{job}";
+    let mut forms = BTreeSet::new();
+    for key in &keys {
+        let suffix = key
+            .strip_prefix(lock)
+            .unwrap_or_else(|| panic!("a key of lock job: {key}"));
+        forms.insert(suffix.to_owned());
+    }
+    for channel in &channels {
+        let suffix = channel
+            .strip_prefix(&format!("{lock}:wake:"))
+            .map(|_| ":wake:\\fItoken\\fR")
+            .unwrap_or_else(|| panic!("a wake-up channel of lock job: {channel}"));
+        forms.insert(suffix.to_owned());
+    }
+    assert!(
+        forms.len() >= 8,
+        "the lease, its holder, the fence, the line's keys and a channel: {forms:?}"
+    );
+    let section = man_section(&page, "REDIS KEYS");
+    for suffix in &forms {
+        let tag = format!("\\fIP\\fR{{\\fIname\\fR}}{}", roff_escaped(suffix));
+        if !has_entry(&section, &tag) {
+            missing.push(format!(
+                "Redis key P{{name}}{suffix} (an entry under REDIS KEYS)"
+            ));
+        }
+    }
+    assert_none_missing(&missing);
+}
+
+// --- README and the other Markdown files: only what they must have ---
+
+/// The commands in README's quick start: the first ```sh block under
+/// `## Quick start`, without comments.
+fn quick_start() -> Vec<String> {
+    let readme = read("README.md");
+    let section = readme
+        .split("\n## ")
+        .find(|part| part.starts_with("Quick start\n"))
+        .expect("README.md has a `## Quick start` section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the quick start has a ```sh block");
+    block
+        .lines()
+        .map(|line| {
+            line.split(" #")
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned()
+        })
+        .filter(|line| !line.is_empty())
+        .collect()
+}
+
+/// The quick start is two commands: one runs lockrun, the other the tests,
+/// with the same command that CI runs (`.ci/run`), a bash script that
+/// installs what the tests need and then runs `cargo test`.
+#[test]
+fn readme_quick_start_runs_lockrun_and_the_ci_test_command() {
+    let commands = quick_start();
+    assert_eq!(commands.len(), 2, "two commands: {commands:?}");
+    assert_eq!(commands[0], "bash examples/quickstart.sh");
+    let test = &commands[1];
+    let ci = read(".ci/run");
+    assert!(
+        ci.lines().any(|line| line.trim() == test),
+        ".ci/run runs the README's test command {test:?} on a line of its own"
+    );
+    let script = test.split_whitespace().last().expect("a script");
+    let text = read(script);
+    assert!(
+        text.starts_with("#!/usr/bin/env bash\n")
+            && text.contains("\nset -euo pipefail\n")
+            && text.trim_end().ends_with("exec cargo test \"$@\""),
+        "{script}: a bash script under set -euo pipefail that ends by running cargo test"
+    );
+    for file in ["examples/quickstart.sh", script] {
+        let mode = fs::metadata(repo().join(file)).expect("stat").permissions();
+        assert!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o111 != 0,
+            "{file} is executable"
+        );
+        let syntax = Command::new("bash")
+            .arg("-n")
+            .arg(repo().join(file))
+            .output()
+            .expect("bash -n");
+        assert!(
+            syntax.status.success(),
+            "bash -n {file}: {}",
+            String::from_utf8_lossy(&syntax.stderr)
+        );
+    }
+    // Each package the tests need is installed by the test command.
+    for package in [
+        "redis-server",
+        "redis-tools",
+        "openssl",
+        "bsdutils",
+        "bash-completion",
+        "zsh",
+        "fish",
+        "postgresql",
+        "postgresql-client",
+    ] {
+        assert!(
+            text.contains(&format!("need {package} ")),
+            "{script} installs {package} when it is missing"
+        );
+    }
+}
+
+#[test]
+fn readme_stays_short() {
+    let lines = read("README.md").lines().count();
+    assert!(
+        lines <= 250,
+        "README.md has {lines} lines; the reference belongs in man/sections.roff, \
+         the design in docs/, development in CONTRIBUTING.md"
+    );
+}
+
+/// The Markdown files of the documentation.
+fn markdown_files() -> Vec<String> {
+    let mut files: Vec<String> = [
+        "README.md",
+        "CONTRIBUTING.md",
+        "BENCHMARKS.md",
+        "examples/postgres-fencing/README.md",
+    ]
+    .map(String::from)
+    .into();
+    for entry in fs::read_dir(repo().join("docs")).expect("docs/") {
+        let name = entry.expect("docs/ entry").file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".md") {
+            files.push(format!("docs/{name}"));
+        }
+    }
+    files
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation other than `-`
+/// and `_` dropped, spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+fn anchors(markdown: &str) -> BTreeSet<String> {
+    let mut fenced = false;
+    let mut found = BTreeSet::new();
+    for line in markdown.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced && line.starts_with('#') {
+            found.insert(anchor(line.trim_start_matches('#')));
+        }
+    }
+    found
+}
+
+/// Every relative link `](target)` in `markdown`.
+fn relative_links(markdown: &str) -> Vec<String> {
+    markdown
+        .split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .filter(|target| !target.contains("://") && !target.starts_with("mailto:"))
+        .map(String::from)
+        .collect()
+}
+
+/// Links between the documentation's files lead somewhere: the file exists,
+/// and a `#section` is a heading there.
+#[test]
+fn markdown_links_point_to_files_and_headings_that_exist() {
+    let mut broken = Vec::new();
+    for file in markdown_files() {
+        let text = read(&file);
+        let dir = Path::new(&file).parent().unwrap_or(Path::new(""));
+        for link in relative_links(&text) {
+            let (path, section) = link.split_once('#').unwrap_or((&link, ""));
+            let target = if path.is_empty() {
+                PathBuf::from(&file)
+            } else {
+                dir.join(path)
+            };
+            if !repo().join(&target).exists() {
+                broken.push(format!("{file}: ({link}): no {}", target.display()));
+                continue;
+            }
+            if !section.is_empty() {
+                let target_text = fs::read_to_string(repo().join(&target)).unwrap_or_default();
+                if !anchors(&target_text).contains(section) {
+                    broken.push(format!("{file}: ({link}): no such heading"));
+                }
+            }
         }
     }
     assert!(
-        missing.is_empty(),
-        "status --json fields undocumented:\n  {}",
-        missing.join("\n  ")
+        broken.is_empty(),
+        "broken links:\n  {}",
+        broken.join("\n  ")
     );
+}
+
+/// The Debian package carries the design and guarantees that the man page
+/// points to, under /usr/share/doc/lockrun/docs/, where README's links find
+/// them.
+#[test]
+fn debian_package_ships_the_docs() {
+    let manifest = read("Cargo.toml");
+    for file in markdown_files()
+        .into_iter()
+        .filter(|f| f.starts_with("docs/"))
+    {
+        let asset = format!("[\"{file}\", \"usr/share/doc/lockrun/docs/\", \"644\"]");
+        assert!(
+            manifest.contains(&asset),
+            "Cargo.toml [package.metadata.deb] assets: {asset}"
+        );
+    }
+    let man = read("man/sections.roff");
+    for file in ["docs/design.md", "docs/guarantees.md"] {
+        assert!(man.contains(file), "man/sections.roff points to {file}");
+    }
 }
 
 // --- The examples ---

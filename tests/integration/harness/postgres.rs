@@ -72,7 +72,9 @@ impl PostgresServer {
             .args(["-U", "postgres", "-A", "trust", "-E", "UTF8"])
             .args(["--no-locale", "--no-sync"])
             .status()
-            .expect("initdb must be installed: Debian's postgresql package (.ci/run installs it)");
+            .expect(
+                "initdb must be installed: Debian's postgresql package (scripts/test installs it)",
+            );
         assert!(initdb.success(), "initdb failed: {}", read(&log));
 
         let log = dir.path().join("postgres.log");
@@ -83,7 +85,7 @@ impl PostgresServer {
             .arg(dir.path())
             .args(["-p", PORT, "-c", "listen_addresses=", "-F"])
             .spawn()
-            .expect("postgres must be installed (.ci/run installs it)");
+            .expect("postgres must be installed (scripts/test installs it)");
         let url = format!(
             "postgresql:///postgres?host={}&port={PORT}&user=postgres",
             dir.path().display()
@@ -122,7 +124,7 @@ impl PostgresServer {
         let output = Command::new("psql")
             .args([self.url(), "-X", "-Atq", "-v", "ON_ERROR_STOP=1", "-c", sql])
             .output()
-            .expect("psql must be installed: postgresql-client (.ci/run installs it)");
+            .expect("psql must be installed: postgresql-client (scripts/test installs it)");
         assert!(
             output.status.success(),
             "psql failed: {}",

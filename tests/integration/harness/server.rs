@@ -107,7 +107,7 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed (.ci/run installs it)");
+            .expect("redis-server must be installed (scripts/test installs it)");
         self.process = Some(process);
         let ready = eventually(PATIENCE, || match (&self.socket, self.port) {
             (Some(socket), _) => UnixStream::connect(socket).is_ok(),
