@@ -2,8 +2,11 @@
 //! signals, follow terminal stops, reap the orphans it leaves, and stop the
 //! command when the lease can no longer be proven or `--timeout` passes.
 
+use std::fmt;
+use std::future::Future;
 use std::io;
 use std::process::ExitStatus;
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
@@ -11,6 +14,7 @@ use crate::child::Child;
 use crate::clock::{self, show, BootInstant};
 use crate::lease::{Lease, Loss, Timing};
 use crate::quorum::Locks;
+use crate::redis_conn::RedisError;
 use crate::report::Report;
 use crate::signals::Signals;
 
@@ -197,10 +201,42 @@ impl Stopping {
     }
 }
 
+/// What `keep_lease` needs of a lock: a seam, so that the keeper's timing
+/// can be tested against scripted answers on paused time.
+pub(crate) trait Renew {
+    type Error: fmt::Display;
+
+    /// Extends the lease to `ttl` from now: `Ok(false)` when the key no
+    /// longer holds this run's token.
+    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, Self::Error>>;
+
+    /// The name given to `--key`, for the operator's messages.
+    fn name(&self) -> &str;
+
+    /// The Redis key, for --verbose.
+    fn redis_key(&self) -> &str;
+}
+
+impl Renew for Locks {
+    type Error = RedisError;
+
+    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, RedisError>> {
+        Locks::renew(self, ttl)
+    }
+
+    fn name(&self) -> &str {
+        &self.keys().name
+    }
+
+    fn redis_key(&self) -> &str {
+        &self.keys().lock
+    }
+}
+
 /// Renews the lease every `renew_every`, retrying failures while time
 /// remains. Returns only when the lease is lost for good.
-async fn keep_lease(
-    lock: &mut Locks,
+async fn keep_lease<L: Renew>(
+    lock: &mut L,
     lease: &Lease,
     acquired: BootInstant,
     timing: Timing,
@@ -220,9 +256,9 @@ async fn keep_lease(
                 lease.extend_to(timing.deadline_after(sent));
                 next = sent + timing.renew_every;
                 if std::mem::take(&mut failing) {
-                    report.error(format_args!("renewed {} again", lock.keys().name));
+                    report.error(format_args!("renewed {} again", lock.name()));
                 } else {
-                    report.verbose(format_args!("renewed {}", lock.keys().lock));
+                    report.verbose(format_args!("renewed {}", lock.redis_key()));
                 }
             }
             Ok(false) => return Loss::TokenGone,
@@ -233,7 +269,7 @@ async fn keep_lease(
                     .saturating_sub(timing.kill_grace);
                 let message = format!(
                     "cannot renew {} ({err}); retrying for {} before stopping the command",
-                    lock.keys().name,
+                    lock.name(),
                     show(left)
                 );
                 if std::mem::replace(&mut failing, true) {
