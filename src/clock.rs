@@ -130,6 +130,17 @@ pub(crate) fn at(since_boot: Duration) -> BootInstant {
 }
 
 #[cfg(test)]
+impl BootInstant {
+    /// How long after `earlier` this is; tests state their timelines this
+    /// way.
+    pub(crate) fn since(self, earlier: BootInstant) -> Duration {
+        self.0
+            .checked_sub(earlier.0)
+            .expect("a test timeline runs forward")
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
