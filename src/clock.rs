@@ -160,6 +160,36 @@ mod tests {
         assert_eq!(far - Duration::MAX, BootInstant(Duration::ZERO));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn under_paused_time_the_boot_clock_moves_only_with_tokio() {
+        let start = BootInstant::now();
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(BootInstant::now(), start);
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        assert_eq!(BootInstant::now(), start + Duration::from_millis(1_500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sleeps_in_slices_end_exactly_at_the_moment() {
+        let start = BootInstant::now();
+        let mut when = start;
+        for ms in [1, 249, 250, 251, 1_234, 3_600_000] {
+            when = start + Duration::from_millis(ms);
+            sleep_until(when).await;
+            assert_eq!(BootInstant::now(), when);
+        }
+        // A moment already passed does not wait at all.
+        sleep_until(start).await;
+        assert_eq!(BootInstant::now(), when);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_to_wake_for_sleeps_forever() {
+        let forever = sleep_until_some(None);
+        let waited = tokio::time::timeout(Duration::from_secs(86_400), forever).await;
+        assert!(waited.is_err());
+    }
+
     #[test]
     fn durations_show_compactly() {
         assert_eq!(show(Duration::from_millis(1500)), "1s500ms");

@@ -492,7 +492,10 @@ mod tests {
             // lockrun was stopped or the machine slept: the keeper ran no
             // more until well past the deadline.
             tokio::time::advance(ms(10_000)).await;
-            keeper.await
+            // Bounded, so that a keeper that renews on fails rather than hangs.
+            tokio::time::timeout(ms(60_000), keeper)
+                .await
+                .expect("the keeper gives up")
         };
         assert_eq!(loss, Loss::Lapsed);
         assert_eq!(since(t0, BootInstant::now()), 10_500);
