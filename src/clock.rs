@@ -20,13 +20,30 @@ const SLICE: Duration = Duration::from_millis(250);
 pub(crate) struct BootInstant(Duration);
 
 impl BootInstant {
+    #[cfg(not(test))]
     pub(crate) fn now() -> Self {
-        let ts = clock_gettime(ClockId::CLOCK_BOOTTIME)
-            .expect("CLOCK_BOOTTIME exists on every Linux since 2.6.39");
-        // The clock starts at boot, so neither field is negative.
-        let secs = u64::try_from(ts.tv_sec()).unwrap_or(0);
-        let nanos = u32::try_from(ts.tv_nsec()).unwrap_or(0);
-        BootInstant(Duration::new(secs, nanos))
+        BootInstant(since_boot())
+    }
+
+    /// In unit tests the boot clock follows tokio's clock, so that a test
+    /// under `tokio::time::pause` decides when time passes and renewals,
+    /// retries and deadlines can be checked to the millisecond without
+    /// waiting for them. The release binary, and the integration tests that
+    /// run it, read CLOCK_BOOTTIME as above: a suspend must count there.
+    #[cfg(test)]
+    pub(crate) fn now() -> Self {
+        use std::sync::OnceLock;
+        use std::time::Instant;
+        // Taken once for the whole process: tests on separate runtimes, paused
+        // or not, then map their clocks the same way, and one that starts
+        // before the anchor was taken still gets the instants it should.
+        static ANCHOR: OnceLock<(Duration, Instant)> = OnceLock::new();
+        let &(boot, anchor) = ANCHOR.get_or_init(|| (since_boot(), Instant::now()));
+        let now = tokio::time::Instant::now().into_std();
+        BootInstant(match now.checked_duration_since(anchor) {
+            Some(after) => boot + after,
+            None => boot.saturating_sub(anchor - now),
+        })
     }
 
     /// Time left until `self`, zero when it has passed.
@@ -57,6 +74,16 @@ impl Sub<Duration> for BootInstant {
     fn sub(self, rhs: Duration) -> BootInstant {
         BootInstant(self.0.saturating_sub(rhs))
     }
+}
+
+/// The time since boot, suspends included.
+fn since_boot() -> Duration {
+    let ts = clock_gettime(ClockId::CLOCK_BOOTTIME)
+        .expect("CLOCK_BOOTTIME exists on every Linux since 2.6.39");
+    // The clock starts at boot, so neither field is negative.
+    let secs = u64::try_from(ts.tv_sec()).unwrap_or(0);
+    let nanos = u32::try_from(ts.tv_nsec()).unwrap_or(0);
+    Duration::new(secs, nanos)
 }
 
 /// Sleeps until `when` on the boot clock (see the module comment for why it
@@ -103,6 +130,17 @@ pub(crate) fn at(since_boot: Duration) -> BootInstant {
 }
 
 #[cfg(test)]
+impl BootInstant {
+    /// How long after `earlier` this is; tests state their timelines this
+    /// way.
+    pub(crate) fn since(self, earlier: BootInstant) -> Duration {
+        self.0
+            .checked_sub(earlier.0)
+            .expect("a test timeline runs forward")
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -120,6 +158,36 @@ mod tests {
         assert_eq!(far, BootInstant(Duration::MAX));
         assert!(!far.has_passed());
         assert_eq!(far - Duration::MAX, BootInstant(Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn under_paused_time_the_boot_clock_moves_only_with_tokio() {
+        let start = BootInstant::now();
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(BootInstant::now(), start);
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        assert_eq!(BootInstant::now(), start + Duration::from_millis(1_500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sleeps_in_slices_end_exactly_at_the_moment() {
+        let start = BootInstant::now();
+        let mut when = start;
+        for ms in [1, 249, 250, 251, 1_234, 3_600_000] {
+            when = start + Duration::from_millis(ms);
+            sleep_until(when).await;
+            assert_eq!(BootInstant::now(), when);
+        }
+        // A moment already passed does not wait at all.
+        sleep_until(start).await;
+        assert_eq!(BootInstant::now(), when);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_to_wake_for_sleeps_forever() {
+        let forever = sleep_until_some(None);
+        let waited = tokio::time::timeout(Duration::from_secs(86_400), forever).await;
+        assert!(waited.is_err());
     }
 
     #[test]

@@ -132,6 +132,38 @@ mod tests {
     }
 
     #[test]
+    fn retries_come_four_times_a_period_but_not_too_fast() {
+        assert_eq!(timing(30_000).retry_delay(), Duration::from_millis(2_500));
+        assert_eq!(timing(3_000).retry_delay(), Duration::from_millis(250));
+        // renew_every 33 ms: a quarter would hammer a struggling server.
+        assert_eq!(timing(100).retry_delay(), Duration::from_millis(20));
+    }
+
+    #[test]
+    fn a_lease_needs_a_period_a_redis_call_a_grace_and_the_drift() {
+        // 10 s + 3 s + 7.5 s + 302 ms.
+        assert_eq!(timing(30_000).needed(), Duration::from_millis(20_802));
+        let t = timing(30_000);
+        assert!(t.needed() < t.ttl);
+        // What `needed() < ttl` promises: a renewal that took the whole
+        // redis_timeout and failed still leaves the kill grace before the
+        // deadline the previous one proved.
+        let sent = at(Duration::from_secs(100));
+        let next_try = sent + t.renew_every + t.redis_timeout;
+        assert!(next_try + t.kill_grace < t.deadline_after(sent));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_lapses_at_its_deadline_and_not_before() {
+        let ms = Duration::from_millis;
+        let lease = Lease::new(BootInstant::now() + ms(1_000));
+        tokio::time::advance(ms(999)).await;
+        assert!(!lease.has_lapsed());
+        tokio::time::advance(ms(1)).await;
+        assert!(lease.has_lapsed());
+    }
+
+    #[test]
     fn lease_never_moves_back() {
         let lease = Lease::new(at(Duration::from_secs(10)));
         lease.extend_to(at(Duration::from_secs(5)));

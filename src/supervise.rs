@@ -2,15 +2,18 @@
 //! signals, follow terminal stops, reap the orphans it leaves, and stop the
 //! command when the lease can no longer be proven or `--timeout` passes.
 
+use std::fmt;
+use std::future::Future;
 use std::io;
 use std::process::ExitStatus;
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
 use crate::child::Child;
 use crate::clock::{self, show, BootInstant};
 use crate::lease::{Lease, Loss, Timing};
-use crate::lock::Lock;
+use crate::lock::{Lock, LockError};
 use crate::report::Report;
 use crate::signals::Signals;
 
@@ -197,10 +200,42 @@ impl Stopping {
     }
 }
 
+/// What `keep_lease` needs of a lock: a seam, so that the keeper's timing
+/// can be tested against scripted answers on paused time.
+pub(crate) trait Renew {
+    type Error: fmt::Display;
+
+    /// Extends the lease to `ttl` from now: `Ok(false)` when the key no
+    /// longer holds this run's token.
+    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, Self::Error>>;
+
+    /// The name given to `--key`, for the operator's messages.
+    fn name(&self) -> &str;
+
+    /// The Redis key, for --verbose.
+    fn redis_key(&self) -> &str;
+}
+
+impl Renew for Lock {
+    type Error = LockError;
+
+    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, LockError>> {
+        Lock::renew(self, ttl)
+    }
+
+    fn name(&self) -> &str {
+        &self.keys().name
+    }
+
+    fn redis_key(&self) -> &str {
+        &self.keys().lock
+    }
+}
+
 /// Renews the lease every `renew_every`, retrying failures while time
 /// remains. Returns only when the lease is lost for good.
-async fn keep_lease(
-    lock: &mut Lock,
+async fn keep_lease<L: Renew>(
+    lock: &mut L,
     lease: &Lease,
     acquired: BootInstant,
     timing: Timing,
@@ -220,9 +255,9 @@ async fn keep_lease(
                 lease.extend_to(timing.deadline_after(sent));
                 next = sent + timing.renew_every;
                 if std::mem::take(&mut failing) {
-                    report.error(format_args!("renewed {} again", lock.keys().name));
+                    report.error(format_args!("renewed {} again", lock.name()));
                 } else {
-                    report.verbose(format_args!("renewed {}", lock.keys().lock));
+                    report.verbose(format_args!("renewed {}", lock.redis_key()));
                 }
             }
             Ok(false) => return Loss::TokenGone,
@@ -233,7 +268,7 @@ async fn keep_lease(
                     .saturating_sub(timing.kill_grace);
                 let message = format!(
                     "cannot renew {} ({err}); retrying for {} before stopping the command",
-                    lock.keys().name,
+                    lock.name(),
                     show(left)
                 );
                 if std::mem::replace(&mut failing, true) {
@@ -248,31 +283,4 @@ async fn keep_lease(
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    #[test]
-    fn a_moment_already_acted_on_is_never_a_wake() {
-        let s = Duration::from_secs(1);
-        let now = BootInstant::now() + 100 * s;
-        let timing = Timing {
-            ttl: 12 * s,
-            renew_every: 4 * s,
-            redis_timeout: s,
-            kill_grace: 2 * s,
-        };
-        let deadline = now + 10 * s;
-        let mut stopping = Stopping::new(timing, Some(now + 3 * s));
-        assert_eq!(stopping.next_wake(deadline), Some(now + 3 * s));
-
-        // SIGTERM went out when the timeout passed: only SIGKILL is left.
-        stopping.reason = Some(Stop::TimedOut);
-        stopping.kill_at = Some(now + 5 * s);
-        assert_eq!(stopping.next_wake(deadline), Some(now + 5 * s));
-
-        stopping.killed = true;
-        assert_eq!(stopping.next_wake(deadline), None);
-    }
-}
+mod tests;
