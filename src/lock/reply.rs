@@ -3,26 +3,26 @@
 //! 'fence', 7, ...}`), so that a field a script adds cannot shift another,
 //! and a script stopped by `lock/guard.lua` says so the same way for all.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::{FromRedisValue, ParsingError, Value};
 
 use super::records::{Holder, Taken};
 
-/// A reply's fields by name.
-pub(super) struct Fields(HashMap<String, Value>);
+/// A reply's fields by name. A handful each: a search is cheaper than a
+/// hash map.
+pub(super) struct Fields(Vec<(String, Value)>);
 
 impl Fields {
     fn parse(reply: Value) -> Result<Fields, ParsingError> {
-        let pairs: Vec<(String, Value)> = FromRedisValue::from_redis_value(reply)?;
-        Ok(Fields(pairs.into_iter().collect()))
+        FromRedisValue::from_redis_value(reply).map(Fields)
     }
 
     fn get<T: FromRedisValue>(&self, name: &str) -> Result<T, ParsingError> {
-        let value = self
+        let (_, value) = self
             .0
-            .get(name)
+            .iter()
+            .find(|(field, _)| field == name)
             .ok_or_else(|| ParsingError::from(format!("no field {name:?}")))?;
         T::from_redis_value_ref(value)
     }
