@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 
 use wait_timeout::ChildExt;
 
-use crate::generated::on_path;
+use crate::docs::on_path;
 use crate::harness::{scratch, PATIENCE};
 
 /// A file in the directory where completion runs: completing a flag's value
