@@ -14,6 +14,7 @@ use crate::error::Error;
 
 mod usage;
 use crate::lock::ReplicaAcks;
+use crate::report::Format;
 use crate::wait::Wait;
 
 const ABOUT: &str = "Run a command under a distributed lock held in Redis";
@@ -207,6 +208,21 @@ pub(crate) struct RunArgs {
     #[arg(short, long)]
     pub(crate) verbose: bool,
 
+    /// How lockrun writes its lines on stderr: text or json
+    ///
+    /// json writes each line as one JSON object: ts, level, event, key, host,
+    /// pid, message (the text line) and the event's own fields (see LOG
+    /// FORMAT in lockrun(1)). The same lines as text: --quiet and --verbose
+    /// choose which.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        env = "LOCKRUN_LOG_FORMAT",
+        default_value = "text",
+        value_parser = log_format_parser()
+    )]
+    pub(crate) log_format: Format,
+
     /// The command to run and its arguments, after `--`
     ///
     /// Run directly, without a shell, in a process group of its own. It gets
@@ -321,6 +337,14 @@ fn parse_replica_acks(text: &str) -> Result<ReplicaAcks, String> {
         .map_err(|_| "write a number of replicas, or all".to_owned())
 }
 
+fn log_format_parser() -> impl clap::builder::TypedValueParser<Value = Format> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(["text", "json"]).map(|format| match &*format {
+        "json" => Format::Json,
+        _ => Format::Text,
+    })
+}
+
 fn parse_wait(text: &str) -> Result<Wait, String> {
     if text.eq_ignore_ascii_case("forever") {
         Ok(Wait::Forever)
@@ -343,6 +367,34 @@ pub(crate) fn parse() -> Result<Option<Cli>, Error> {
             let args: Vec<_> = std::env::args_os().collect();
             Err(Error::Usage(usage::one_line(&err, &args)))
         }
+    }
+}
+
+/// Whether lockrun was asked for JSON lines, as far as a command line that
+/// clap refused can tell: the last `--log-format` before `--`, else
+/// LOCKRUN_LOG_FORMAT. Only for the usage error that ends such a line.
+pub(crate) fn log_format_hint() -> Format {
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    format_in(&args, std::env::var("LOCKRUN_LOG_FORMAT").ok())
+}
+
+fn format_in(args: &[OsString], env: Option<String>) -> Format {
+    let mut format = env;
+    let mut words = args
+        .iter()
+        .map(|arg| arg.to_string_lossy())
+        .take_while(|arg| arg != "--");
+    while let Some(arg) = words.next() {
+        if arg == "--log-format" {
+            format = words.next().map(String::from);
+        } else if let Some(value) = arg.strip_prefix("--log-format=") {
+            format = Some(value.to_owned());
+        }
+    }
+    if format.as_deref() == Some("json") {
+        Format::Json
+    } else {
+        Format::Text
     }
 }
 
@@ -384,6 +436,29 @@ mod tests {
             .expect("valid command line");
         assert_eq!(cli.run.key.as_deref(), Some("job"));
         assert_eq!(cli.run.command, ["echo", "-k", "x"]);
+    }
+
+    #[test]
+    fn a_refused_command_line_still_tells_its_log_format() {
+        let args = |words: &[&str]| words.iter().map(OsString::from).collect::<Vec<_>>();
+        let json = Some("json".to_owned());
+        assert_eq!(
+            format_in(&args(&["--bogus", "--log-format", "json"]), None),
+            Format::Json
+        );
+        assert_eq!(
+            format_in(&args(&["--log-format=json", "-k"]), None),
+            Format::Json
+        );
+        assert_eq!(
+            format_in(&args(&["--log-format=text"]), json.clone()),
+            Format::Text
+        );
+        assert_eq!(
+            format_in(&args(&["--", "--log-format", "json"]), None),
+            Format::Text
+        );
+        assert_eq!(format_in(&args(&["-k"]), json), Format::Json);
     }
 
     #[test]

@@ -81,7 +81,16 @@ pub fn main() -> ExitCode {
     let cli = match cli::parse() {
         Ok(Some(cli)) => cli,
         Ok(None) => return ExitCode::SUCCESS,
-        Err(err) => return exit(Report::default(), Err(err)),
+        // The key is not known yet: JSON says null.
+        Err(err) => {
+            let report = Report::default().in_format(cli::log_format_hint(), None);
+            return exit(report, Err(err));
+        }
+    };
+    // --log-format is a run's: status and release write for people.
+    let report = match &cli.action {
+        None => Report::default().in_format(cli.run.log_format, cli.run.key.clone()),
+        Some(_) => Report::default(),
     };
     let passwords = Passwords {
         redis: std::env::var(PASSWORD_ENV).ok(),
@@ -89,9 +98,9 @@ pub fn main() -> ExitCode {
     };
     let invocation = match Invocation::from_cli(cli, passwords) {
         Ok(invocation) => invocation,
-        Err(err) => return exit(Report::default(), Err(err)),
+        Err(err) => return exit(report, Err(err)),
     };
-    let report = Report::new(invocation.verbosity());
+    let report = report.as_loud_as(invocation.verbosity());
     // One thread: the command is spawned from the thread that lives as long
     // as lockrun, which the parent-death signal depends on.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -143,6 +152,6 @@ fn exit(report: Report, outcome: Result<u8, Error>) -> ExitCode {
         report.failure(&err);
         err.exit_code()
     });
-    report::flush();
+    report::flush(report);
     ExitCode::from(code)
 }

@@ -1,5 +1,6 @@
 //! Everything lockrun says goes to stderr, one line each, prefixed
-//! `lockrun:`. stdout belongs to the command.
+//! `lockrun:`, or as one JSON object each with `--log-format json` (see
+//! `event`). stdout belongs to the command.
 //!
 //! Saying something never holds up the deadline. The command shares stderr
 //! with lockrun; when nobody drains it (a stuck log collector) and the command
@@ -20,11 +21,14 @@ use std::collections::VecDeque;
 use std::fmt::Display;
 use std::io::Write;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 
 use crate::error::{Error, Loudness};
+
+mod event;
+pub(crate) use event::{Context, Event, Format};
 
 /// Lines waiting for the writer thread: far more than lockrun says in a
 /// renewal period, even with --verbose.
@@ -46,35 +50,72 @@ pub(crate) enum Verbosity {
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Report {
     verbosity: Verbosity,
+    /// What every JSON line says of this run; None for text.
+    json: Option<&'static Context>,
 }
 
 impl Report {
-    pub(crate) fn new(verbosity: Verbosity) -> Self {
-        Report { verbosity }
+    /// Lines in `format`, about the lock named `key` (None when the command
+    /// line could not be read). Made once or twice per invocation, so the
+    /// context is leaked rather than shared.
+    pub(crate) fn in_format(self, format: Format, key: Option<String>) -> Self {
+        let json = match format {
+            Format::Text => None,
+            Format::Json => Some(&*Box::leak(Box::new(Context::new(key)))),
+        };
+        Report { json, ..self }
     }
 
-    /// A failure the operator must see.
-    // A method although every verbosity prints it, so that all of lockrun's
-    // output goes through one value.
-    #[allow(clippy::unused_self)]
-    pub(crate) fn error(self, message: impl Display) {
-        line(message);
+    /// The same lines, as loud as `verbosity` says.
+    pub(crate) fn as_loud_as(self, verbosity: Verbosity) -> Self {
+        Report { verbosity, ..self }
+    }
+
+    /// Something the operator must see, whatever the verbosity (short of
+    /// a busy lock under --quiet, which is `failure`'s to decide).
+    pub(crate) fn error(self, event: Event, message: impl Display) {
+        self.line(event, message);
     }
 
     /// Routine progress, only with --verbose.
-    pub(crate) fn verbose(self, message: impl Display) {
+    pub(crate) fn verbose(self, event: Event, message: impl Display) {
         if self.verbosity == Verbosity::Verbose {
-            line(message);
+            self.line(event, message);
         }
     }
 
     /// The error that ends this invocation, as loudly as it deserves.
     pub(crate) fn failure(self, err: &Error) {
+        let event = Event::of_error(err);
         match err.loudness() {
-            Loudness::Error => self.error(err),
-            Loudness::Busy if self.verbosity != Verbosity::Quiet => line(err),
+            Loudness::Error => self.error(event, err),
+            Loudness::Busy if self.verbosity != Verbosity::Quiet => self.line(event, err),
             Loudness::Busy => {}
-            Loudness::Verbose => self.verbose(err),
+            Loudness::Verbose => self.verbose(event, err),
+        }
+    }
+
+    fn line(self, event: Event, message: impl Display) {
+        let text = match self.json {
+            None => format!("lockrun: {message}\n"),
+            Some(context) => context.json_line(event, &message.to_string(), SystemTime::now()),
+        };
+        push(text, self.dropped_line());
+    }
+
+    /// How this report says that lines went missing.
+    fn dropped_line(self) -> impl Fn(u64) -> String {
+        move |dropped| {
+            let message = format!(
+                "{dropped} message{} dropped here: stderr was full (is anyone reading it?)",
+                if dropped == 1 { " was" } else { "s were" }
+            );
+            match self.json {
+                None => format!("lockrun: {message}\n"),
+                Some(context) => {
+                    context.json_line(Event::dropped(dropped), &message, SystemTime::now())
+                }
+            }
         }
     }
 }
@@ -83,10 +124,9 @@ impl Report {
 /// the thread could not be started, and lines are written directly.
 static STDERR: OnceLock<Option<&'static Queue>> = OnceLock::new();
 
-fn line(message: impl Display) {
-    let text = format!("lockrun: {message}\n");
+fn push(text: String, dropped_line: impl Fn(u64) -> String) {
     match STDERR.get_or_init(|| Queue::start(QUEUE_LINES, std::io::stderr())) {
-        Some(queue) => queue.push(text),
+        Some(queue) => queue.push(text, dropped_line),
         // A closed stderr must not turn into a panic; there is nowhere else
         // to say it.
         None => {
@@ -95,11 +135,11 @@ fn line(message: impl Display) {
     }
 }
 
-/// Waits until everything said so far is written, or `FLUSH_LIMIT` passed.
-/// Called once, just before lockrun exits.
-pub(crate) fn flush() {
+/// Waits until everything `report` said so far is written, or `FLUSH_LIMIT`
+/// passed. Called once, just before lockrun exits.
+pub(crate) fn flush(report: Report) {
     if let Some(Some(queue)) = STDERR.get() {
-        queue.flush(FLUSH_LIMIT);
+        queue.flush(FLUSH_LIMIT, report.dropped_line());
     }
 }
 
@@ -148,23 +188,24 @@ impl Queue {
     }
 
     /// Queues `text`, or drops and counts it if the queue is full. Never
-    /// blocks on the writer.
-    fn push(&self, text: String) {
+    /// blocks on the writer. `dropped_line` says how many went missing
+    /// before it, in the format of the line that follows.
+    fn push(&self, text: String, dropped_line: impl Fn(u64) -> String) {
         let mut state = self.lock();
         if state.lines.len() >= self.capacity {
             state.dropped += 1;
             return;
         }
-        state.note_dropped();
+        state.note_dropped(dropped_line);
         state.lines.push_back(text);
         self.changed.notify_all();
     }
 
     /// Waits until the queue is written out, or `limit` passed.
-    fn flush(&self, limit: Duration) {
+    fn flush(&self, limit: Duration, dropped_line: impl Fn(u64) -> String) {
         let give_up = Instant::now() + limit;
         let mut state = self.lock();
-        state.note_dropped();
+        state.note_dropped(dropped_line);
         self.changed.notify_all();
         while !state.lines.is_empty() || state.writing {
             let left = give_up.saturating_duration_since(Instant::now());
@@ -212,14 +253,10 @@ impl Queue {
 impl State {
     /// Queues the line that says how many went missing here, if any did. It
     /// may take the queue one past its capacity.
-    fn note_dropped(&mut self) {
+    fn note_dropped(&mut self, dropped_line: impl Fn(u64) -> String) {
         let dropped = std::mem::take(&mut self.dropped);
         if dropped > 0 {
-            self.lines.push_back(format!(
-                "lockrun: {dropped} message{} dropped here: stderr was full (is anyone \
-                 reading it?)\n",
-                if dropped == 1 { " was" } else { "s were" }
-            ));
+            self.lines.push_back(dropped_line(dropped));
         }
     }
 }
@@ -230,6 +267,11 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+
+    /// How a text report says that lines went missing.
+    fn text() -> impl Fn(u64) -> String {
+        Report::default().dropped_line()
+    }
 
     /// A stderr that blocks until the test opens it, and tells the test when
     /// a write is waiting.
@@ -275,7 +317,7 @@ mod tests {
                 written: Arc::clone(&written),
             };
             let queue = Queue::start(capacity, gate).expect("writer thread");
-            queue.push(first.into());
+            queue.push(first.into(), text());
             waits
                 .recv_timeout(Duration::from_secs(30))
                 .expect("the writer tries to write");
@@ -300,19 +342,19 @@ mod tests {
     fn a_stuck_stderr_drops_and_counts_and_keeps_the_order() {
         let stuck = Stuck::new(3, "one\n");
         for line in ["two", "three", "four", "five", "six"] {
-            stuck.queue.push(format!("{line}\n"));
+            stuck.queue.push(format!("{line}\n"), text());
         }
         let started = Instant::now();
-        stuck.queue.flush(Duration::from_millis(50));
+        stuck.queue.flush(Duration::from_millis(50), text());
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "flush waited {:?} on a stuck stderr",
             started.elapsed()
         );
         stuck.open();
-        stuck.queue.flush(Duration::from_secs(30));
-        stuck.queue.push("seven\n".into());
-        stuck.queue.flush(Duration::from_secs(30));
+        stuck.queue.flush(Duration::from_secs(30), text());
+        stuck.queue.push("seven\n".into(), text());
+        stuck.queue.flush(Duration::from_secs(30), text());
         assert_eq!(
             stuck.text(),
             "one\ntwo\nthree\nfour\nlockrun: 2 messages were dropped here: stderr was full \
@@ -323,10 +365,10 @@ mod tests {
     #[test]
     fn flush_says_what_was_dropped_at_the_end() {
         let stuck = Stuck::new(1, "one\n");
-        stuck.queue.push("two\n".into());
-        stuck.queue.push("three\n".into());
+        stuck.queue.push("two\n".into(), text());
+        stuck.queue.push("three\n".into(), text());
         stuck.open();
-        stuck.queue.flush(Duration::from_secs(30));
+        stuck.queue.flush(Duration::from_secs(30), text());
         assert_eq!(
             stuck.text(),
             "one\ntwo\nlockrun: 1 message was dropped here: stderr was full (is anyone \
@@ -342,9 +384,9 @@ mod tests {
         // 10 MB through a 64 KiB pipe that nobody reads.
         std::thread::spawn(move || {
             for i in 0..100_000 {
-                queue.push(format!("{i:>99}\n"));
+                queue.push(format!("{i:>99}\n"), text());
             }
-            queue.flush(Duration::from_millis(50));
+            queue.flush(Duration::from_millis(50), text());
             let _ = done.send(());
         });
         finished

@@ -11,7 +11,7 @@ use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code;
 use crate::lease::Lease;
 use crate::lock::{Attempt, Grant, Keys, Lock, Me, Released, Servers, Taken, Token};
-use crate::report::Report;
+use crate::report::{Event, Report};
 use crate::secrets;
 use crate::signals::{self, Signals};
 use crate::supervise::{Ended, Stop, Supervisor};
@@ -29,6 +29,7 @@ pub(crate) async fn run(
     token: Token,
 ) -> Result<u8, Error> {
     let mut lock = lock(&config, &token, report);
+    let asked = BootInstant::now();
     let grant = acquire(&config, &mut lock, &mut signals, report).await?;
     let (child, mut child_changes) = match start(&config, grant.fence) {
         Ok(started) => started,
@@ -37,12 +38,19 @@ pub(crate) async fn run(
             return Err(err);
         }
     };
-    report.verbose(format_args!(
-        "acquired {} with fencing token {}; started pid {}",
-        lock.keys().lock,
-        grant.fence,
-        child.group()
-    ));
+    let acquired = Event::info("acquired")
+        .with("fencing_token", grant.fence)
+        .with_ms("waited_ms", asked.elapsed())
+        .with("command_pid", child.group().as_raw());
+    report.verbose(
+        acquired,
+        format_args!(
+            "acquired {} with fencing token {}; started pid {}",
+            lock.keys().lock,
+            grant.fence,
+            child.group()
+        ),
+    );
     let mut held = Held {
         lease: Lease::new(config.timing.deadline_after(grant.sent)),
         started: BootInstant::now(),
@@ -62,7 +70,7 @@ pub(crate) async fn run(
     }
     .supervise()
     .await;
-    let unreleased = held.finish(&config, ended.stop, report).await;
+    let unreleased = held.finish(&config, &ended, report).await;
     exit_status(ended, &held.lock, unreleased, report)
 }
 
@@ -73,11 +81,15 @@ fn lock(config: &RunConfig, token: &Token, report: Report) -> Lock {
     if let Servers::Quorum(members) = servers {
         let of = members.len();
         if of.is_multiple_of(2) {
-            report.error(format_args!(
+            let event = Event::warning("even_quorum").with("servers", of);
+            report.error(
+                event,
+                format_args!(
                 "--redis given {of} times: an even number of servers survives no more failures \
                  than {} would; use an odd number",
                 of - 1
-            ));
+            ),
+            );
         }
     }
     Lock::new(
@@ -175,10 +187,10 @@ impl Held {
     async fn finish(
         &mut self,
         config: &RunConfig,
-        stop: Option<Stop>,
+        ended: &Ended,
         report: Report,
     ) -> Option<Box<Unreleased>> {
-        let timing = config.timing;
+        let (timing, stop) = (config.timing, ended.stop);
         // Whatever the command left running must not outlive the lock.
         let gone = if matches!(stop, Some(Stop::Lost(_))) {
             self.child.kill_all().await
@@ -188,6 +200,7 @@ impl Held {
         };
         if !gone {
             report.error(
+                Event::error("stragglers"),
                 "a process the command started is still there after SIGKILL (stuck in the kernel?)",
             );
         }
@@ -198,16 +211,35 @@ impl Held {
             _ => None,
         };
         let Keys { name, lock, .. } = self.lock.keys().clone();
+        let exit_status = ended
+            .status
+            .as_ref()
+            .ok()
+            .map(|s| exit_code::from_child(*s));
+        let ended_event = |event: Event| {
+            event
+                .with_ms("held_ms", self.started.elapsed())
+                .with("exit_status", exit_status)
+        };
         match self.lock.release(keep).await {
-            Ok(Released::Deleted) => report.verbose(format_args!("released {lock}")),
-            Ok(Released::Kept) => report.verbose(format_args!(
-                "kept {lock} for {} more to honour --min-hold",
-                show(keep.unwrap_or_default())
-            )),
-            Ok(Released::NotOurs) if stop.is_none() => report.error(format_args!(
+            Ok(Released::Deleted) => report.verbose(
+                ended_event(Event::info("released")),
+                format_args!("released {lock}"),
+            ),
+            Ok(Released::Kept) => report.verbose(
+                ended_event(Event::info("kept")).with_ms("kept_ms", keep.unwrap_or_default()),
+                format_args!(
+                    "kept {lock} for {} more to honour --min-hold",
+                    show(keep.unwrap_or_default())
+                ),
+            ),
+            Ok(Released::NotOurs) if stop.is_none() => report.error(
+                Event::warning("lost").with("reason", "gone_at_release"),
+                format_args!(
                 "{name} no longer held this run's token when the command exited (it expired or \
                  was removed); another run may have overlapped the end of this one"
-            )),
+            ),
+            ),
             Ok(Released::NotOurs) => {}
             Err(cause) => {
                 return Some(Box::new(Unreleased {
@@ -233,7 +265,10 @@ fn exit_status(
     match ended.stop {
         None => {
             if let Some(unreleased) = unreleased {
-                report.error(unreleased);
+                let event = Event::error("unreleased")
+                    .with_ms("expires_within_ms", unreleased.within)
+                    .with("cause", unreleased.cause.to_string());
+                report.error(event, unreleased);
             }
             ended
                 .status

@@ -14,7 +14,7 @@ use crate::child::Child;
 use crate::clock::{self, show, BootInstant};
 use crate::lease::{Lease, Loss, Timing};
 use crate::lock::{Lock, LockError};
-use crate::report::Report;
+use crate::report::{Event, Report};
 use crate::signals::Signals;
 
 /// Why lockrun stopped the command before it finished on its own.
@@ -88,7 +88,10 @@ impl Supervisor<'_> {
                     return Ended { status, stop: stopping.reason };
                 }
                 signal = signals.recv() => {
-                    report.verbose(format_args!("forwarding {signal} to the command"));
+                    report.verbose(
+                        signal_event(signal),
+                        format_args!("forwarding {signal} to the command"),
+                    );
                     child.signal_group(signal);
                 }
                 _ = child_changes.recv() => {
@@ -200,6 +203,18 @@ impl Stopping {
     }
 }
 
+/// A signal lockrun passes on: one that asks the command to end is a
+/// `stopping` event, any other just `forwarded`.
+fn signal_event(signal: Signal) -> Event {
+    let event = match signal {
+        Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT => {
+            Event::info("stopping").with("reason", "signal")
+        }
+        _ => Event::info("forwarded"),
+    };
+    event.with("signal", signal.as_str())
+}
+
 /// What `keep_lease` needs of a lock: a seam, so that the keeper's timing
 /// can be tested against scripted answers on paused time.
 pub(crate) trait Renew {
@@ -254,10 +269,13 @@ async fn keep_lease<L: Renew>(
             Ok(true) => {
                 lease.extend_to(timing.deadline_after(sent));
                 next = sent + timing.renew_every;
+                let left = lease.deadline().remaining();
                 if std::mem::take(&mut failing) {
-                    report.error(format_args!("renewed {} again", lock.name()));
+                    let event = Event::info("renewal_late").with_ms("lease_left_ms", left);
+                    report.error(event, format_args!("renewed {} again", lock.name()));
                 } else {
-                    report.verbose(format_args!("renewed {}", lock.redis_key()));
+                    let event = Event::info("renewed").with_ms("lease_left_ms", left);
+                    report.verbose(event, format_args!("renewed {}", lock.redis_key()));
                 }
             }
             Ok(false) => return Loss::TokenGone,
@@ -271,10 +289,13 @@ async fn keep_lease<L: Renew>(
                     lock.name(),
                     show(left)
                 );
+                let event = Event::warning("renewal_failed")
+                    .with("error", err.to_string())
+                    .with_ms("retry_for_ms", left);
                 if std::mem::replace(&mut failing, true) {
-                    report.verbose(message);
+                    report.verbose(event, message);
                 } else {
-                    report.error(message);
+                    report.error(event, message);
                 }
                 next = BootInstant::now() + timing.retry_delay();
             }

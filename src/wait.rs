@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use crate::lease::Timing;
 use crate::lock::{Attempt, Grant, Lock, LockError, Me, Mode, Wake, Wakes};
-use crate::report::Report;
+use crate::report::{Event, Report};
 
 /// Polling period when the wake-up subscription failed or Redis does not
 /// answer.
@@ -182,9 +182,10 @@ impl<L: Contended> Waiter<'_, L> {
                         self.wakes = Some(wakes);
                         continue;
                     }
-                    Some(Err(err)) => self
-                        .report
-                        .verbose(format_args!("no wake-up messages, polling instead: {err}")),
+                    Some(Err(err)) => self.report.verbose(
+                        Event::warning("polling").with("error", err.to_string()),
+                        format_args!("no wake-up messages, polling instead: {err}"),
+                    ),
                     None => {}
                 }
             }
@@ -224,21 +225,35 @@ impl<L: Contended> Waiter<'_, L> {
             Ok(Attempt::Queued { taken, retry }) => {
                 self.answers_again();
                 if first {
-                    self.report.verbose(format_args!(
-                        "{} is busy; waiting, {} in line",
-                        self.lock.redis_key(),
-                        taken.waiting
-                    ));
+                    let event = Event::info("waiting")
+                        .with("queued", true)
+                        .with("place", taken.waiting)
+                        .with("waiting", taken.waiting);
+                    self.report.verbose(
+                        event,
+                        format_args!(
+                            "{} is busy; waiting, {} in line",
+                            self.lock.redis_key(),
+                            taken.waiting
+                        ),
+                    );
                 }
                 Ok(ControlFlow::Continue(retry))
             }
             Ok(Attempt::Busy(taken)) => {
                 if !self.answers_again() {
-                    self.report.verbose(format_args!(
-                        "{} is busy{}; trying again",
-                        self.lock.redis_key(),
-                        if taken.held { "" } else { " (no majority)" }
-                    ));
+                    let event = Event::info("waiting")
+                        .with("queued", false)
+                        .with("place", None::<u64>)
+                        .with("waiting", taken.waiting);
+                    self.report.verbose(
+                        event,
+                        format_args!(
+                            "{} is busy{}; trying again",
+                            self.lock.redis_key(),
+                            if taken.held { "" } else { " (no majority)" }
+                        ),
+                    );
                 }
                 Ok(ControlFlow::Continue(None))
             }
@@ -250,7 +265,9 @@ impl<L: Contended> Waiter<'_, L> {
             // lasts. A wrong password or URL failed long before.
             Err(err) if err.passes() && !waited_out => {
                 if !std::mem::replace(&mut self.failing, true) {
-                    self.report.error(format_args!("{err}; still waiting"));
+                    let event = Event::warning("redis_failing").with("error", err.to_string());
+                    self.report
+                        .error(event, format_args!("{err}; still waiting"));
                 }
                 Ok(ControlFlow::Continue(None))
             }
@@ -263,10 +280,10 @@ impl<L: Contended> Waiter<'_, L> {
     fn answers_again(&mut self) -> bool {
         let was_failing = std::mem::take(&mut self.failing);
         if was_failing {
-            self.report.error(format_args!(
-                "{} answers again; still waiting",
-                self.lock.servers()
-            ));
+            self.report.error(
+                Event::info("redis_back"),
+                format_args!("{} answers again; still waiting", self.lock.servers()),
+            );
         }
         was_failing
     }

@@ -126,7 +126,7 @@ impl Contended for Scripted {
 
 async fn wait_on(lock: &mut Scripted, wait: Option<Wait>) -> Result<Attempt, LockError> {
     let me = Me::new(&["job".into()]);
-    let report = Report::new(crate::report::Verbosity::Quiet);
+    let report = Report::default().as_loud_as(crate::report::Verbosity::Quiet);
     acquire(lock, timing(), &me, wait, false, report).await
 }
 

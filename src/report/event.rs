@@ -1,0 +1,231 @@
+//! `--log-format json`: each line lockrun says is also an event with typed
+//! fields, built where it is said, so that nothing has to be parsed back out
+//! of the text. The schema is the man page's LOG FORMAT section, which a test
+//! holds these events to.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use crate::error::{Busy, Error, Loudness};
+use crate::lease::Loss;
+
+/// How lockrun's lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// `lockrun: ` and the message: for people, and today's scripts.
+    #[default]
+    Text,
+    /// One JSON object per line: for log shippers and journald.
+    Json,
+}
+
+/// How serious a line is, as the `level` field says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Level {
+    Error,
+    Warning,
+    Info,
+}
+
+impl Level {
+    fn as_str(self) -> &'static str {
+        match self {
+            Level::Error => "error",
+            Level::Warning => "warning",
+            Level::Info => "info",
+        }
+    }
+}
+
+/// What a line is about: its name, its level and its own fields, in order.
+#[derive(Debug)]
+pub(crate) struct Event {
+    level: Level,
+    name: &'static str,
+    fields: Vec<(&'static str, Value)>,
+}
+
+impl Event {
+    pub(crate) fn error(name: &'static str) -> Self {
+        Event::new(Level::Error, name)
+    }
+
+    pub(crate) fn warning(name: &'static str) -> Self {
+        Event::new(Level::Warning, name)
+    }
+
+    pub(crate) fn info(name: &'static str) -> Self {
+        Event::new(Level::Info, name)
+    }
+
+    fn new(level: Level, name: &'static str) -> Self {
+        Event {
+            level,
+            name,
+            fields: Vec::new(),
+        }
+    }
+
+    /// One more field of this event's own.
+    pub(crate) fn with(mut self, field: &'static str, value: impl Into<Value>) -> Self {
+        self.fields.push((field, value.into()));
+        self
+    }
+
+    /// A duration, as whole milliseconds.
+    pub(crate) fn with_ms(self, field: &'static str, duration: Duration) -> Self {
+        self.with(field, ms(duration))
+    }
+
+    /// The line that says `dropped` lines went missing on a full stderr.
+    pub(crate) fn dropped(dropped: u64) -> Self {
+        Event::warning("dropped").with("count", dropped)
+    }
+
+    /// The error that ends an invocation, at the level its loudness says.
+    pub(crate) fn of_error(err: &Error) -> Self {
+        let level = match err.loudness() {
+            Loudness::Error => Level::Error,
+            Loudness::Busy => Level::Warning,
+            Loudness::Verbose => Level::Info,
+        };
+        let event = match err {
+            Error::Busy(busy) => busy_event(level, busy),
+            Error::LeaseLost { loss, .. } => {
+                Event::new(level, "lost").with("reason", loss_name(*loss))
+            }
+            Error::TimedOut { .. } => Event::new(level, "stopping").with("reason", "timeout"),
+            Error::Interrupted(signal) => {
+                Event::new(level, "interrupted").with("signal", signal.as_str())
+            }
+            _ => Event::new(level, "error"),
+        };
+        event.with("exit_status", err.exit_code())
+    }
+}
+
+/// Whole milliseconds, for every `_ms` field.
+pub(crate) fn ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The `reason` of a `lost` event.
+fn loss_name(loss: Loss) -> &'static str {
+    match loss {
+        Loss::Unconfirmed => "unconfirmed",
+        Loss::TokenGone => "token_gone",
+        Loss::Lapsed => "lapsed",
+    }
+}
+
+fn busy_event(level: Level, busy: &Busy) -> Event {
+    let holder = busy.holder.as_ref().map(|h| {
+        serde_json::json!({
+            "host": h.host,
+            "pid": h.pid,
+            "command": h.command,
+            "fencing_token": h.fence,
+            "finished": h.finished_us.is_some(),
+        })
+    });
+    Event::new(level, "busy")
+        .with("held", busy.held)
+        .with("holder", holder)
+        .with("lease_left_ms", busy.left.map(ms))
+        .with("waiting", busy.waiting)
+        .with("waited_ms", busy.waited.map(ms))
+        .with("superseded_by", busy.superseded_by.clone())
+}
+
+/// What every JSON line says besides its event: which lock, and which
+/// lockrun on which host.
+#[derive(Debug)]
+pub(crate) struct Context {
+    /// `--key`; None when the command line could not be read.
+    pub(crate) key: Option<String>,
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+}
+
+impl Context {
+    pub(crate) fn new(key: Option<String>) -> Self {
+        let host = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "unknown".into());
+        Context {
+            key,
+            host,
+            pid: std::process::id(),
+        }
+    }
+
+    /// One line of JSON, the newline included. The common fields come
+    /// first, in a fixed order, for people reading the log raw.
+    pub(crate) fn json_line(&self, event: Event, message: &str, now: SystemTime) -> String {
+        let ts = humantime::format_rfc3339_millis(now).to_string();
+        let common: [(&str, Value); 7] = [
+            ("ts", ts.into()),
+            ("level", event.level.as_str().into()),
+            ("event", event.name.into()),
+            ("key", self.key.clone().into()),
+            ("host", self.host.clone().into()),
+            ("pid", self.pid.into()),
+            ("message", message.into()),
+        ];
+        let mut line = String::from("{");
+        let own = event.fields.into_iter();
+        for (i, (name, value)) in common.into_iter().chain(own).enumerate() {
+            if i > 0 {
+                line.push(',');
+            }
+            // Names are this crate's literals, none needing escapes; values
+            // are serde_json's.
+            let _ = write!(line, "\"{name}\":{value}");
+        }
+        line.push_str("}\n");
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_json_line_has_the_common_fields_first_and_parses() {
+        let context = Context {
+            key: Some("billing".into()),
+            host: "web-2".into(),
+            pid: 41,
+        };
+        let event = Event::info("acquired")
+            .with("fencing_token", 7_u64)
+            .with_ms("waited_ms", Duration::from_millis(1500));
+        let now = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_137_445_123);
+        let line = context.json_line(event, "acquired \"x\"", now);
+        assert_eq!(
+            line,
+            "{\"ts\":\"2026-12-01T15:04:05.123Z\",\"level\":\"info\",\"event\":\"acquired\",\
+             \"key\":\"billing\",\"host\":\"web-2\",\"pid\":41,\"message\":\"acquired \\\"x\\\"\",\
+             \"fencing_token\":7,\"waited_ms\":1500}\n"
+        );
+        let parsed: Value = serde_json::from_str(&line).expect("json");
+        assert_eq!(parsed["message"], "acquired \"x\"");
+    }
+
+    #[test]
+    fn an_unknown_key_is_null() {
+        let context = Context {
+            key: None,
+            host: "h".into(),
+            pid: 1,
+        };
+        let line = context.json_line(Event::error("error"), "m", SystemTime::UNIX_EPOCH);
+        let parsed: Value = serde_json::from_str(&line).expect("json");
+        assert!(parsed["key"].is_null());
+        assert_eq!(parsed["ts"], "1970-01-01T00:00:00.000Z");
+    }
+}
