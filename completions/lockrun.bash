@@ -46,7 +46,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-k -w -q -v -h -V --key --redis --redis-password-file --prefix --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --supersede --busy-exit-code --min-hold --timeout --quiet --verbose --help --version status release"
+            opts="-k -w -q -v -h -V --key --redis --redis-password-file --prefix --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --supersede --busy-exit-code --min-hold --timeout --quiet --verbose --log-format --help --version status release"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -160,6 +160,10 @@ _lockrun() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
                     fi
+                    return 0
+                    ;;
+                --log-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 *)

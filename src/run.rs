@@ -234,7 +234,9 @@ impl Held {
                 ),
             ),
             Ok(Released::NotOurs) if stop.is_none() => report.error(
-                Event::warning("lost").with("reason", "gone_at_release"),
+                Event::warning("lost")
+                    .with("reason", "gone_at_release")
+                    .with("exit_status", None::<u8>),
                 format_args!(
                 "{name} no longer held this run's token when the command exited (it expired or \
                  was removed); another run may have overlapped the end of this one"

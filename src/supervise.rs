@@ -206,13 +206,14 @@ impl Stopping {
 /// A signal lockrun passes on: one that asks the command to end is a
 /// `stopping` event, any other just `forwarded`.
 fn signal_event(signal: Signal) -> Event {
-    let event = match signal {
-        Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT => {
-            Event::info("stopping").with("reason", "signal")
-        }
-        _ => Event::info("forwarded"),
-    };
-    event.with("signal", signal.as_str())
+    let name = signal.as_str();
+    match signal {
+        Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT => Event::info("stopping")
+            .with("reason", "signal")
+            .with("signal", name)
+            .with("exit_status", None::<u8>),
+        _ => Event::info("forwarded").with("signal", name),
+    }
 }
 
 /// What `keep_lease` needs of a lock: a seam, so that the keeper's timing

@@ -96,7 +96,9 @@ impl Event {
             Error::LeaseLost { loss, .. } => {
                 Event::new(level, "lost").with("reason", loss_name(*loss))
             }
-            Error::TimedOut { .. } => Event::new(level, "stopping").with("reason", "timeout"),
+            Error::TimedOut { .. } => Event::new(level, "stopping")
+                .with("reason", "timeout")
+                .with("signal", None::<&str>),
             Error::Interrupted(signal) => {
                 Event::new(level, "interrupted").with("signal", signal.as_str())
             }
