@@ -10,7 +10,7 @@ use crate::config::RunConfig;
 use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code;
 use crate::lease::Lease;
-use crate::lock::{Attempt, Grant, Keys, Lock, Me, Released, Servers, Taken, Token};
+use crate::lock::{Attempt, Grant, Keys, Lock, LockError, Me, Released, Servers, Taken, Token};
 use crate::report::{Event, Report};
 use crate::secrets;
 use crate::signals::{self, Signals};
@@ -210,6 +210,20 @@ impl Held {
             }
             _ => None,
         };
+        let released = self.lock.release(keep).await;
+        self.say_released(released, keep, ended, timing.ttl, report)
+    }
+
+    /// Says how the lock was given back, if that is news; a lock that could
+    /// not be given back is returned instead.
+    fn say_released(
+        &self,
+        released: Result<Released, LockError>,
+        keep: Option<Duration>,
+        ended: &Ended,
+        ttl: Duration,
+        report: Report,
+    ) -> Option<Box<Unreleased>> {
         let Keys { name, lock, .. } = self.lock.keys().clone();
         let exit_status = ended
             .status
@@ -221,7 +235,7 @@ impl Held {
                 .with_ms("held_ms", self.started.elapsed())
                 .with("exit_status", exit_status)
         };
-        match self.lock.release(keep).await {
+        match released {
             Ok(Released::Deleted) => report.verbose(
                 ended_event(Event::info("released")),
                 format_args!("released {lock}"),
@@ -233,7 +247,7 @@ impl Held {
                     show(keep.unwrap_or_default())
                 ),
             ),
-            Ok(Released::NotOurs) if stop.is_none() => report.error(
+            Ok(Released::NotOurs) if ended.stop.is_none() => report.error(
                 Event::warning("lost")
                     .with("reason", "gone_at_release")
                     .with("exit_status", None::<u8>),
@@ -246,7 +260,7 @@ impl Held {
             Err(cause) => {
                 return Some(Box::new(Unreleased {
                     lock: name,
-                    within: timing.ttl,
+                    within: ttl,
                     cause,
                 }))
             }

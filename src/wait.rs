@@ -225,12 +225,8 @@ impl<L: Contended> Waiter<'_, L> {
             Ok(Attempt::Queued { taken, retry }) => {
                 self.answers_again();
                 if first {
-                    let event = Event::info("waiting")
-                        .with("queued", true)
-                        .with("place", taken.waiting)
-                        .with("waiting", taken.waiting);
                     self.report.verbose(
-                        event,
+                        waiting(taken.waiting, true),
                         format_args!(
                             "{} is busy; waiting, {} in line",
                             self.lock.redis_key(),
@@ -242,12 +238,8 @@ impl<L: Contended> Waiter<'_, L> {
             }
             Ok(Attempt::Busy(taken)) => {
                 if !self.answers_again() {
-                    let event = Event::info("waiting")
-                        .with("queued", false)
-                        .with("place", None::<u64>)
-                        .with("waiting", taken.waiting);
                     self.report.verbose(
-                        event,
+                        waiting(taken.waiting, false),
                         format_args!(
                             "{} is busy{}; trying again",
                             self.lock.redis_key(),
@@ -330,6 +322,15 @@ impl<L: Contended> Waiter<'_, L> {
             }
         }
     }
+}
+
+/// The `waiting` event: this run's place is the last of `in_line` when it
+/// just took one.
+fn waiting(in_line: u64, queued: bool) -> Event {
+    Event::info("waiting")
+        .with("queued", queued)
+        .with("place", queued.then_some(in_line))
+        .with("waiting", in_line)
 }
 
 /// A lease a release handed this run, if it can still be used as it is. It

@@ -219,6 +219,48 @@ mod tests {
     }
 
     #[test]
+    fn an_error_is_its_own_event_with_the_exit_status() {
+        let busy = Error::Busy(Box::new(Busy {
+            lock: "job".into(),
+            held: true,
+            left: Some(Duration::from_millis(1500)),
+            holder: None,
+            waiting: 2,
+            superseded_by: None,
+            command: "true".into(),
+            waited: None,
+            exit: 0,
+        }));
+        let event = Event::of_error(&busy);
+        assert_eq!((event.name, event.level), ("busy", Level::Info));
+        let fields: Vec<_> = event.fields.iter().map(|(name, _)| *name).collect();
+        assert_eq!(
+            fields,
+            [
+                "held",
+                "holder",
+                "lease_left_ms",
+                "waiting",
+                "waited_ms",
+                "superseded_by",
+                "exit_status"
+            ]
+        );
+        assert_eq!(event.fields[2].1, 1500);
+        let lost = Error::LeaseLost {
+            lock: "job".into(),
+            loss: Loss::TokenGone,
+            unreleased: None,
+        };
+        let event = Event::of_error(&lost);
+        assert_eq!((event.name, event.level), ("lost", Level::Error));
+        assert_eq!(event.fields[0], ("reason", "token_gone".into()));
+        assert_eq!(event.fields[1], ("exit_status", 76.into()));
+        let usage = Event::of_error(&Error::Usage("no".into()));
+        assert_eq!(usage.name, "error");
+    }
+
+    #[test]
     fn an_unknown_key_is_null() {
         let context = Context {
             key: None,
