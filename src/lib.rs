@@ -13,7 +13,8 @@
 //! - `wait`: getting the lock, waiting for it if asked: one loop and one
 //!   give-up rule for one server and for a quorum;
 //! - `report`: the one-line messages on stderr, as loud as asked, never
-//!   holding up the deadline;
+//!   holding up the deadline; `report/event` says each as a typed event for
+//!   `--log-format json`;
 //! - `secrets`: the Redis password from the environment or a file, kept out
 //!   of the command's environment;
 //! - `error`: every failure, its message and its exit status;

@@ -363,6 +363,21 @@ mod tests {
     }
 
     #[test]
+    fn json_says_what_was_dropped_in_json() {
+        let report = Report::default().in_format(Format::Json, Some("job".into()));
+        let line = report.dropped_line()(2);
+        assert!(line.ends_with("}\n"), "{line}");
+        let parsed: serde_json::Value = serde_json::from_str(&line).expect("one JSON object");
+        assert_eq!(parsed["event"], "dropped");
+        assert_eq!(parsed["count"], 2);
+        assert_eq!(parsed["key"], "job");
+        assert_eq!(
+            parsed["message"],
+            "2 messages were dropped here: stderr was full (is anyone reading it?)"
+        );
+    }
+
+    #[test]
     fn flush_says_what_was_dropped_at_the_end() {
         let stuck = Stuck::new(1, "one\n");
         stuck.queue.push("two\n".into(), text());
