@@ -3,7 +3,8 @@
 //! Module map. Each module imports only modules listed after it, so the
 //! graph has no cycle and points from the binary's edge inwards:
 //!
-//! - `admin`: `lockrun status` and `lockrun release`;
+//! - `admin`: `lockrun status` and `lockrun release`; `admin/list`:
+//!   `lockrun list`, every lock under a prefix;
 //! - `run`: one run, step by step: acquire, start, supervise, finish;
 //! - `config`: turns `cli` and the environment into validated settings;
 //!   nothing after it sees clap;
@@ -133,6 +134,7 @@ async fn execute(invocation: Invocation, report: Report) -> Result<u8, Error> {
         }
         Invocation::Status { lock, json } => admin::status(lock, json).await,
         Invocation::Release { lock, force } => admin::release(lock, force).await,
+        Invocation::List(list) => admin::list(list).await,
     }
 }
 
