@@ -109,7 +109,7 @@ pub(crate) enum Action {
     #[command(
         long_about = "List every lock under the prefix that is held or has runs waiting: \
                       holder, time held, lease time left, fencing token and how many wait, \
-                      one line each. Finds them with SCAN, reads each as `lockrun status` \
+                      one line each. Finds them with SCAN, reads each as lockrun status \
                       does. Exits 0 when it lists any, 1 when there is none, 69 when Redis \
                       cannot be asked."
     )]
