@@ -40,7 +40,7 @@
 //! - `redis_conn`: where Redis is and how to talk to it: `target` (URLs,
 //!   one server, the primary Sentinel names, or a cluster; credentials kept
 //!   out of messages), `error` (what a failure means), `session` (one
-//!   connection, time limits, `WAIT` for replicas, subscriptions),
+//!   connection, time limits, `WAIT` for replicas, subscriptions, `SCAN`),
 //!   `sentinel`, `cluster`, `hosts`;
 //! - `lease`: the lease deadline and renewal timing;
 //! - `clock`: the boot clock, sleeps that survive suspend, durations shown;
