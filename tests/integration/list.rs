@@ -1,6 +1,6 @@
 //! `lockrun list`: every lock under a prefix that is held or waited for,
-//! found with SCAN among other keys, on one server, a cluster's primaries
-//! and a quorum.
+//! found with SCAN among other keys, on one server, the primary Sentinel
+//! names, a cluster's primaries and a quorum.
 
 use std::collections::BTreeSet;
 
@@ -220,6 +220,19 @@ fn list_scans_every_primary_of_a_cluster() {
     }
     let all = Lockrun::via(&url).subcommand("list").arg("--all").run();
     assert_eq!(all.stdout.lines().count(), 4, "{}", all.stdout);
+}
+
+#[test]
+fn list_behind_sentinel_scans_the_primary() {
+    let set = SentinelSet::start();
+    let url = set.url();
+    let _holder = Lockrun::via(&url).key("job").hold();
+    let ran = Lockrun::via(&url).subcommand("list").arg("--json").run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let locks = parse_array(&ran);
+    assert_eq!(locks.len(), 1, "{}", ran.stdout);
+    assert_eq!(locks[0]["key"], "job");
+    assert_eq!(locks[0]["redis_node"], set.primary().addr());
 }
 
 #[test]
