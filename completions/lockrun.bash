@@ -33,6 +33,9 @@ _lockrun() {
             ",$1")
                 cmd="lockrun"
                 ;;
+            lockrun,list)
+                cmd="lockrun__subcmd__list"
+                ;;
             lockrun,release)
                 cmd="lockrun__subcmd__release"
                 ;;
@@ -46,7 +49,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-k -w -q -v -h -V --key --redis --redis-password-file --prefix --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --supersede --busy-exit-code --min-hold --timeout --quiet --verbose --log-format --help --version status release"
+            opts="-k -w -q -v -h -V --key --redis --redis-password-file --prefix --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --supersede --busy-exit-code --min-hold --timeout --quiet --verbose --log-format --help --version status release list"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -164,6 +167,49 @@ _lockrun() {
                     ;;
                 --log-format)
                     COMPREPLY=($(compgen -W "text json" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        lockrun__subcmd__list)
+            opts="-h --redis --redis-password-file --prefix --json --all --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --redis)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --redis-password-file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
+                --prefix)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
                     return 0
                     ;;
                 *)

@@ -50,6 +50,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print hel
 complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print version'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "status" -d 'Show who holds a lock, for how long, its fencing token, and who waits'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "release" -d 'Remove a lock whoever holds it (needs --force)'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "list" -d 'List the locks that are held or have runs waiting, one line each'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s k -l key -d 'Lock name' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis -d 'Redis URL' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
@@ -62,6 +63,12 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-passwo
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Really remove a lock that another run may hold'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l prefix -d 'Prefix of every Redis key' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'Print one JSON array on stdout instead of text'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l all -d 'Also list free locks, of which only the fencing counter is left'
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
 
 # Added by tests/integration/generated.rs: lockrun itself takes no file names;
 # after `--` comes the command that lockrun runs, completed as if it were

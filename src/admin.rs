@@ -1,4 +1,7 @@
-//! The operator's subcommands: `lockrun status` and `lockrun release`.
+//! The operator's subcommands: `lockrun status` and `lockrun release`;
+//! `lockrun list` in `admin/list`.
+
+mod list;
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -9,7 +12,9 @@ use serde::Serialize;
 use crate::clock::show;
 use crate::config::LockConfig;
 use crate::error::Error;
-use crate::lock::{Holder, Lock, Occupancy, Status, Views, Waiter};
+use crate::lock::{Holder, Keys, Lock, Occupancy, Status, Views, Waiter};
+
+pub(crate) use self::list::list;
 
 /// Limit on each Redis call of a subcommand.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -128,7 +133,7 @@ pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
     let views = Lock::for_operator(&lock.servers, CALL_TIMEOUT, lock.keys.clone())
         .status()
         .await?;
-    let state = status_json(&lock, &views);
+    let state = status_json(&lock.keys, &views);
     print_status(&state, json)?;
     Ok(if state.held { 0 } else { FREE })
 }
@@ -136,15 +141,15 @@ pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
 /// The lock as a majority of its servers show it. One server is a quorum of
 /// one; only a quorum lists its members' own views, and only one server
 /// keeps a line of waiters (a quorum does not queue).
-fn status_json(lock: &LockConfig, views: &Views) -> StatusJson {
+fn status_json(keys: &Keys, views: &Views) -> StatusJson {
     let held = views.held();
     let one = match views.0.as_slice() {
         [(_, Ok(one))] => Some(one),
         _ => None,
     };
     StatusJson {
-        key: lock.name.clone(),
-        redis_key: lock.keys.lock.clone(),
+        key: keys.name.clone(),
+        redis_key: keys.lock.clone(),
         held: held.is_some(),
         ttl_left_ms: ttl_left_ms(held.and_then(|held| views.left(held))),
         holder: held.and_then(holder_json),
@@ -192,15 +197,19 @@ fn member_json((redis, seen): &(String, Result<Status, String>)) -> MemberJson {
 
 fn print_status(state: &StatusJson, json: bool) -> Result<(), Error> {
     let text = if json {
-        serde_json::to_string(&state).map_err(|err| Error::Internal {
-            doing: "print the status as JSON",
-            source: err.into(),
-        })?
+        to_json(state)?
     } else {
         status_text(state)
     };
     print_line(&text);
     Ok(())
+}
+
+fn to_json(value: &impl Serialize) -> Result<String, Error> {
+    serde_json::to_string(value).map_err(|err| Error::Internal {
+        doing: "print the status as JSON",
+        source: err.into(),
+    })
 }
 
 /// `lockrun release`: removes the lock whoever holds it, with `--force`.

@@ -106,6 +106,15 @@ pub(crate) enum Action {
                       Refuses without --force."
     )]
     Release(ReleaseArgs),
+    /// List the locks that are held or have runs waiting, one line each
+    #[command(
+        long_about = "List every lock under the prefix that is held or has runs waiting: \
+                      holder, time held, lease time left, fencing token and how many wait, \
+                      one line each. Finds them with SCAN, reads each as lockrun status \
+                      does. Exits 0 when it lists any, 1 when there is none, 69 when Redis \
+                      cannot be asked."
+    )]
+    List(ListArgs),
 }
 
 /// Flags of `lockrun [OPTIONS] --key NAME -- COMMAND...`.
@@ -321,6 +330,25 @@ pub(crate) struct ReleaseArgs {
     /// Really remove a lock that another run may hold
     #[arg(long)]
     pub(crate) force: bool,
+}
+
+/// Flags of `lockrun list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Only the locks whose name matches this Redis glob (*, ?, [abc])
+    #[arg(value_name = "GLOB", default_value = "*", value_hint = ValueHint::Other)]
+    pub(crate) glob: String,
+
+    #[command(flatten)]
+    pub(crate) redis: RedisArgs,
+
+    /// Print one JSON array on stdout instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+
+    /// Also list free locks, of which only the fencing counter is left
+    #[arg(long)]
+    pub(crate) all: bool,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {

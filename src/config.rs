@@ -7,7 +7,7 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::cli::{Action, Cli, RedisArgs, RunArgs};
+use crate::cli::{Action, Cli, ListArgs, RedisArgs, RunArgs};
 use crate::clock::show;
 use crate::error::Error;
 use crate::lease::Timing;
@@ -38,6 +38,7 @@ pub(crate) enum Invocation {
     Run(RunConfig),
     Status { lock: LockConfig, json: bool },
     Release { lock: LockConfig, force: bool },
+    List(ListConfig),
 }
 
 /// Everything a run needs.
@@ -74,6 +75,18 @@ pub(crate) struct LockConfig {
     pub(crate) servers: Servers,
 }
 
+/// What `lockrun list` shows, and where.
+#[derive(Debug)]
+pub(crate) struct ListConfig {
+    pub(crate) servers: Servers,
+    pub(crate) prefix: String,
+    /// Redis glob over lock names.
+    pub(crate) glob: String,
+    pub(crate) json: bool,
+    /// Free locks too, of which only the fencing counter is left.
+    pub(crate) all: bool,
+}
+
 impl Invocation {
     /// Validates the parsed command line; `passwords` come from the
     /// environment.
@@ -88,13 +101,27 @@ impl Invocation {
                 lock: LockConfig::new(args.key, &args.redis, passwords)?,
                 force: args.force,
             },
+            Some(Action::List(ListArgs {
+                glob,
+                redis,
+                json,
+                all,
+            })) => Invocation::List(ListConfig {
+                servers: LockConfig::servers(&redis, passwords)?,
+                prefix: redis.prefix,
+                glob,
+                json,
+                all,
+            }),
         })
     }
 
     pub(crate) fn verbosity(&self) -> Verbosity {
         match self {
             Invocation::Run(config) => config.verbosity,
-            Invocation::Status { .. } | Invocation::Release { .. } => Verbosity::Normal,
+            Invocation::Status { .. } | Invocation::Release { .. } | Invocation::List(_) => {
+                Verbosity::Normal
+            }
         }
     }
 }
@@ -156,6 +183,15 @@ impl LockConfig {
         if name.is_empty() {
             return Err(Error::Usage("--key must not be empty".into()));
         }
+        Ok(LockConfig {
+            keys: Keys::new(&redis.prefix, &name),
+            name,
+            servers: Self::servers(redis, passwords)?,
+        })
+    }
+
+    /// The servers that `--redis` names, with their passwords.
+    fn servers(redis: &RedisArgs, passwords: Passwords) -> Result<Servers, Error> {
         let password = secrets::password(passwords.redis, redis.password_file.as_deref())?;
         let mut targets = redis
             .url
@@ -166,7 +202,7 @@ impl LockConfig {
                     .map_err(|err| Error::Usage(err.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let servers = match targets.len() {
+        Ok(match targets.len() {
             0 => return Err(Error::Usage("--redis needs a URL".into())),
             1 => Servers::One(Box::new(targets.remove(0))),
             2 => {
@@ -177,11 +213,6 @@ impl LockConfig {
                 ))
             }
             _ => Servers::Quorum(targets),
-        };
-        Ok(LockConfig {
-            keys: Keys::new(&redis.prefix, &name),
-            name,
-            servers,
         })
     }
 }

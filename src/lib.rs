@@ -3,7 +3,8 @@
 //! Module map. Each module imports only modules listed after it, so the
 //! graph has no cycle and points from the binary's edge inwards:
 //!
-//! - `admin`: `lockrun status` and `lockrun release`;
+//! - `admin`: `lockrun status` and `lockrun release`; `admin/list`:
+//!   `lockrun list`, every lock under a prefix;
 //! - `run`: one run, step by step: acquire, start, supervise, finish;
 //! - `config`: turns `cli` and the environment into validated settings;
 //!   nothing after it sees clap;
@@ -40,7 +41,7 @@
 //! - `redis_conn`: where Redis is and how to talk to it: `target` (URLs,
 //!   one server, the primary Sentinel names, or a cluster; credentials kept
 //!   out of messages), `error` (what a failure means), `session` (one
-//!   connection, time limits, `WAIT` for replicas, subscriptions),
+//!   connection, time limits, `WAIT` for replicas, subscriptions, `SCAN`),
 //!   `sentinel`, `cluster`, `hosts`;
 //! - `lease`: the lease deadline and renewal timing;
 //! - `clock`: the boot clock, sleeps that survive suspend, durations shown;
@@ -143,6 +144,7 @@ async fn execute(invocation: Invocation, report: Report) -> Result<u8, Error> {
         }
         Invocation::Status { lock, json } => admin::status(lock, json).await,
         Invocation::Release { lock, force } => admin::release(lock, force).await,
+        Invocation::List(list) => admin::list(list).await,
     }
 }
 

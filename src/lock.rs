@@ -19,6 +19,7 @@ mod status;
 mod tally;
 mod wake;
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
 
@@ -355,6 +356,35 @@ impl Lock {
         let views = Views(views.collect());
         seen.of_a_majority()?;
         Ok(views)
+    }
+
+    /// The names of the locks under `prefix` whose name matches `glob` (Redis
+    /// glob syntax), sorted: every name that any server of a majority has a
+    /// key of, so that a lock held on some members only is found too. An
+    /// error when fewer than a majority could be asked.
+    pub(crate) async fn names(
+        &mut self,
+        prefix: &str,
+        glob: &str,
+    ) -> Result<Vec<String>, LockError> {
+        let pattern = keys::scan_pattern(prefix, glob);
+        let found = ask(&mut self.servers, |s| s.scan(&pattern)).await;
+        let found = found.of_a_majority()?;
+        let names: BTreeSet<&str> = found
+            .iter()
+            .flatten()
+            .filter_map(|key| keys::name_of(prefix, key))
+            .collect();
+        Ok(names.into_iter().map(str::to_owned).collect())
+    }
+
+    /// Points the operator's handle at lock `keys`, on the connections it
+    /// has: `lockrun list` reads one lock after another.
+    pub(crate) fn look_at(&mut self, keys: Keys) {
+        for server in &mut self.servers {
+            server.look_at(keys.clone());
+        }
+        self.keys = keys;
     }
 
     /// Removes the lock on every server, whoever holds it, handing it to

@@ -90,6 +90,48 @@ impl Keys {
     }
 }
 
+/// What follows `P{NAME}` in each key of lock NAME, as `Keys::new` names
+/// them: the lease, then the holder, the fence and the line's keys.
+const SUFFIXES: [&str; 7] = [
+    "",
+    ":holder",
+    ":fence",
+    ":queue",
+    ":places",
+    ":waiters",
+    ":supersedable",
+];
+
+/// The `SCAN` pattern for every key of the locks under `prefix` whose name
+/// matches `glob` (Redis glob syntax). The prefix is matched as it is
+/// written, whatever glob characters it has.
+pub(crate) fn scan_pattern(prefix: &str, glob: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + glob.len() + 3);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('{');
+    pattern.push_str(glob);
+    pattern.push_str("}*");
+    pattern
+}
+
+/// The name of the lock that `key` belongs to, when it is one of the keys
+/// lockrun keeps for a lock under `prefix`; `None` for any other key. No
+/// suffix ends another, so at most one fits.
+pub(crate) fn name_of<'k>(prefix: &str, key: &'k str) -> Option<&'k str> {
+    let tagged = key.strip_prefix(prefix)?.strip_prefix('{')?;
+    SUFFIXES.iter().find_map(|suffix| {
+        tagged
+            .strip_suffix(suffix)?
+            .strip_suffix('}')
+            .filter(|name| !name.is_empty())
+    })
+}
+
 /// 128 bits from the OS CSPRNG, as hex: unique per acquisition and
 /// unguessable, so no other run can renew or release our lease by accident.
 #[derive(Clone, Default, PartialEq, Eq)]
@@ -138,6 +180,34 @@ mod tests {
         ] {
             assert_eq!(keys.part_of(key), part, "{key}");
         }
+    }
+
+    #[test]
+    fn every_key_of_a_lock_names_it_and_no_other_key_does() {
+        for name in ["billing", "a}b", "x}:fence", "{}"] {
+            let keys = Keys::new("team:", name);
+            for (key, _) in keys.parts() {
+                assert_eq!(name_of("team:", key), Some(name), "{key}");
+            }
+        }
+        for other in [
+            "team:{a}:other",
+            "team:{}",
+            "team:a",
+            "lockrun:{a}",
+            "team:{a}:wake:x",
+        ] {
+            assert_eq!(name_of("team:", other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn the_scan_pattern_takes_the_prefix_as_written() {
+        assert_eq!(scan_pattern("lockrun:", "*"), "lockrun:{*}*");
+        assert_eq!(
+            scan_pattern("a*[b]?\\:", "bill*"),
+            "a\\*\\[b\\]\\?\\\\:{bill*}*"
+        );
     }
 
     #[test]

@@ -307,6 +307,17 @@ impl Server {
         })
     }
 
+    /// Every key on this server matching `pattern` (`keys::scan_pattern`).
+    pub(super) async fn scan(&mut self, pattern: &str) -> Result<Vec<String>, LockError> {
+        Ok(self.session.scan(pattern).await?)
+    }
+
+    /// Points this handle at another lock, on the same connection. Only the
+    /// operator's handle moves: it holds no token and left nothing behind.
+    pub(super) fn look_at(&mut self, keys: Keys) {
+        self.keys = keys;
+    }
+
     /// Removes the lock whoever holds it, handing it to the first waiter.
     /// Returns the removed holder record, `None` when there was no lock.
     pub(super) async fn force_release(&mut self) -> Result<Option<Holder>, LockError> {

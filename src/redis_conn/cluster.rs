@@ -1,15 +1,17 @@
 //! Redis Cluster: the redis crate's cluster client follows MOVED and ASK and
 //! retries through failovers; lockrun caps its retries so that every call
-//! still ends within --redis-timeout, and routes `WAIT` to the one primary
-//! that took the write.
+//! still ends within --redis-timeout, routes `WAIT` to the one primary that
+//! took the write, and `SCAN`s each primary in turn (`lockrun list`).
 
 use std::fmt;
 use std::time::Duration;
 
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo};
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
 
 use super::hosts::MultiHost;
 use super::InvalidUrl;
@@ -132,6 +134,49 @@ pub(super) async fn wait(
 ) -> redis::RedisResult<i64> {
     let acked = conn.route_command(wait, route_to_owner(key)).await?;
     Ok(redis::from_redis_value(acked)?)
+}
+
+/// Every primary that serves slots, as `(host, port)`, sorted: the nodes a
+/// `SCAN` must visit one by one, since each holds only its own slots' keys.
+pub(super) async fn primaries(
+    conn: &mut ClusterConnection,
+) -> redis::RedisResult<Vec<(String, u16)>> {
+    // With no response policy the crate answers a fan-out with a map from
+    // each node's address to its reply; only the addresses matter here.
+    let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+    let Value::Map(replies) = conn.route_command(redis::cmd("PING"), all).await? else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "the cluster did not name its primaries",
+        )));
+    };
+    let mut nodes = replies
+        .into_iter()
+        .map(|(addr, _)| {
+            let addr: String = redis::from_redis_value(addr)?;
+            let port = addr
+                .rsplit_once(':')
+                .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)));
+            port.ok_or_else(|| {
+                redis::RedisError::from((redis::ErrorKind::Client, "a node address without a port"))
+            })
+        })
+        .collect::<redis::RedisResult<Vec<_>>>()?;
+    nodes.sort();
+    Ok(nodes)
+}
+
+/// Sends `cmd` to the node at `host:port`, whatever keys it names.
+pub(super) async fn on_node(
+    conn: &mut ClusterConnection,
+    cmd: redis::Cmd,
+    (host, port): &(String, u16),
+) -> redis::RedisResult<Value> {
+    let node = SingleNodeRoutingInfo::ByAddress {
+        host: host.clone(),
+        port: *port,
+    };
+    conn.route_command(cmd, RoutingInfo::SingleNode(node)).await
 }
 
 /// `host:port` of the primary that owns `key`, as that node itself says

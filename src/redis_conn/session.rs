@@ -2,19 +2,25 @@
 //! failure so that the next call starts afresh (behind Sentinel, by asking
 //! the sentinels again), and holds every call to one time limit, the
 //! crate's own limits included. It also owns what follows a script call on
-//! the same server: `WAIT` for replicas, and the waiter's subscription.
+//! the same server: `WAIT` for replicas, and the waiter's subscription; and
+//! `SCAN`, which finds the locks that `lockrun list` shows.
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Client, ConnectionInfo, ServerErrorKind};
+use redis::{AsyncConnectionConfig, Client, ConnectionInfo, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::cluster;
 use super::target::{show_addr, Topology};
 use super::{ErrorKind, RedisError, Target, Unready};
 use crate::clock::show;
+
+/// How many keys one `SCAN` call looks at: a thousand keys take one round
+/// trip, and no call holds up the server for long (`KEYS` would, for as
+/// long as the whole database takes).
+const SCAN_COUNT: u32 = 1000;
 
 /// One request to Redis, sent on a session's connection: a script call. It
 /// returns the raw reply, which the session decodes.
@@ -327,6 +333,87 @@ impl Session {
             Ok(Err(err)) => Err(self.error(&err)),
             Err(_) => Err(self.target.timed_out(within)),
         }
+    }
+
+    /// Every key matching `pattern` (a Redis glob), by `SCAN`: on the one
+    /// server, the primary the sentinels name, or each primary of a cluster
+    /// in turn. Each call has the session's time limit. A key present
+    /// throughout is found; one added or removed meanwhile may not be.
+    pub(crate) async fn scan(&mut self, pattern: &str) -> Result<Vec<String>, RedisError> {
+        self.follow_sentinels(Instant::now()).await;
+        self.open_within(self.timeout).await?;
+        let nodes = match self.conn.as_mut() {
+            Some(Conn::Cluster(conn)) => {
+                match tokio::time::timeout(self.timeout, cluster::primaries(conn)).await {
+                    Ok(Ok(nodes)) => nodes.into_iter().map(Some).collect(),
+                    Ok(Err(err)) => return Err(self.failed(&err)),
+                    Err(_) => return Err(self.failed_to_answer()),
+                }
+            }
+            _ => vec![None],
+        };
+        let mut keys = Vec::new();
+        for node in nodes {
+            let mut cursor = 0;
+            loop {
+                let (next, found) = self.scan_once(node.as_ref(), cursor, pattern).await?;
+                // A lock's name is text (`--key` takes nothing else).
+                keys.extend(
+                    found
+                        .into_iter()
+                        .filter_map(|key| String::from_utf8(key).ok()),
+                );
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(keys)
+    }
+
+    /// One `SCAN` call from `cursor`, on `node` in a cluster: the next
+    /// cursor (0 at the end) and the keys found.
+    async fn scan_once(
+        &mut self,
+        node: Option<&(String, u16)>,
+        cursor: u64,
+        pattern: &str,
+    ) -> Result<(u64, Vec<Vec<u8>>), RedisError> {
+        let mut scan = redis::cmd("SCAN");
+        scan.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(SCAN_COUNT);
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(self.target.timed_out(self.timeout));
+        };
+        let sent = async {
+            match (conn, node) {
+                (Conn::Cluster(conn), Some(node)) => cluster::on_node(conn, scan, node).await,
+                (conn, _) => scan.query_async::<Value>(conn).await,
+            }
+        };
+        match tokio::time::timeout(self.timeout, sent).await {
+            Ok(Ok(value)) => redis::from_redis_value(value)
+                .map_err(|err| self.target.unexpected_reply(&err.to_string())),
+            Ok(Err(err)) => Err(self.failed(&err)),
+            Err(_) => Err(self.failed_to_answer()),
+        }
+    }
+
+    /// A call's failure, the connection dropped so that the next starts
+    /// afresh.
+    fn failed(&mut self, err: &redis::RedisError) -> RedisError {
+        let error = self.error(err);
+        self.drop_connection();
+        error
+    }
+
+    fn failed_to_answer(&mut self) -> RedisError {
+        self.drop_connection();
+        self.target.timed_out(self.timeout)
     }
 
     /// The server that holds `key`, `host:port` or a socket path, for the

@@ -17,6 +17,7 @@ mod faults;
 mod fencing_pg;
 mod generated;
 mod hardening;
+mod list;
 mod log_format;
 mod operator;
 mod process;
