@@ -5,6 +5,8 @@
 //!
 //! - `admin`: `lockrun status` and `lockrun release`;
 //! - `run`: one run, step by step: acquire, start, supervise, finish;
+//!   - `run/record`: what a run writes to the metrics file, and when, off
+//!     the runtime's thread;
 //! - `config`: turns `cli` and the environment into validated settings;
 //!   nothing after it sees clap;
 //! - `cli`: the command line (clap): flags, help text, one-line usage errors;
@@ -42,6 +44,8 @@
 //!   connection, time limits, `WAIT` for replicas, subscriptions),
 //!   `sentinel`, `cluster`, `hosts`;
 //! - `lease`: the lease deadline and renewal timing;
+//! - `metrics`: the metrics file's format, and one run's change merged into
+//!   it under its lock file and replaced atomically;
 //! - `clock`: the boot clock, sleeps that survive suspend, durations shown;
 //! - `exit_code`: every status lockrun returns.
 
@@ -55,6 +59,7 @@ mod error;
 pub mod exit_code;
 mod lease;
 mod lock;
+mod metrics;
 mod redis_conn;
 mod report;
 mod run;
