@@ -17,6 +17,7 @@ mod faults;
 mod fencing_pg;
 mod generated;
 mod hardening;
+mod metrics;
 mod operator;
 mod process;
 mod queue;
