@@ -190,14 +190,27 @@ fn the_file_is_prometheus_text_after_a_success_a_failure_and_a_busy_run() {
     assert_eq!(value(&s, "lockrun_running", "job"), 0.0);
     assert_eq!(runs(&s, "job", "ok"), 2.0);
     assert!(value(&s, "lockrun_last_hold_seconds", "job") > 0.0);
+}
 
-    // Label values are escaped, and other keys are kept.
+#[test]
+fn keys_are_escaped_and_the_man_page_lists_every_metric() {
+    let redis = Server::start();
+    let dir = scratch();
+    let path = dir.path().join("lockrun.prom");
     let odd = "we\"ird\\key";
-    let ran = redis.lockrun(odd).args(metrics).command(["true"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    for key in ["job", odd] {
+        let ran = redis
+            .lockrun(key)
+            .arg("--metrics-file")
+            .arg(&path)
+            .command(["true"])
+            .run();
+        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    }
     let text = std::fs::read_to_string(&path).expect("the file");
+    assert!(text.contains("{key=\"we\\\"ird\\\\key\"}"), "{text}");
     let (s, types) = parse(&text).unwrap_or_else(|err| panic!("{err}:\n{text}"));
-    assert_eq!((runs(&s, odd, "ok"), runs(&s, "job", "ok")), (1.0, 2.0));
+    assert_eq!((runs(&s, odd, "ok"), runs(&s, "job", "ok")), (1.0, 1.0));
     assert_eq!(types.len(), 7, "{types:?}");
     man_page_lists(&types);
 }
