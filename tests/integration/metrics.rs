@@ -423,7 +423,7 @@ fn an_unwritable_metrics_file_only_warns() {
 }
 
 /// A lock file that another process holds makes each write give up after
-/// 2 s. Those writes must not hold up the lease: with a 1s ttl, a lease
+/// 2 s. Those writes must not hold up the lease: with a 1.5s ttl, a lease
 /// kept waiting for them would lapse, and the run would end 76.
 #[test]
 fn a_held_metrics_lock_delays_neither_the_lease_nor_the_command() {
@@ -434,7 +434,7 @@ fn a_held_metrics_lock_delays_neither_the_lease_nor_the_command() {
     let held = Flock::lock(lock_file, FlockArg::LockExclusive).expect("flock");
     let ran = redis
         .lockrun("job")
-        .args(["--ttl", "1s", "--metrics-file"])
+        .args(["--ttl", "1500ms", "--metrics-file"])
         .arg(&path)
         .command(["sleep", "2.5"])
         .run();
