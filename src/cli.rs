@@ -209,6 +209,18 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) timeout: Option<Duration>,
 
+    /// Keep Prometheus metrics of the runs in this file
+    ///
+    /// For node_exporter's textfile collector: a name ending in .prom in its
+    /// directory. Per key: whether this host runs the command, when it took
+    /// the lock, the last exit status, success, wait and hold time, and runs
+    /// by outcome. Updated when the lock is taken and when the run ends, by
+    /// rename under a lock on PATH.lock, so every lockrun on the host may
+    /// share one file. A file that cannot be written costs one warning; the
+    /// run goes on.
+    #[arg(long, value_name = "PATH", env = "LOCKRUN_METRICS_FILE", value_hint = ValueHint::FilePath)]
+    pub(crate) metrics_file: Option<PathBuf>,
+
     /// Print nothing when the lock is busy
     #[arg(short, long, conflicts_with = "verbose")]
     pub(crate) quiet: bool,

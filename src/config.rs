@@ -5,6 +5,7 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{Action, Cli, ListArgs, RedisArgs, RunArgs};
@@ -53,6 +54,8 @@ pub(crate) struct RunConfig {
     pub(crate) busy_exit_code: u8,
     pub(crate) min_hold: Option<Duration>,
     pub(crate) timeout: Option<Duration>,
+    /// `--metrics-file`.
+    pub(crate) metrics_file: Option<PathBuf>,
     pub(crate) verbosity: Verbosity,
     pub(crate) command: Vec<OsString>,
 }
@@ -164,6 +167,7 @@ impl RunConfig {
             busy_exit_code: args.busy_exit_code,
             min_hold: bounded_if_given("--min-hold", positive("--min-hold", args.min_hold)?)?,
             timeout: bounded_if_given("--timeout", positive("--timeout", args.timeout)?)?,
+            metrics_file: args.metrics_file,
             verbosity,
             command: args.command,
         })

@@ -6,6 +6,8 @@
 //! - `admin`: `lockrun status` and `lockrun release`; `admin/list`:
 //!   `lockrun list`, every lock under a prefix;
 //! - `run`: one run, step by step: acquire, start, supervise, finish;
+//!   - `run/record`: what a run writes to the metrics file, and when, off
+//!     the runtime's thread;
 //! - `config`: turns `cli` and the environment into validated settings;
 //!   nothing after it sees clap;
 //! - `cli`: the command line (clap): flags, help text, one-line usage errors;
@@ -44,6 +46,8 @@
 //!   connection, time limits, `WAIT` for replicas, subscriptions, `SCAN`),
 //!   `sentinel`, `cluster`, `hosts`;
 //! - `lease`: the lease deadline and renewal timing;
+//! - `metrics`: the metrics file's format, and one run's change merged into
+//!   it under its lock file and replaced atomically;
 //! - `clock`: the boot clock, sleeps that survive suspend, durations shown;
 //! - `exit_code`: every status lockrun returns.
 
@@ -57,6 +61,7 @@ mod error;
 pub mod exit_code;
 mod lease;
 mod lock;
+mod metrics;
 mod redis_conn;
 mod report;
 mod run;

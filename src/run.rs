@@ -17,6 +17,9 @@ use crate::signals::{self, Signals};
 use crate::supervise::{Ended, Stop, Supervisor};
 use crate::wait;
 
+mod record;
+use record::Record;
+
 /// How long lockrun waits for its first connection to Redis.
 const FIRST_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -25,12 +28,27 @@ const FIRST_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) async fn run(
     config: RunConfig,
     report: Report,
+    signals: Signals,
+    token: Token,
+) -> Result<u8, Error> {
+    // The one place that sees how every run ends, for the metrics file.
+    let mut record = Record::new(&config, report);
+    let result = run_steps(config, report, signals, token, &mut record).await;
+    record.ended(&result).await;
+    result
+}
+
+async fn run_steps(
+    config: RunConfig,
+    report: Report,
     mut signals: Signals,
     token: Token,
+    record: &mut Record,
 ) -> Result<u8, Error> {
     let mut lock = lock(&config, &token, report);
     let asked = BootInstant::now();
     let grant = acquire(&config, &mut lock, &mut signals, report).await?;
+    record.acquired();
     let (child, mut child_changes) = match start(&config, grant.fence) {
         Ok(started) => started,
         Err(err) => {

@@ -19,6 +19,7 @@ mod generated;
 mod hardening;
 mod list;
 mod log_format;
+mod metrics;
 mod operator;
 mod process;
 mod queue;

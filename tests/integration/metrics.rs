@@ -1,0 +1,447 @@
+//! `--metrics-file`: the file is Prometheus text after every kind of run,
+//! concurrent runs sharing it lose nothing, a reader never sees part of it,
+//! and a file that cannot be written only costs a warning.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::generated::read;
+use crate::harness::*;
+
+/// A series, `name{label="value",...}` with its labels unescaped and in
+/// order, and its value.
+type Samples = BTreeMap<String, f64>;
+
+/// `name{labels}` as `Samples` names it.
+fn series(name: &str, labels: &[(&str, &str)]) -> String {
+    let mut labels: Vec<_> = labels.iter().map(|(n, v)| format!("{n}={v:?}")).collect();
+    labels.sort();
+    format!("{name}{{{}}}", labels.join(","))
+}
+
+/// Parses the exposition format strictly: `# HELP` and `# TYPE` at most once
+/// per metric, before its samples; a metric's samples together; each sample
+/// `name{label="value",...} value` with only the format's escapes; the text
+/// ending in a newline. Returns the samples and each metric's type.
+fn parse(text: &str) -> Result<(Samples, BTreeMap<String, String>), String> {
+    if !text.ends_with('\n') {
+        return Err(format!("does not end in a newline: {text:?}"));
+    }
+    let (mut samples, mut types) = (Samples::new(), BTreeMap::new());
+    let (mut helped, mut done, mut current) = (BTreeSet::new(), BTreeSet::new(), None);
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap_or_default().to_owned();
+            if !helped.insert(name.clone()) {
+                return Err(format!("second HELP for {name}"));
+            }
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').ok_or(format!("bad TYPE: {line}"))?;
+            if !matches!(kind, "gauge" | "counter") || types.contains_key(name) {
+                return Err(format!("bad or second TYPE: {line}"));
+            }
+            types.insert(name.to_owned(), kind.to_owned());
+        } else {
+            let (name, labels, value) = sample(line).ok_or(format!("not a sample: {line:?}"))?;
+            if !types.contains_key(&name) {
+                return Err(format!("{name}: a sample before its TYPE"));
+            }
+            if current.as_ref() != Some(&name) {
+                if !done.insert(name.clone()) {
+                    return Err(format!("{name}: samples apart"));
+                }
+                current = Some(name.clone());
+            }
+            let labels: Vec<(&str, &str)> = labels
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect();
+            if samples.insert(series(&name, &labels), value).is_some() {
+                return Err(format!("a second sample: {line}"));
+            }
+        }
+    }
+    Ok((samples, types))
+}
+
+/// Label names and values, unescaped.
+type Labels = Vec<(String, String)>;
+
+/// One sample line: name, labels, value.
+fn sample(line: &str) -> Option<(String, Labels, f64)> {
+    let (name, mut rest) = line.split_once('{')?;
+    let valid = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    if name.is_empty() || !name.chars().all(valid) {
+        return None;
+    }
+    let mut labels = Vec::new();
+    loop {
+        let (label, after) = rest.split_once("=\"")?;
+        if label.is_empty() || !label.chars().all(valid) {
+            return None;
+        }
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (i, '"') => break i,
+                (_, '\\') => value.push(match chars.next()?.1 {
+                    'n' => '\n',
+                    c @ ('\\' | '"') => c,
+                    _ => return None,
+                }),
+                (_, c) => value.push(c),
+            }
+        };
+        labels.push((label.to_owned(), value));
+        rest = &after[end + 1..];
+        if let Some(after) = rest.strip_prefix('}') {
+            let value = after.strip_prefix(' ')?;
+            return Some((name.to_owned(), labels, value.parse().ok()?));
+        }
+        rest = rest.strip_prefix(',')?;
+    }
+}
+
+/// The file at `path`, parsed; fails the test when it is not valid.
+#[track_caller]
+fn samples(path: &Path) -> Samples {
+    let text = std::fs::read_to_string(path).expect("the metrics file");
+    parse(&text)
+        .unwrap_or_else(|err| panic!("{err}:\n{text}"))
+        .0
+}
+
+#[track_caller]
+fn value(samples: &Samples, name: &str, key: &str) -> f64 {
+    let series = series(name, &[("key", key)]);
+    *samples
+        .get(&series)
+        .unwrap_or_else(|| panic!("no {series} in {samples:#?}"))
+}
+
+fn runs(samples: &Samples, key: &str, outcome: &str) -> f64 {
+    let series = series("lockrun_runs_total", &[("key", key), ("outcome", outcome)]);
+    samples.get(&series).copied().unwrap_or(-1.0)
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
+}
+
+#[test]
+fn the_file_is_prometheus_text_after_a_success_a_failure_and_a_busy_run() {
+    let redis = Server::start();
+    let dir = scratch();
+    let path = dir.path().join("lockrun.prom");
+    let metrics = ["--metrics-file", path.to_str().expect("UTF-8")];
+    let ran = redis.lockrun("job").args(metrics).command(["true"]).run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let s = samples(&path);
+    assert_eq!(runs(&s, "job", "ok"), 1.0);
+    assert_eq!(value(&s, "lockrun_running", "job"), 0.0);
+    assert_eq!(value(&s, "lockrun_last_exit_status", "job"), 0.0);
+    let success = value(&s, "lockrun_last_success_timestamp_seconds", "job");
+    assert!((now() - success).abs() < 60.0, "{success}");
+
+    let ran = redis
+        .lockrun("job")
+        .args(metrics)
+        .command(["sh", "-c", "exit 3"])
+        .run();
+    assert_eq!(ran.code, Some(3), "{}", ran.stderr);
+    let s = samples(&path);
+    assert_eq!(
+        (runs(&s, "job", "ok"), runs(&s, "job", "failed")),
+        (1.0, 1.0)
+    );
+    assert_eq!(value(&s, "lockrun_last_exit_status", "job"), 3.0);
+
+    // The variable, and a file that says so while the lock is held.
+    let mut holder = redis
+        .lockrun("job")
+        .env("LOCKRUN_METRICS_FILE", &path)
+        .hold();
+    let running = eventually(PATIENCE, || {
+        value(&samples(&path), "lockrun_running", "job") == 1.0
+    });
+    assert!(running, "never running: {:?}", samples(&path));
+    let ran = redis.lockrun("job").args(metrics).command(["true"]).run();
+    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    let s = samples(&path);
+    assert_eq!(runs(&s, "job", "busy"), 1.0);
+    assert_eq!(
+        value(&s, "lockrun_running", "job"),
+        1.0,
+        "a busy run leaves it"
+    );
+    holder.go();
+    assert_eq!(holder.run.wait().code(), Some(0));
+    let s = samples(&path);
+    assert_eq!(value(&s, "lockrun_running", "job"), 0.0);
+    assert_eq!(runs(&s, "job", "ok"), 2.0);
+    assert!(value(&s, "lockrun_last_hold_seconds", "job") > 0.0);
+}
+
+#[test]
+fn keys_are_escaped_and_the_man_page_lists_every_metric() {
+    let redis = Server::start();
+    let dir = scratch();
+    let path = dir.path().join("lockrun.prom");
+    let odd = "we\"ird\\key";
+    for key in ["job", odd] {
+        let ran = redis
+            .lockrun(key)
+            .arg("--metrics-file")
+            .arg(&path)
+            .command(["true"])
+            .run();
+        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    }
+    let text = std::fs::read_to_string(&path).expect("the file");
+    assert!(text.contains("{key=\"we\\\"ird\\\\key\"}"), "{text}");
+    let (s, types) = parse(&text).unwrap_or_else(|err| panic!("{err}:\n{text}"));
+    assert_eq!((runs(&s, odd, "ok"), runs(&s, "job", "ok")), (1.0, 1.0));
+    assert_eq!(types.len(), 7, "{types:?}");
+    man_page_lists(&types);
+}
+
+/// The man page's METRICS section lists each metric with its type, and
+/// gives the alert rules of the example file.
+fn man_page_lists(types: &BTreeMap<String, String>) {
+    let page = read("man/lockrun.1");
+    for (name, kind) in types {
+        let entry = format!(".TP\n\\fB{name}\\fR ({kind})\n");
+        assert!(page.contains(&entry), "man/sections.roff: {entry}");
+    }
+    let rules = read("examples/prometheus/lockrun-alerts.yml");
+    let exprs: Vec<&str> = rules
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("expr: "))
+        .collect();
+    assert_eq!(exprs.len(), 2, "{rules}");
+    for expr in exprs {
+        let roff = expr.replace('-', "\\-");
+        assert!(
+            page.contains(&format!("\n{roff}\n")),
+            "the man page gives {expr}"
+        );
+    }
+}
+
+#[test]
+fn twenty_concurrent_runs_on_five_keys_lose_no_key_and_no_count() {
+    let redis = Server::start();
+    let dir = scratch();
+    let path = dir.path().join("lockrun.prom");
+    let runs_of: Vec<(String, Running, std::path::PathBuf)> = (0..20)
+        .map(|i| {
+            let key = format!("job-{}", i % 5);
+            let log = dir.path().join(format!("{i}.stderr"));
+            let mut run = redis
+                .lockrun(&key)
+                .arg("--metrics-file")
+                .arg(&path)
+                .stderr(log_file(&log));
+            // Half wait their turn, half are busy while another runs.
+            if i % 2 == 1 {
+                run = run.args(["--wait", "60s"]);
+            }
+            (key, run.command(["sleep", "0.2"]).spawn(), log)
+        })
+        .collect();
+    let mut expected: BTreeMap<(String, &str), f64> = BTreeMap::new();
+    for (key, mut run, log) in runs_of {
+        let status = run.wait_for(Duration::from_secs(90)).expect("a run ended");
+        let outcome = match status.code() {
+            Some(0) => "ok",
+            Some(75) => "busy",
+            other => panic!("{key} exited {other:?}: {}", read_log(&log)),
+        };
+        *expected.entry((key, outcome)).or_default() += 1.0;
+        assert!(!read_log(&log).contains("metrics"), "{}", read_log(&log));
+    }
+    let s = samples(&path);
+    let mut total = 0.0;
+    for i in 0..5 {
+        let key = format!("job-{i}");
+        for outcome in ["ok", "failed", "busy", "lost", "timeout", "unavailable"] {
+            let want = expected
+                .get(&(key.clone(), outcome))
+                .copied()
+                .unwrap_or(0.0);
+            assert_eq!(runs(&s, &key, outcome), want, "{key} {outcome}: {s:#?}");
+            total += want;
+        }
+        assert_eq!(value(&s, "lockrun_running", &key), 0.0, "{key}");
+    }
+    assert_eq!(total, 20.0);
+}
+
+#[test]
+fn a_reader_never_sees_a_half_written_file() {
+    let redis = Server::start();
+    let dir = scratch();
+    let path = dir.path().join("lockrun.prom");
+    // Long names make the file span several pages.
+    let keys: Vec<String> = (0..5).map(|i| format!("{i}-{}", "k".repeat(200))).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (path, stop) = (path.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || watch(&path, &stop))
+    };
+    for batch in 0..3 {
+        let mut running: Vec<Running> = keys
+            .iter()
+            .flat_map(|key| [key, key])
+            .map(|key| {
+                redis
+                    .lockrun(key)
+                    .arg("--metrics-file")
+                    .arg(&path)
+                    .args(["--wait", "60s"])
+                    .command(["true"])
+                    .spawn()
+            })
+            .collect();
+        for run in &mut running {
+            let status = run.wait_for(Duration::from_secs(90));
+            assert_eq!(status.and_then(|s| s.code()), Some(0), "batch {batch}");
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (reads, problems) = reader.join().expect("reader");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(reads >= 10, "only {reads} reads of the file");
+    let s = samples(&path);
+    for key in &keys {
+        assert_eq!(runs(&s, key, "ok"), 6.0, "{key}");
+    }
+}
+
+/// Reads the file in a loop until `stop`: every read must parse, and once
+/// it exists, it must exist at every read, with no count lower and no
+/// series fewer than before. Returns the reads and what went wrong.
+fn watch(path: &Path, stop: &AtomicBool) -> (usize, Vec<String>) {
+    let (mut reads, mut problems) = (0, Vec::new());
+    let mut last = Samples::new();
+    while !stop.load(Ordering::SeqCst) && problems.len() < 5 {
+        std::thread::sleep(Duration::from_millis(1));
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(err) if last.is_empty() && err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => {
+                problems.push(format!("read: {err}"));
+                continue;
+            }
+        };
+        reads += 1;
+        let samples = match parse(&text) {
+            Ok((samples, _)) => samples,
+            Err(err) => {
+                problems.push(format!("{err}:\n{text}"));
+                continue;
+            }
+        };
+        for (series, before) in &last {
+            let counter = series.starts_with("lockrun_runs_total");
+            match samples.get(series) {
+                Some(now) if counter && now < before => problems.push(format!("{series} fell")),
+                None => problems.push(format!("{series} vanished:\n{text}")),
+                _ => {}
+            }
+        }
+        last = samples;
+    }
+    (reads, problems)
+}
+
+/// Lines of lockrun's stderr that are the metrics warning.
+fn warnings(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .filter(|line| {
+            line.starts_with("lockrun: cannot update the metrics file ")
+                && line.ends_with("; the run is not affected")
+        })
+        .count()
+}
+
+#[test]
+fn an_unwritable_metrics_file_only_warns() {
+    let redis = Server::start();
+    let dir = scratch();
+    let regular = dir.path().join("regular");
+    std::fs::write(&regular, "").expect("a file");
+    let unwritable = [
+        dir.path().join("missing/lockrun.prom"),
+        regular.join("lockrun.prom"),
+        // A directory: the lock file can be made, the file not read.
+        dir.path().to_path_buf(),
+    ];
+    for path in &unwritable {
+        let ran = redis
+            .lockrun("job")
+            .arg("--metrics-file")
+            .arg(path)
+            .command(["sh", "-c", "echo out; exit 3"])
+            .run();
+        assert_eq!(ran.code, Some(3), "{}: {}", path.display(), ran.stderr);
+        assert_eq!(ran.stdout, "out\n");
+        assert_eq!(ran.stderr.lines().count(), 1, "{}", ran.stderr);
+        assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
+    }
+    let missing = &unwritable[0];
+    let mut holder = redis.lockrun("job").hold();
+    let ran = redis
+        .lockrun("job")
+        .arg("--metrics-file")
+        .arg(missing)
+        .command(["true"])
+        .run();
+    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
+    holder.go();
+    holder.run.wait();
+    let ran = Lockrun::via("redis://127.0.0.1:1")
+        .key("job")
+        .arg("--metrics-file")
+        .arg(missing)
+        .command(["true"])
+        .run();
+    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
+    assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
+}
+
+/// A lock file that another process holds makes each write give up after
+/// 2 s. Those writes must not hold up the lease: with a 1.5s ttl, a lease
+/// kept waiting for them would lapse, and the run would end 76.
+#[test]
+fn a_held_metrics_lock_delays_neither_the_lease_nor_the_command() {
+    let redis = Server::start();
+    let dir = scratch();
+    let path = dir.path().join("lockrun.prom");
+    let lock_file = File::create(dir.path().join("lockrun.prom.lock")).expect("lock file");
+    let held = Flock::lock(lock_file, FlockArg::LockExclusive).expect("flock");
+    let ran = redis
+        .lockrun("job")
+        .args(["--ttl", "1500ms", "--metrics-file"])
+        .arg(&path)
+        .command(["sleep", "2.5"])
+        .run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert_eq!(ran.stderr.lines().count(), 1, "{}", ran.stderr);
+    assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
+    ran.assert_stderr_has("for more than 2s");
+    assert!(!path.exists());
+    drop(held);
+}
