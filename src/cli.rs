@@ -13,9 +13,11 @@ use clap::{Args, Parser, Subcommand, ValueHint};
 use crate::error::Error;
 
 mod usage;
+
 use crate::lock::ReplicaAcks;
 use crate::report::Format;
 use crate::wait::Wait;
+pub(crate) use usage::log_format_hint;
 
 const ABOUT: &str = "Run a command under a distributed lock held in Redis";
 
@@ -410,34 +412,6 @@ pub(crate) fn parse() -> Result<Option<Cli>, Error> {
     }
 }
 
-/// Whether lockrun was asked for JSON lines, as far as a command line that
-/// clap refused can tell: the last `--log-format` before `--`, else
-/// LOCKRUN_LOG_FORMAT. Only for the usage error that ends such a line.
-pub(crate) fn log_format_hint() -> Format {
-    let args: Vec<_> = std::env::args_os().skip(1).collect();
-    format_in(&args, std::env::var("LOCKRUN_LOG_FORMAT").ok())
-}
-
-fn format_in(args: &[OsString], env: Option<String>) -> Format {
-    let mut format = env;
-    let mut words = args
-        .iter()
-        .map(|arg| arg.to_string_lossy())
-        .take_while(|arg| arg != "--");
-    while let Some(arg) = words.next() {
-        if arg == "--log-format" {
-            format = words.next().map(String::from);
-        } else if let Some(value) = arg.strip_prefix("--log-format=") {
-            format = Some(value.to_owned());
-        }
-    }
-    if format.as_deref() == Some("json") {
-        Format::Json
-    } else {
-        Format::Text
-    }
-}
-
 /// The clap definition, for generating the man page and completions.
 #[must_use]
 pub fn command() -> clap::Command {
@@ -476,29 +450,6 @@ mod tests {
             .expect("valid command line");
         assert_eq!(cli.run.key.as_deref(), Some("job"));
         assert_eq!(cli.run.command, ["echo", "-k", "x"]);
-    }
-
-    #[test]
-    fn a_refused_command_line_still_tells_its_log_format() {
-        let args = |words: &[&str]| words.iter().map(OsString::from).collect::<Vec<_>>();
-        let json = Some("json".to_owned());
-        assert_eq!(
-            format_in(&args(&["--bogus", "--log-format", "json"]), None),
-            Format::Json
-        );
-        assert_eq!(
-            format_in(&args(&["--log-format=json", "-k"]), None),
-            Format::Json
-        );
-        assert_eq!(
-            format_in(&args(&["--log-format=text"]), json.clone()),
-            Format::Text
-        );
-        assert_eq!(
-            format_in(&args(&["--", "--log-format", "json"]), None),
-            Format::Text
-        );
-        assert_eq!(format_in(&args(&["-k"]), json), Format::Json);
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! A usage error as one line, like every other lockrun error: what is wrong,
 //! a hint that fits lockrun (the flag or subcommand meant, the command put
-//! after `--`), then where to look.
+//! after `--`), then where to look; in JSON when the refused line asked for
+//! it.
 
 use std::ffi::OsString;
 
 use super::command;
+use crate::report::Format;
 
 /// clap's usage error as one line, like every other lockrun error: what is
 /// wrong, a hint that fits lockrun, then where to look. clap's own rendering
@@ -82,6 +84,34 @@ fn closest<'a>(typed: &str, candidates: impl Iterator<Item = &'a str>) -> Option
         .map(|(_, name)| name)
 }
 
+/// Whether lockrun was asked for JSON lines, as far as a command line that
+/// clap refused can tell: the last `--log-format` before `--`, else
+/// LOCKRUN_LOG_FORMAT. Only for the usage error that ends such a line.
+pub(crate) fn log_format_hint() -> Format {
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    format_in(&args, std::env::var("LOCKRUN_LOG_FORMAT").ok())
+}
+
+fn format_in(args: &[OsString], env: Option<String>) -> Format {
+    let mut format = env;
+    let mut words = args
+        .iter()
+        .map(|arg| arg.to_string_lossy())
+        .take_while(|arg| arg != "--");
+    while let Some(arg) = words.next() {
+        if arg == "--log-format" {
+            format = words.next().map(String::from);
+        } else if let Some(value) = arg.strip_prefix("--log-format=") {
+            format = Some(value.to_owned());
+        }
+    }
+    if format.as_deref() == Some("json") {
+        Format::Json
+    } else {
+        Format::Text
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -116,5 +146,28 @@ mod tests {
         assert!(line.contains("did you mean '--json'?"), "{line}");
         assert!(line.ends_with("; see 'lockrun status --help'"), "{line}");
         assert_eq!(line.lines().count(), 1);
+    }
+
+    #[test]
+    fn a_refused_command_line_still_tells_its_log_format() {
+        let args = |words: &[&str]| words.iter().map(OsString::from).collect::<Vec<_>>();
+        let json = Some("json".to_owned());
+        assert_eq!(
+            format_in(&args(&["--bogus", "--log-format", "json"]), None),
+            Format::Json
+        );
+        assert_eq!(
+            format_in(&args(&["--log-format=json", "-k"]), None),
+            Format::Json
+        );
+        assert_eq!(
+            format_in(&args(&["--log-format=text"]), json.clone()),
+            Format::Text
+        );
+        assert_eq!(
+            format_in(&args(&["--", "--log-format", "json"]), None),
+            Format::Text
+        );
+        assert_eq!(format_in(&args(&["-k"]), json), Format::Json);
     }
 }
