@@ -11,12 +11,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueHint};
 
 use crate::error::Error;
-
-mod usage;
-
 use crate::lock::ReplicaAcks;
 use crate::report::Format;
 use crate::wait::Wait;
+
+mod usage;
+
 pub(crate) use usage::log_format_hint;
 
 const ABOUT: &str = "Run a command under a distributed lock held in Redis";
