@@ -302,6 +302,22 @@ pub(crate) struct RedisArgs {
     )]
     pub(crate) password_file: Option<PathBuf>,
 
+    /// CA certificates (PEM) to trust for TLS to Redis
+    ///
+    /// For rediss:// URLs signed by a private CA, as managed Redis services
+    /// often use: the server's certificate must then chain to one of these,
+    /// and the system's CAs are not consulted (as with redis-cli --cacert).
+    /// Without it, the system's trust store (or SSL_CERT_FILE). Either way
+    /// the certificate must name the host in the URL, or the address a
+    /// sentinel or cluster gives.
+    #[arg(
+        long = "redis-ca-file",
+        value_name = "PATH",
+        env = "LOCKRUN_REDIS_CA_FILE",
+        value_hint = clap::ValueHint::FilePath
+    )]
+    pub(crate) ca_file: Option<PathBuf>,
+
     /// Prefix of every Redis key
     ///
     /// Runs see each other's locks only under the same prefix.

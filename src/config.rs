@@ -5,7 +5,7 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::cli::{Action, Cli, ListArgs, RedisArgs, RunArgs};
@@ -13,7 +13,7 @@ use crate::clock::show;
 use crate::error::Error;
 use crate::lease::Timing;
 use crate::lock::{Keys, ReplicaAcks, Servers};
-use crate::redis_conn::Target;
+use crate::redis_conn::{Ca, Target};
 use crate::report::Verbosity;
 use crate::secrets;
 use crate::wait::Wait;
@@ -206,6 +206,9 @@ impl LockConfig {
                     .map_err(|err| Error::Usage(err.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some(path) = &redis.ca_file {
+            targets = trusting_ca(targets, path)?;
+        }
         Ok(match targets.len() {
             0 => return Err(Error::Usage("--redis needs a URL".into())),
             1 => Servers::One(Box::new(targets.remove(0))),
@@ -219,6 +222,28 @@ impl LockConfig {
             _ => Servers::Quorum(targets),
         })
     }
+}
+
+/// `targets`, trusting the CA certificates in the file at `path`
+/// (`--redis-ca-file`) for TLS. A CA file with no TLS URL is refused: it
+/// would most likely be a `redis://` meant as `rediss://`, which sends the
+/// password in the clear.
+fn trusting_ca(targets: Vec<Target>, path: &Path) -> Result<Vec<Target>, Error> {
+    let refused = |why: &dyn std::fmt::Display| {
+        Error::Usage(format!("--redis-ca-file {}: {why}", path.display()))
+    };
+    if !targets.iter().any(Target::is_tls) {
+        return Err(refused(
+            &"the CA is for TLS, but --redis names no rediss:// URL (nor rediss+sentinel://, \
+              rediss+cluster://)",
+        ));
+    }
+    let pem = std::fs::read(path).map_err(|err| refused(&err))?;
+    let ca = Ca::from_pem(pem).map_err(|why| refused(&why))?;
+    targets
+        .into_iter()
+        .map(|target| target.with_ca(&ca).map_err(|err| refused(&err)))
+        .collect()
 }
 
 /// Refuses a duration past `MAX_DURATION`.

@@ -10,7 +10,8 @@
 //! - `hosts`: the host lists of the Sentinel and Cluster URLs;
 //! - `error`: what a failed call means for lockrun, and its message;
 //! - `session`: the connection, its time limits, `WAIT` and subscriptions;
-//! - `sentinel`, `cluster`: finding the server that holds the lock there.
+//! - `sentinel`, `cluster`: finding the server that holds the lock there;
+//! - `tls`: the CA certificates of `--redis-ca-file`, trusted for TLS.
 
 mod cluster;
 mod error;
@@ -18,7 +19,9 @@ mod hosts;
 mod sentinel;
 mod session;
 mod target;
+mod tls;
 
 pub(crate) use error::{ErrorKind, RedisError, Unready};
 pub(crate) use session::{Request, Session};
 pub(crate) use target::{InvalidUrl, Target};
+pub(crate) use tls::Ca;

@@ -14,6 +14,7 @@ use redis::cluster_routing::{
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
 
 use super::hosts::MultiHost;
+use super::tls::Ca;
 use super::InvalidUrl;
 
 /// How many times the cluster client may retry one call: enough for a
@@ -25,6 +26,8 @@ const RETRIES: u32 = 5;
 #[derive(Clone)]
 pub(super) struct Seeds {
     addrs: Vec<ConnectionAddr>,
+    /// The CA of `--redis-ca-file`, for every node.
+    ca: Option<Ca>,
     /// The URL without credentials, for messages.
     shown: String,
 }
@@ -46,9 +49,19 @@ impl Seeds {
         let (addrs, info) = url.addrs_and_info(0)?;
         let seeds = Seeds {
             addrs,
+            ca: None,
             shown: url.show(),
         };
         Ok((seeds, info))
+    }
+
+    /// Trusts `ca` on every node: those listed, and those the cluster names.
+    pub(super) fn trust(&mut self, ca: &Ca) -> redis::RedisResult<()> {
+        for addr in &mut self.addrs {
+            *addr = ca.trusted(addr.clone())?;
+        }
+        self.ca = Some(ca.clone());
+        Ok(())
     }
 
     fn nodes(&self, settings: &RedisConnectionInfo) -> redis::RedisResult<Vec<ConnectionInfo>> {
@@ -70,7 +83,13 @@ impl Seeds {
         timeout: Duration,
     ) -> redis::RedisResult<ClusterConnection> {
         let (min_wait, max_wait) = retry_waits(timeout);
-        ClusterClientBuilder::new(self.nodes(settings)?)
+        let mut builder = ClusterClientBuilder::new(self.nodes(settings)?);
+        // The listed nodes' addresses carry the CA; the nodes the cluster
+        // names (slots, MOVED) are reached with the builder's.
+        if let Some(ca) = &self.ca {
+            builder = builder.certs(ca.certificates());
+        }
+        builder
             // The crate's default, 16 retries at least 1.28 s apart, would
             // outlast any lease; lockrun's renewals do the longer retrying.
             .retries(RETRIES)

@@ -20,6 +20,7 @@ use super::error::{is_auth_error, one_line};
 use super::hosts::{self, MultiHost};
 use super::session::connect;
 use super::target::show_addr;
+use super::tls::{trusting, Ca};
 use super::{ErrorKind, InvalidUrl, RedisError, Target, Unready};
 
 /// The sentinels of one service.
@@ -30,6 +31,8 @@ pub(super) struct Sentinels {
     password: Option<String>,
     service: String,
     tls: bool,
+    /// The CA of `--redis-ca-file`, for the primaries the sentinels name.
+    ca: Option<Ca>,
     /// The URL without credentials, for messages.
     shown: String,
 }
@@ -93,6 +96,7 @@ impl Sentinels {
             password: None,
             service: service.to_owned(),
             tls: url.tls,
+            ca: None,
             shown: format!("{}/{service}", url.show()),
         };
         Ok((sentinels, info))
@@ -100,6 +104,15 @@ impl Sentinels {
 
     pub(super) fn set_password(&mut self, password: String) {
         self.password = Some(password);
+    }
+
+    /// Trusts `ca` on the sentinels and on the primaries they name.
+    pub(super) fn trust(&mut self, ca: &Ca) -> redis::RedisResult<()> {
+        for addr in &mut self.addrs {
+            *addr = ca.trusted(addr.clone())?;
+        }
+        self.ca = Some(ca.clone());
+        Ok(())
     }
 
     pub(super) fn password(&self) -> Option<&str> {
@@ -226,6 +239,7 @@ impl Sentinels {
         let scheme = if self.tls { "rediss" } else { "redis" };
         let info = format!("{scheme}://{node}")
             .into_connection_info()
+            .and_then(|info| trusting(self.ca.as_ref(), info))
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings.clone());
         let mut conn = connect(&info, timeout).await.map_err(|err| failed(&err))?;

@@ -10,6 +10,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use super::cluster::Seeds;
 use super::hosts::{self, MultiHost, Scheme};
 use super::sentinel::Sentinels;
+use super::tls::Ca;
 
 /// A `--redis` URL that lockrun cannot use. It never echoes the URL, which
 /// may hold a password.
@@ -133,6 +134,23 @@ impl Target {
             sentinels.set_password(password);
         }
         self
+    }
+
+    /// Trusts the CA certificates in `ca` (`--redis-ca-file`) instead of the
+    /// platform's, on every server this target reaches over TLS.
+    pub(crate) fn with_ca(mut self, ca: &Ca) -> redis::RedisResult<Self> {
+        self.info = ca.trusted_info(self.info)?;
+        match &mut self.topology {
+            Topology::Single => {}
+            Topology::Sentinel(sentinels) => sentinels.trust(ca)?,
+            Topology::Cluster(seeds) => seeds.trust(ca)?,
+        }
+        Ok(self)
+    }
+
+    /// Whether lockrun reaches these servers over TLS.
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(self.info.addr(), ConnectionAddr::TcpTls { .. })
     }
 
     /// Whether the URL names a replicated setup (Sentinel or Cluster), where

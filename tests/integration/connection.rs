@@ -1,8 +1,7 @@
-//! Reaching Redis: URLs, passwords (kept out of every message), TLS with
-//! certificate verification; and lockrun used interactively in a terminal.
+//! Reaching Redis: URLs and passwords (kept out of every message); and
+//! lockrun used interactively in a terminal. TLS is in `tls`.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use crate::harness::*;
 
@@ -75,114 +74,6 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
         .command(["true"])
         .run();
     assert!(!ran.stderr.contains(secret), "{}", ran.stderr);
-}
-
-/// Writes a CA and a server certificate for localhost signed by it.
-fn make_certificates(dir: &Path) {
-    let openssl = |args: &[&str]| {
-        let status = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("openssl must be installed");
-        assert!(status.success(), "openssl {args:?}");
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=lockrun test CA",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-    ]);
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .expect("write extension file");
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=localhost",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-    ]);
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-        "-out",
-        "server.pem",
-    ]);
-}
-
-#[test]
-fn tls_verifies_the_server_certificate() {
-    let certs = tempfile::tempdir().expect("tempdir");
-    make_certificates(certs.path());
-    let port = free_port().to_string();
-    let file = |name: &str| certs.path().join(name).display().to_string();
-    let (cert, key, ca) = (file("server.pem"), file("server.key"), file("ca.pem"));
-    let redis = Server::start_with(
-        None,
-        &[
-            "--tls-port",
-            &port,
-            "--tls-cert-file",
-            &cert,
-            "--tls-key-file",
-            &key,
-            "--tls-ca-cert-file",
-            &ca,
-            "--tls-auth-clients",
-            "no",
-        ],
-    );
-    let url = format!("rediss://localhost:{port}");
-
-    // Trusting our CA (rustls reads SSL_CERT_FILE): the lock works over TLS.
-    let ran = Lockrun::via(&url)
-        .env("SSL_CERT_FILE", &ca)
-        .key("job")
-        .command(["true"])
-        .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    redis.assert_only_fence("job");
-
-    // Not trusting it: the certificate is refused and the command never runs.
-    let marker = certs.path().join("ran");
-    let ran = Lockrun::via(&url)
-        .env("SSL_CERT_FILE", "/dev/null")
-        .env("SSL_CERT_DIR", certs.path().join("empty"))
-        .key("job")
-        .touch(&marker)
-        .run();
-    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
-    assert!(!marker.exists(), "the command did not run");
 }
 
 /// Runs `lockrun -- bash -c COMMAND` on a pseudo-terminal, feeding it

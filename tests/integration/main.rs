@@ -28,5 +28,6 @@ mod reference;
 mod repeated_flags;
 mod signals;
 mod supervision;
+mod tls;
 mod topology;
 mod wakeup;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::sentinel::is_primary;
 use super::topology::{on_port, on_port_mut, wait_until};
-use super::{free_ports, Server};
+use super::{free_ports, Certificates, Server};
 
 /// Failure detection: a primary is failed over this long after it stops
 /// answering.
@@ -13,6 +13,8 @@ const NODE_TIMEOUT_MS: u32 = 1500;
 
 pub struct Cluster {
     pub nodes: Vec<Server>,
+    /// Whether every node speaks only TLS.
+    tls: bool,
     pub started_in: Duration,
 }
 
@@ -26,6 +28,16 @@ pub struct Shard {
 
 impl Cluster {
     pub fn start() -> Self {
+        Self::start_as(None)
+    }
+
+    /// A cluster whose nodes speak only TLS, to clients and on the cluster
+    /// bus, with `certs`. Its nodes then announce their TLS ports.
+    pub fn start_tls(certs: &Certificates) -> Self {
+        Self::start_as(Some(certs))
+    }
+
+    fn start_as(tls: Option<&Certificates>) -> Self {
         let began = Instant::now();
         let config = format!(
             "cluster-enabled yes\ncluster-config-file nodes.conf\n\
@@ -33,12 +45,18 @@ impl Cluster {
         );
         let nodes: Vec<Server> = free_ports(6)
             .into_iter()
-            .map(|port| Server::node(port, &config))
+            .map(|port| match tls {
+                Some(certs) => {
+                    Server::tls(port, false, &format!("{config}tls-cluster yes\n"), certs)
+                }
+                None => Server::node(port, &config),
+            })
             .collect();
         for node in &nodes {
             wait_until("cluster node up", || node.answers());
         }
         let output = Command::new("redis-cli")
+            .args(tls.map(Certificates::cli_args).unwrap_or_default())
             .args(["--cluster", "create"])
             .args(nodes.iter().map(Server::addr))
             .args(["--cluster-replicas", "1", "--cluster-yes"])
@@ -50,14 +68,29 @@ impl Cluster {
             "redis-cli --cluster create failed: {}",
             String::from_utf8_lossy(&output.stdout)
         );
-        for node in &nodes {
+        let cluster = Cluster {
+            nodes,
+            tls: tls.is_some(),
+            started_in: Duration::ZERO,
+        };
+        cluster.wait_healthy();
+        Cluster {
+            started_in: began.elapsed(),
+            ..cluster
+        }
+    }
+
+    /// Waits until every node sees the whole cluster: all slots served,
+    /// every replica linked, and who replicates whom.
+    fn wait_healthy(&self) {
+        for node in &self.nodes {
             wait_until("cluster state ok", || {
                 node.info("cluster", "cluster_enabled").is_some()
                     && cluster_info(node, "cluster_state").as_deref() == Some("ok")
                     && cluster_info(node, "cluster_known_nodes").as_deref() == Some("6")
             });
         }
-        for node in &nodes {
+        for node in &self.nodes {
             wait_until("cluster replica linked", || {
                 is_primary(node)
                     || node.info("replication", "master_link_status").as_deref() == Some("up")
@@ -65,15 +98,11 @@ impl Cluster {
         }
         // Gossip tells the other nodes who replicates whom a little later;
         // a failover test needs every node to know.
-        for node in &nodes {
+        for node in &self.nodes {
             wait_until("cluster topology known", || {
                 let shards = shards_seen_by(node);
                 shards.len() == 3 && shards.iter().all(|shard| shard.replicas.len() == 1)
             });
-        }
-        Cluster {
-            nodes,
-            started_in: began.elapsed(),
         }
     }
 
@@ -85,10 +114,11 @@ impl Cluster {
         on_port_mut(&mut self.nodes, port)
     }
 
-    /// `redis+cluster://` naming the nodes on `ports`.
+    /// `redis+cluster://` (`rediss+` with TLS) naming the nodes on `ports`.
     pub fn url_via(&self, ports: &[u16]) -> String {
         let hosts: Vec<String> = ports.iter().map(|&p| self.node(p).addr()).collect();
-        format!("redis+cluster://{}", hosts.join(","))
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}+cluster://{}", hosts.join(","))
     }
 
     /// Ports of the primaries that serve slots.

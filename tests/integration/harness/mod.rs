@@ -9,6 +9,7 @@
 //! - `process`: `Running`, pids, polling with deadlines, scratch files.
 //! - `terminal`: `Terminal`, a command line on a pseudo-terminal.
 //! - `postgres`: `PostgresServer`, for the fencing example.
+//! - `tls`: `Certificates`, a private CA and a server certificate.
 
 mod cluster;
 mod command;
@@ -19,6 +20,7 @@ mod process;
 mod sentinel;
 mod server;
 mod terminal;
+mod tls;
 mod topology;
 
 pub use cluster::*;
@@ -29,6 +31,7 @@ pub use process::*;
 pub use sentinel::*;
 pub use server::*;
 pub use terminal::Terminal;
+pub use tls::Certificates;
 pub use topology::*;
 
 use std::time::Duration;

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::topology::{on_port, on_port_mut, wait_until};
-use super::{free_ports, Server};
+use super::{free_ports, Certificates, Server};
 
 /// The Sentinel service name the tests use.
 pub const SERVICE: &str = "lockrun-test";
@@ -26,6 +26,8 @@ pub struct SentinelSet {
     pub sentinels: Vec<Server>,
     /// The data servers; the first was the primary at the start.
     pub servers: Vec<Server>,
+    /// Whether every server and sentinel speaks only TLS.
+    tls: bool,
     pub started_in: Duration,
 }
 
@@ -35,16 +37,31 @@ impl SentinelSet {
     }
 
     pub fn start_with(passwords: Passwords<'_>) -> Self {
+        Self::start_as(passwords, None)
+    }
+
+    /// A set whose servers and sentinels speak only TLS, with `certs`.
+    pub fn start_tls(certs: &Certificates) -> Self {
+        Self::start_as(Passwords::default(), Some(certs))
+    }
+
+    fn start_as(passwords: Passwords<'_>, tls: Option<&Certificates>) -> Self {
         let began = Instant::now();
         let ports = free_ports(6);
         let primary = ports[0];
         let auth = passwords.redis.map_or_else(String::new, |pass| {
             format!("requirepass {pass}\nmasterauth {pass}\n")
         });
-        let mut servers = vec![Server::node(primary, &auth)];
+        let start = |port: u16, sentinel: bool, config: &str| match (tls, sentinel) {
+            (Some(certs), _) => Server::tls(port, sentinel, config, certs),
+            (None, false) => Server::node(port, config),
+            (None, true) => Server::sentinel(port, config),
+        };
+        let mut servers = vec![start(primary, false, &auth)];
         for &port in &ports[1..3] {
-            servers.push(Server::node(
+            servers.push(start(
                 port,
+                false,
                 &format!("{auth}replicaof 127.0.0.1 {primary}\n"),
             ));
         }
@@ -56,25 +73,15 @@ impl SentinelSet {
                 replica.info("replication", "master_link_status").as_deref() == Some("up")
             });
         }
-        let mut config = format!(
-            "sentinel monitor {SERVICE} 127.0.0.1 {primary} 2\n\
-             sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n\
-             sentinel failover-timeout {SERVICE} 10000\n\
-             sentinel parallel-syncs {SERVICE} 2\n"
-        );
-        if let Some(pass) = passwords.redis {
-            config += &format!("sentinel auth-pass {SERVICE} {pass}\n");
-        }
-        if let Some(pass) = passwords.sentinel {
-            config += &format!("requirepass {pass}\nsentinel sentinel-pass {pass}\n");
-        }
+        let config = sentinel_config(primary, passwords);
         let sentinels = ports[3..]
             .iter()
-            .map(|&port| Server::sentinel(port, &config))
+            .map(|&port| start(port, true, &config))
             .collect();
         let mut set = SentinelSet {
             sentinels,
             servers,
+            tls: tls.is_some(),
             started_in: Duration::ZERO,
         };
         // A failover needs every sentinel to know both replicas and both
@@ -91,10 +98,12 @@ impl SentinelSet {
         set
     }
 
-    /// `redis+sentinel://…/SERVICE` naming every sentinel, first to last.
+    /// `redis+sentinel://…/SERVICE` (`rediss+` with TLS) naming every
+    /// sentinel, first to last.
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self.sentinels.iter().map(Server::addr).collect();
-        format!("redis+sentinel://{}/{SERVICE}", hosts.join(","))
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}+sentinel://{}/{SERVICE}", hosts.join(","))
     }
 
     /// The port of the primary, as the first answering sentinel names it.
@@ -196,6 +205,23 @@ impl SentinelSet {
 
 pub fn is_primary(server: &Server) -> bool {
     server.info("replication", "role").as_deref() == Some("master")
+}
+
+/// The sentinels' configuration: the primary to watch, and passwords.
+fn sentinel_config(primary: u16, passwords: Passwords<'_>) -> String {
+    let mut config = format!(
+        "sentinel monitor {SERVICE} 127.0.0.1 {primary} 2\n\
+         sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n\
+         sentinel failover-timeout {SERVICE} 10000\n\
+         sentinel parallel-syncs {SERVICE} 2\n"
+    );
+    if let Some(pass) = passwords.redis {
+        config += &format!("sentinel auth-pass {SERVICE} {pass}\n");
+    }
+    if let Some(pass) = passwords.sentinel {
+        config += &format!("requirepass {pass}\nsentinel sentinel-pass {pass}\n");
+    }
+    config
 }
 
 /// `SENTINEL MASTER SERVICE` as a map, if the sentinel answers.

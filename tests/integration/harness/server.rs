@@ -10,7 +10,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
-use super::{eventually, free_port, PATIENCE};
+use super::{eventually, free_port, Certificates, PATIENCE};
 
 /// A redis-server in a temporary directory of its own, on a unix socket
 /// there, a free loopback port, or both. Killed when dropped.
@@ -23,6 +23,8 @@ pub struct Server {
     /// What the harness's own connections authenticate with.
     password: Option<String>,
     sentinel: bool,
+    /// For a TLS-only server: the CA the harness's own connections trust.
+    tls_ca: Option<Vec<u8>>,
     process: Option<Child>,
 }
 
@@ -58,6 +60,21 @@ impl Server {
         Self::new(Some(port), false, true, config, &[])
     }
 
+    /// A TLS-only data server of a topology (`sentinel` false) or a
+    /// sentinel, on `port`, with `config` lines added; the harness reaches
+    /// it over TLS too.
+    pub fn tls(port: u16, sentinel: bool, config: &str, certs: &Certificates) -> Self {
+        let tls = certs.server_config(port);
+        let config = if sentinel {
+            format!("{tls}{config}")
+        } else {
+            format!("{DATA}{tls}{config}")
+        };
+        let mut server = Self::new(Some(port), false, sentinel, &config, &[]);
+        server.tls_ca = Some(certs.ca_pem());
+        server
+    }
+
     fn new(port: Option<u16>, socket: bool, sentinel: bool, config: &str, args: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("lockrun-redis-")
@@ -89,6 +106,7 @@ impl Server {
             args: args.iter().map(|arg| arg.to_string()).collect(),
             password,
             sentinel,
+            tls_ca: None,
             process: None,
         };
         server.launch();
@@ -160,7 +178,17 @@ impl Server {
             (None, Some(pass)) => format!("redis://:{pass}@{}", self.addr()),
             _ => self.url(),
         };
-        let conn = redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(2))?;
+        let client = match &self.tls_ca {
+            Some(ca) => redis::Client::build_with_tls(
+                url.replacen("redis://", "rediss://", 1),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.clone()),
+                },
+            )?,
+            None => redis::Client::open(url)?,
+        };
+        let conn = client.get_connection_with_timeout(Duration::from_secs(2))?;
         conn.set_read_timeout(Some(Duration::from_secs(5)))?;
         conn.set_write_timeout(Some(Duration::from_secs(5)))?;
         Ok(conn)

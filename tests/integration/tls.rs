@@ -1,0 +1,190 @@
+//! TLS end to end: `rediss://`, `rediss+sentinel://` and `rediss+cluster://`
+//! against servers that speak only TLS, with a CA of the test's own that
+//! lockrun is told to trust (`--redis-ca-file`, or `SSL_CERT_FILE`); and a
+//! certificate it does not trust refused.
+
+use std::time::Duration;
+
+use crate::harness::*;
+
+/// A run through `url` that trusts the test's CA, and only it: the
+/// platform's trust store is empty.
+fn trusting<'a>(url: &str, certs: &Certificates) -> Lockrun<'a> {
+    distrusting(url, certs)
+        .arg("--redis-ca-file")
+        .arg(certs.ca())
+}
+
+/// A run through `url` whose platform trust store is empty (but readable:
+/// the redis crate reads it even with a CA file, and fails if it cannot).
+fn distrusting<'a>(url: &str, certs: &Certificates) -> Lockrun<'a> {
+    Lockrun::via(url)
+        .env("SSL_CERT_FILE", "/dev/null")
+        .env("SSL_CERT_DIR", certs.no_certificates())
+        .key("job")
+}
+
+#[test]
+fn tls_verifies_the_server_certificate() {
+    let certs = Certificates::make();
+    let port = free_port();
+    let config = certs.server_config(port);
+    let args: Vec<String> = config
+        .lines()
+        .flat_map(|line| {
+            let (name, value) = line.split_once(' ').expect("name value");
+            [format!("--{name}"), value.to_owned()]
+        })
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // On its unix socket too, where the harness reads its keys.
+    let redis = Server::start_with(None, &args);
+    let url = format!("rediss://localhost:{port}");
+
+    // Trusted by --redis-ca-file, by LOCKRUN_REDIS_CA_FILE, and as part
+    // of the platform's trust store (rustls-native-certs reads
+    // SSL_CERT_FILE): the lock works over TLS.
+    let ran = trusting(&url, &certs).command(["true"]).run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let ran = distrusting(&url, &certs)
+        .env("LOCKRUN_REDIS_CA_FILE", certs.ca())
+        .command(["true"])
+        .run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let ran = Lockrun::via(&url)
+        .env("SSL_CERT_FILE", certs.ca())
+        .key("job")
+        .command(["true"])
+        .run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    redis.assert_only_fence("job");
+
+    // Not trusting it: the certificate is refused and the command never runs.
+    let marker = certs.dir().join("ran");
+    let ran = distrusting(&url, &certs).touch(&marker).run();
+    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
+    ran.assert_stderr_has("certificate");
+    assert!(!marker.exists(), "the command did not run");
+}
+
+#[test]
+fn a_ca_file_needs_a_tls_url_and_certificates() {
+    let certs = Certificates::make();
+    let redis = Server::start();
+    let marker = certs.dir().join("ran");
+    let plain = trusting(&redis.url(), &certs).touch(&marker).run();
+    assert_eq!(plain.code, Some(64), "{}", plain.stderr);
+    plain.assert_stderr_has("names no rediss:// URL");
+    let missing = Lockrun::via("rediss://localhost:1")
+        .args(["--redis-ca-file", "/nonexistent/ca.pem"])
+        .key("job")
+        .touch(&marker)
+        .run();
+    assert_eq!(missing.code, Some(64), "{}", missing.stderr);
+    missing.assert_stderr_has("--redis-ca-file /nonexistent/ca.pem");
+    let key = certs.dir().join("server.key");
+    let not_a_ca = Lockrun::via("rediss://localhost:1")
+        .arg("--redis-ca-file")
+        .arg(&key)
+        .key("job")
+        .touch(&marker)
+        .run();
+    assert_eq!(not_a_ca.code, Some(64), "{}", not_a_ca.stderr);
+    not_a_ca.assert_stderr_has("holds no PEM certificate");
+    assert!(!marker.exists());
+}
+
+/// What every topology must do over TLS: a holder, a run that finds the
+/// lock busy, a waiter woken by its subscription when the holder releases,
+/// and `status`. `node` is the server that holds the lock; `acks` replicas
+/// must acknowledge every lease.
+fn lock_busy_wait_and_status(url: &str, certs: &Certificates, node: &Server, acks: &str) {
+    // A long ttl puts the waiter's own looks (every renewal period, 20 s)
+    // far from the hand-over, so that starting soon after the release
+    // proves the wake-up message came through its TLS subscription.
+    let acks = [
+        "--replica-acks",
+        acks,
+        "--ttl",
+        "60s",
+        "--redis-timeout",
+        "2s",
+    ];
+    let plain: Vec<String> = node
+        .query(redis::cmd("CONFIG").arg("GET").arg("port"))
+        .expect("CONFIG GET port");
+    assert_eq!(plain[1], "0", "the server has a plain-text port");
+    let mut holder = trusting(url, certs)
+        .args(["--wait", "30s"])
+        .args(acks)
+        .hold();
+    assert!(node.is_locked("job"), "{}", holder.stderr());
+
+    let busy = trusting(url, certs).args(acks).command(["true"]).run();
+    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+
+    let status = trusting(url, certs)
+        .subcommand("status")
+        .arg("--json")
+        .run();
+    let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("JSON");
+    assert_eq!(json["held"], true, "{}", status.stderr);
+    assert_eq!(json["holder"]["fencing_token"], holder.fence());
+    assert_eq!(json["redis_node"], node.addr());
+
+    let dir = scratch();
+    let (started, stderr) = (dir.path().join("started"), dir.path().join("stderr"));
+    let mut waiter = trusting(url, certs)
+        .args(["--wait", "60s"])
+        .args(acks)
+        .touch(&started)
+        .stderr(log_file(&stderr))
+        .spawn();
+    assert!(
+        eventually(TOPOLOGY_PATIENCE, || node.listening_waiters("job") == 1),
+        "the waiter never listened in line: {}",
+        read_log(&stderr)
+    );
+    holder.go();
+    assert!(
+        eventually(Duration::from_secs(15), || started.exists()),
+        "the waiter was not woken: {}",
+        read_log(&stderr)
+    );
+    assert!(holder.run.wait().success(), "{}", holder.stderr());
+    assert!(waiter.wait().success(), "{}", read_log(&stderr));
+    assert!(!node.is_locked("job"));
+}
+
+#[test]
+fn tls_sentinel_reaches_sentinels_and_primary_over_tls() {
+    let certs = Certificates::make();
+    let set = SentinelSet::start_tls(&certs);
+    eprintln!("TLS sentinel set started in {:?}", set.started_in);
+    let url = set.url();
+    assert!(url.starts_with("rediss+sentinel://"), "{url}");
+    lock_busy_wait_and_status(&url, &certs, set.primary(), "2");
+    set.wait_replicas_in_sync();
+    let fence = set.primary().fence("job");
+    for replica in &set.servers[1..] {
+        assert_eq!(replica.fence("job"), fence, "{}", replica.addr());
+    }
+}
+
+#[test]
+fn tls_cluster_follows_moved_to_tls_ports() {
+    let certs = Certificates::make();
+    let cluster = Cluster::start_tls(&certs);
+    eprintln!("TLS cluster started in {:?}", cluster.started_in);
+    let (owner, _) = cluster.owner("lockrun:{job}");
+    let other = cluster
+        .primaries()
+        .into_iter()
+        .find(|&p| p != owner)
+        .expect("another primary");
+    // Only a node that does not own the slot: the way to the owner is a
+    // MOVED, which names the owner's TLS port.
+    let url = cluster.url_via(&[other]);
+    assert!(url.starts_with("rediss+cluster://"), "{url}");
+    lock_busy_wait_and_status(&url, &certs, cluster.node(owner), "1");
+}
