@@ -49,7 +49,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-k -w -q -v -h -V --key --redis --redis-password-file --prefix --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --supersede --busy-exit-code --min-hold --timeout --metrics-file --quiet --verbose --log-format --help --version status release list"
+            opts="-k -w -q -v -h -V --key --redis --redis-password-file --redis-ca-file --prefix --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --supersede --busy-exit-code --min-hold --timeout --metrics-file --quiet --verbose --log-format --help --version status release list"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -77,6 +77,21 @@ _lockrun() {
                     return 0
                     ;;
                 --redis-password-file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
+                --redis-ca-file)
                     local oldifs
                     if [ -n "${IFS+x}" ]; then
                         oldifs="$IFS"
@@ -192,7 +207,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__list)
-            opts="-h --redis --redis-password-file --prefix --json --all --help"
+            opts="-h --redis --redis-password-file --redis-ca-file --prefix --json --all --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -206,6 +221,21 @@ _lockrun() {
                     return 0
                     ;;
                 --redis-password-file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
+                --redis-ca-file)
                     local oldifs
                     if [ -n "${IFS+x}" ]; then
                         oldifs="$IFS"
@@ -235,7 +265,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__release)
-            opts="-k -h --key --redis --redis-password-file --prefix --force --help"
+            opts="-k -h --key --redis --redis-password-file --redis-ca-file --prefix --force --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -277,6 +307,21 @@ _lockrun() {
                     fi
                     return 0
                     ;;
+                --redis-ca-file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
                 --prefix)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -292,7 +337,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__status)
-            opts="-k -h --key --redis --redis-password-file --prefix --json --help"
+            opts="-k -h --key --redis --redis-password-file --redis-ca-file --prefix --json --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -320,6 +365,21 @@ _lockrun() {
                     return 0
                     ;;
                 --redis-password-file)
+                    local oldifs
+                    if [ -n "${IFS+x}" ]; then
+                        oldifs="$IFS"
+                    fi
+                    IFS=$'\n'
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    if [ -n "${oldifs+x}" ]; then
+                        IFS="$oldifs"
+                    fi
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o filenames
+                    fi
+                    return 0
+                    ;;
+                --redis-ca-file)
                     local oldifs
                     if [ -n "${IFS+x}" ]; then
                         oldifs="$IFS"

@@ -2,7 +2,7 @@
 # Regenerate with: LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n k/key= redis= redis-password-file= prefix= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede busy-exit-code= min-hold= timeout= metrics-file= q/quiet v/verbose log-format= h/help V/version
+    string join \n k/key= redis= redis-password-file= redis-ca-file= prefix= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede busy-exit-code= min-hold= timeout= metrics-file= q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -31,6 +31,7 @@ end
 complete -c lockrun -n "__fish_lockrun_needs_command" -s k -l key -d 'Lock name; runs that share it never overlap' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis -d 'Redis URL' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'Lease length written to Redis' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l renew-every -d 'Heartbeat period [default: ttl/3]' -r -f
@@ -55,17 +56,20 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -a "list" -d 'List the loc
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s k -l key -d 'Lock name' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis -d 'Redis URL' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l json -d 'Print one JSON object on stdout instead of text'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s k -l key -d 'Lock name' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis -d 'Redis URL' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Really remove a lock that another run may hold'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis -d 'Redis URL' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'Print one JSON array on stdout instead of text'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l all -d 'Also list free locks, of which only the fencing counter is left'
