@@ -90,6 +90,15 @@ impl fmt::Display for RedisError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let target = &self.target;
         match self.kind {
+            // rustls's words for a certificate it refused: unknown CA, wrong
+            // name, expired.
+            ErrorKind::Unreachable if self.detail.contains("invalid peer certificate") => write!(
+                f,
+                "cannot reach Redis at {target}: {}; lockrun did not accept the server's TLS \
+                 certificate: trust its CA with --redis-ca-file (or LOCKRUN_REDIS_CA_FILE), and \
+                 check that it names the host lockrun connects to",
+                self.detail
+            ),
             ErrorKind::Unreachable => write!(
                 f,
                 "cannot reach Redis at {target}: {}; check --redis (or LOCKRUN_REDIS_URL) and \

@@ -36,7 +36,9 @@ fn tls_verifies_the_server_certificate() {
             [format!("--{name}"), value.to_owned()]
         })
         .collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // Also on 127.0.0.2, an address the certificate does not name.
+    args.extend(["--bind", "127.0.0.1 127.0.0.2"]);
     // On its unix socket too, where the harness reads its keys.
     let redis = Server::start_with(None, &args);
     let url = format!("rediss://localhost:{port}");
@@ -63,7 +65,13 @@ fn tls_verifies_the_server_certificate() {
     let marker = certs.dir().join("ran");
     let ran = distrusting(&url, &certs).touch(&marker).run();
     assert_eq!(ran.code, Some(69), "{}", ran.stderr);
-    ran.assert_stderr_has("certificate");
+    ran.assert_stderr_has("invalid peer certificate: UnknownIssuer");
+    ran.assert_stderr_has("trust its CA with --redis-ca-file");
+    // Signed by the trusted CA, but not for the host dialled: refused too.
+    let other_host = format!("rediss://127.0.0.2:{port}");
+    let ran = trusting(&other_host, &certs).touch(&marker).run();
+    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
+    ran.assert_stderr_has("not valid for name");
     assert!(!marker.exists(), "the command did not run");
 }
 
@@ -114,6 +122,9 @@ fn lock_busy_wait_and_status(url: &str, certs: &Certificates, node: &Server, ack
         .query(redis::cmd("CONFIG").arg("GET").arg("port"))
         .expect("CONFIG GET port");
     assert_eq!(plain[1], "0", "the server has a plain-text port");
+    let untrusted = distrusting(url, certs).command(["true"]).run();
+    assert_eq!(untrusted.code, Some(69), "{}", untrusted.stderr);
+    untrusted.assert_stderr_has("trust its CA with --redis-ca-file");
     let mut holder = trusting(url, certs)
         .args(["--wait", "30s"])
         .args(acks)
