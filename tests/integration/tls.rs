@@ -102,6 +102,18 @@ fn a_ca_file_needs_a_tls_url_and_certificates() {
     assert!(!marker.exists());
 }
 
+/// `node` has no plain-text port, and lockrun refuses `url`'s certificates
+/// unless it trusts their CA.
+fn only_tls(url: &str, certs: &Certificates, node: &Server) {
+    let plain: Vec<String> = node
+        .query(redis::cmd("CONFIG").arg("GET").arg("port"))
+        .expect("CONFIG GET port");
+    assert_eq!(plain[1], "0", "the server has a plain-text port");
+    let untrusted = distrusting(url, certs).command(["true"]).run();
+    assert_eq!(untrusted.code, Some(69), "{}", untrusted.stderr);
+    untrusted.assert_stderr_has("trust its CA with --redis-ca-file");
+}
+
 /// What every topology must do over TLS: a holder, a run that finds the
 /// lock busy, a waiter woken by its subscription when the holder releases,
 /// and `status`. `node` is the server that holds the lock; `acks` replicas
@@ -118,13 +130,7 @@ fn lock_busy_wait_and_status(url: &str, certs: &Certificates, node: &Server, ack
         "--redis-timeout",
         "2s",
     ];
-    let plain: Vec<String> = node
-        .query(redis::cmd("CONFIG").arg("GET").arg("port"))
-        .expect("CONFIG GET port");
-    assert_eq!(plain[1], "0", "the server has a plain-text port");
-    let untrusted = distrusting(url, certs).command(["true"]).run();
-    assert_eq!(untrusted.code, Some(69), "{}", untrusted.stderr);
-    untrusted.assert_stderr_has("trust its CA with --redis-ca-file");
+    only_tls(url, certs, node);
     let mut holder = trusting(url, certs)
         .args(["--wait", "30s"])
         .args(acks)

@@ -20,59 +20,24 @@ impl Certificates {
             .prefix("lockrun-tls-")
             .tempdir()
             .expect("temp dir");
-        let openssl = |args: &[String], more: &[&str]| {
-            let status = Command::new("openssl")
-                .args(args)
-                .args(more)
-                .current_dir(dir.path())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .expect("openssl must be installed (scripts/test installs it)");
-            assert!(status.success(), "openssl {args:?} {more:?}");
-        };
+        let openssl = |args: &str| openssl(dir.path(), args);
         // P-256 keys: as good for the test as RSA, and much cheaper to make
         // and to handshake with on a busy machine.
-        let with_key = |args: &[&str]| -> Vec<String> {
-            let key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
-            args.iter().chain(&key).map(|arg| arg.to_string()).collect()
-        };
-        let ca = with_key(&[
-            "req",
-            "-x509",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=lockrun test CA",
-        ]);
-        openssl(&ca, &["-keyout", "ca.key", "-out", "ca.pem"]);
+        let key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+        openssl(&format!(
+            "req -x509 {key} -days 2 -subj /CN=lockrun-test-CA -keyout ca.key -out ca.pem"
+        ));
         std::fs::write(
             dir.path().join("san.ext"),
             "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
         )
         .expect("write extension file");
-        let request = with_key(&["req", "-nodes", "-subj", "/CN=localhost"]);
-        openssl(&request, &["-keyout", "server.key", "-out", "server.csr"]);
+        openssl(&format!(
+            "req {key} -subj /CN=localhost -keyout server.key -out server.csr"
+        ));
         openssl(
-            &[],
-            &[
-                "x509",
-                "-req",
-                "-in",
-                "server.csr",
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-extfile",
-                "san.ext",
-                "-out",
-                "server.pem",
-            ],
+            "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+             -extfile san.ext -out server.pem",
         );
         std::fs::create_dir(dir.path().join("empty")).expect("an empty directory");
         Certificates { dir }
@@ -118,4 +83,16 @@ impl Certificates {
             self.ca().display().to_string(),
         ]
     }
+}
+
+/// Runs `openssl ARGS` (split at spaces) in `dir`.
+fn openssl(dir: &Path, args: &str) {
+    let status = Command::new("openssl")
+        .args(args.split_whitespace())
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl must be installed (scripts/test installs it)");
+    assert!(status.success(), "openssl {args}");
 }
