@@ -18,7 +18,7 @@ pub(crate) struct Lua {
     sha: &'static str,
 }
 
-// ACQUIRE, RENEW, RELEASE, FORCE_RELEASE, STATUS, VOTE, RAISE_FENCE: each
+// ACQUIRE, RENEW, SPLIT, RELEASE, FORCE_RELEASE, STATUS, VOTE, RAISE_FENCE: each
 // assembled from its parts and hashed by build.rs.
 include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 
@@ -90,9 +90,10 @@ mod tests {
     use super::*;
 
     /// Every script, by the name lockrun gives it.
-    const ALL: [(&str, &Lua); 7] = [
+    const ALL: [(&str, &Lua); 8] = [
         ("acquire", &ACQUIRE),
         ("renew", &RENEW),
+        ("split", &SPLIT),
         ("release", &RELEASE),
         ("force_release", &FORCE_RELEASE),
         ("status", &STATUS),
@@ -105,6 +106,7 @@ mod tests {
         let queue = concat!(include_str!("guard.lua"), include_str!("queue.lua"));
         assert_eq!(ACQUIRE.code, queue.to_owned() + include_str!("acquire.lua"));
         assert_eq!(RENEW.code, include_str!("renew.lua"));
+        assert_eq!(SPLIT.code, include_str!("split.lua"));
         assert_eq!(RELEASE.code, queue.to_owned() + include_str!("release.lua"));
         assert_eq!(
             FORCE_RELEASE.code,
