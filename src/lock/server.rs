@@ -338,7 +338,10 @@ impl Server {
     pub(super) async fn status(&mut self) -> Result<Status, LockError> {
         let mut call = STATUS.call();
         self.keys.add_to(&mut call);
-        let reply: reply::Status = self.invoke(&call).await?;
+        let reply: reply::Status = match self.invoke(&call).await {
+            Err(err) if split::migrating(&err) => self.status_split().await?,
+            other => other?,
+        };
         let occupancy = match reply.pttl {
             -2 => Occupancy::Free,
             -1 => Occupancy::NoExpiry,
@@ -374,6 +377,9 @@ impl Server {
     pub(super) async fn force_release(&mut self) -> Result<Option<Holder>, LockError> {
         let mut call = FORCE_RELEASE.call();
         self.keys.add_to(&mut call);
-        Ok(self.invoke::<reply::ForceRelease>(&call).await?.0)
+        match self.invoke::<reply::ForceRelease>(&call).await {
+            Err(err) if split::migrating(&err) => self.force_release_split().await,
+            other => Ok(other?.0),
+        }
     }
 }

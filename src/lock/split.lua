@@ -7,14 +7,16 @@
 -- target, where a key created during the migration belongs anyway.
 -- KEYS[1] the key  ARGV[1] what to do  ARGV[2] '1' to return the node's id
 -- ARGV[3...] the operation's arguments:
---   lease_take token ttl       lease_renew token ttl    lease_release token keep_ms
---   fence_next                 holder_get
---   holder_set host pid command fence ttl               holder_renew fence ttl
---   holder_finish fence keep_ms                         holder_drop fence
+--   lease_take token ttl   lease_renew token ttl   lease_release token keep_ms
+--   lease_get              lease_remove            fence_next   fence_get
+--   holder_get             holder_remove           holder_drop fence
+--   holder_set host pid command fence ttl          holder_renew fence ttl
+--   holder_finish fence keep_ms
 -- Returns name-value pairs: kind (what was found or done), node (the id of
 -- the node that ran it, or ''), replicas (connected and online, for WAIT),
--- and pttl, fence or holder where the operation reads one; or guard.lua's
--- wrongtype reply, changing nothing, when the key holds another type.
+-- now_us (server time), and pttl, fence or holder where the operation reads
+-- one; or guard.lua's wrongtype reply, changing nothing, when the key holds
+-- another type.
 if redis.replicate_commands then
   -- Redis < 7 must be told before TIME is followed by writes; 7+ ignores it.
   redis.replicate_commands()
@@ -30,6 +32,11 @@ local function int(n)
   return string.format('%d', n)
 end
 
+local function now_us()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000000 + tonumber(now[2])
+end
+
 -- Read after the writes: Redis < 7 refuses writes after INFO in a script.
 local function reply(kind, ...)
   local replicas = 0
@@ -40,7 +47,7 @@ local function reply(kind, ...)
   if ARGV[2] == '1' then
     node = redis.call('CLUSTER', 'MYID')
   end
-  return {'kind', kind, 'node', node, 'replicas', replicas, ...}
+  return {'kind', kind, 'node', node, 'replicas', replicas, 'now_us', int(now_us()), ...}
 end
 
 local lease_ops = {
@@ -72,17 +79,30 @@ local lease_ops = {
     redis.call('DEL', KEY)
     return reply('deleted')
   end,
+  lease_get = function()
+    return reply('found', 'pttl', redis.call('PTTL', KEY))
+  end,
+  -- release --force: whoever holds it.
+  lease_remove = function()
+    if redis.call('DEL', KEY) == 0 then
+      return reply('gone')
+    end
+    return reply('deleted')
+  end,
 }
 
 -- A token is at least the server clock in microseconds, as queue.lua's
 -- grant hands them out.
-local function fence_next()
-  local now = redis.call('TIME')
-  local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local fence = int(math.max((tonumber(redis.call('GET', KEY)) or 0) + 1, now_us))
-  redis.call('SET', KEY, fence)
-  return reply('next', 'fence', fence)
-end
+local fence_ops = {
+  fence_next = function()
+    local fence = int(math.max((tonumber(redis.call('GET', KEY)) or 0) + 1, now_us()))
+    redis.call('SET', KEY, fence)
+    return reply('next', 'fence', fence)
+  end,
+  fence_get = function()
+    return reply('found', 'fence', redis.call('GET', KEY) or '')
+  end,
+}
 
 -- The holder record is changed only while it is this run's, told by its
 -- fencing token: the lease is in another call, perhaps on another node.
@@ -90,11 +110,15 @@ local holder_ops = {
   holder_get = function()
     return reply('found', 'holder', redis.call('HGETALL', KEY))
   end,
+  holder_remove = function()
+    local record = redis.call('HGETALL', KEY)
+    redis.call('DEL', KEY)
+    return reply('found', 'holder', record)
+  end,
   holder_set = function(host, pid, command, fence, ttl)
-    local now = redis.call('TIME')
     redis.call('DEL', KEY)
     redis.call('HSET', KEY, 'host', host, 'pid', pid, 'command', command,
-      'acquired_us', int(tonumber(now[1]) * 1000000 + tonumber(now[2])), 'fence', fence)
+      'acquired_us', int(now_us()), 'fence', fence)
     redis.call('PEXPIRE', KEY, ttl)
     return reply('set')
   end,
@@ -109,8 +133,7 @@ local holder_ops = {
     if redis.call('HGET', KEY, 'fence') ~= fence then
       return reply('gone')
     end
-    local now = redis.call('TIME')
-    redis.call('HSET', KEY, 'finished_us', int(tonumber(now[1]) * 1000000 + tonumber(now[2])))
+    redis.call('HSET', KEY, 'finished_us', int(now_us()))
     redis.call('PEXPIRE', KEY, keep)
     return reply('kept')
   end,
@@ -123,7 +146,7 @@ local holder_ops = {
   end,
 }
 
-local op = lease_ops[OP] or holder_ops[OP] or (OP == 'fence_next' and fence_next)
+local op = lease_ops[OP] or fence_ops[OP] or holder_ops[OP]
 if not op then
   return redis.error_reply('unknown operation ' .. OP)
 end

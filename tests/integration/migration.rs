@@ -136,6 +136,18 @@ fn run_touching(url: &str, ran: &std::path::Path) -> Ran {
     output
 }
 
+/// `lockrun status --json` of the lock, which must show it held.
+fn status(url: &str) -> serde_json::Value {
+    let shown = Lockrun::via(url)
+        .key(NAME)
+        .subcommand("status")
+        .arg("--json")
+        .run();
+    let json: serde_json::Value = serde_json::from_str(&shown.stdout).expect("JSON");
+    assert_eq!(json["held"], true, "{}", shown.stderr);
+    json
+}
+
 /// Waits until the lease on `node` is renewed there (its expiry grows).
 fn renewed_on(node: &Server) -> bool {
     let pttl = || ask(node, redis::cmd("PTTL").arg(LEASE)).unwrap_or(-2);
@@ -157,9 +169,9 @@ fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
     // no script can name both, yet the run keeps renewing.
     slot.keys(&[HOLDER]);
     assert!(renewed_on(slot.source), "{}", holder.stderr());
+    assert_eq!(status(&url)["holder"]["fencing_token"], holder.fence());
     holder.go();
-    let status = holder.run.wait();
-    assert_eq!(status.code(), Some(0), "{}", holder.stderr());
+    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
     assert_eq!(
         slot.where_are(&[LEASE, HOLDER, FENCE]),
         (vec![FENCE.to_owned()], vec![])
@@ -170,6 +182,7 @@ fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
     let dir = scratch();
     let first = run_touching(&url, &dir.path().join("first"));
     assert_eq!(first.code, Some(0), "{}", first.stderr);
+    assert_eq!(first.stderr, "", "a taken lock says nothing");
     let fence = slot
         .source
         .fence(NAME)
@@ -192,6 +205,7 @@ fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
         )
     );
     assert!(renewed_on(slot.target), "{}", holder.stderr());
+    assert_eq!(status(&url)["holder"]["fencing_token"], held);
     let busy = Lockrun::via(&url)
         .key(NAME)
         .args(TIMING)
@@ -200,6 +214,20 @@ fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
     assert_eq!(busy.code, Some(75), "{}", busy.stderr);
     holder.go();
     assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    assert_eq!(
+        slot.where_are(&[LEASE, HOLDER, FENCE]),
+        (vec![], vec![FENCE.to_owned()])
+    );
+
+    // An operator removes a lock held on the target.
+    let mut holder = hold(&url);
+    let forced = Lockrun::via(&url)
+        .key(NAME)
+        .subcommand("release")
+        .arg("--force")
+        .run();
+    assert_eq!(forced.code, Some(0), "{}", forced.stderr);
+    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
     assert_eq!(
         slot.where_are(&[LEASE, HOLDER, FENCE]),
         (vec![], vec![FENCE.to_owned()])

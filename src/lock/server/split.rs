@@ -21,7 +21,7 @@ use crate::clock::BootInstant;
 use crate::lock::error::LockError;
 use crate::lock::keys::Part;
 use crate::lock::records::{Holder, Me, Taken};
-use crate::lock::reply::{Fields, Released, Reply};
+use crate::lock::reply::{self, Fields, Released, Reply};
 use crate::lock::script::SPLIT;
 use crate::lock::{millis, Attempt, Grant, ReplicaAcks};
 use crate::redis_conn::{ErrorKind, Unready};
@@ -38,6 +38,7 @@ pub(in crate::lock) struct Piece {
     /// The cluster id of the node that ran it; empty unless asked for.
     node: String,
     replicas: i64,
+    now_us: u64,
     pttl: Option<i64>,
     fence: Option<u64>,
     holder: Option<Holder>,
@@ -47,12 +48,16 @@ impl Reply for Piece {
     const SCRIPT: &'static str = "split";
     fn decode(fields: &Fields) -> Result<Self, ParsingError> {
         let kind: String = fields.get("kind")?;
+        let fence = fields
+            .get::<String>("fence")
+            .ok()
+            .and_then(|f| f.parse().ok());
+        if kind == "next" && fence.is_none() {
+            return Err("no new fencing token".into());
+        }
         Ok(Piece {
-            fence: if kind == "next" {
-                Some(fields.get("fence")?)
-            } else {
-                None
-            },
+            fence,
+            now_us: fields.get("now_us")?,
             pttl: fields.get("pttl").ok(),
             holder: fields
                 .get::<HashMap<String, String>>("holder")
@@ -195,5 +200,27 @@ impl Server {
         let record = [me.host.as_str(), &pid, &me.command, &shown, ttl];
         self.piece(Part::Holder, "holder_set", &record).await?;
         Ok(fence)
+    }
+
+    /// `status`, one key at a time. The line cannot be read: it shows empty.
+    pub(super) async fn status_split(&mut self) -> Result<reply::Status, LockError> {
+        let lease = self.piece(Part::Lease, "lease_get", &[]).await?;
+        let holder = self.piece(Part::Holder, "holder_get", &[]).await?;
+        let fence = self.piece(Part::Fence, "fence_get", &[]).await?;
+        Ok(reply::Status {
+            pttl: lease.pttl.unwrap_or(-2),
+            holder: holder.holder,
+            now_us: lease.now_us,
+            fence: fence.fence,
+            waiters: Vec::new(),
+        })
+    }
+
+    /// `release --force`, one key at a time; the lock goes to nobody in
+    /// line.
+    pub(super) async fn force_release_split(&mut self) -> Result<Option<Holder>, LockError> {
+        let lease = self.piece(Part::Lease, "lease_remove", &[]).await?;
+        let holder = self.piece(Part::Holder, "holder_remove", &[]).await?;
+        Ok((lease.kind == "deleted").then(|| holder.holder.unwrap_or_default()))
     }
 }
