@@ -212,8 +212,24 @@ fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
         .command(["true"])
         .run();
     assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    // A run that waits polls, and takes the lock once it is released.
+    let (waited, said) = (dir.path().join("waited"), dir.path().join("said"));
+    let mut waiter = Lockrun::via(&url)
+        .key(NAME)
+        .args(["--wait", "20s", "-v"])
+        .args(TIMING)
+        .stderr(log_file(&said))
+        .touch(&waited)
+        .spawn();
+    assert!(
+        wait_for_text(&said, "is busy; trying again"),
+        "{}",
+        read_log(&said)
+    );
     holder.go();
     assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    assert!(waiter.wait().success());
+    assert!(waited.exists());
     assert_eq!(
         slot.where_are(&[LEASE, HOLDER, FENCE]),
         (vec![], vec![FENCE.to_owned()])
