@@ -3,6 +3,8 @@
 //! keys are on either or split between them (see docs/design.md, "A slot
 //! being migrated").
 
+use std::path::Path;
+
 use crate::harness::*;
 
 const NAME: &str = "job";
@@ -126,7 +128,7 @@ fn hold(url: &str) -> Holder {
 }
 
 /// One run of the lock that touches `ran`, to its end: its exit status.
-fn run_touching(url: &str, ran: &std::path::Path) -> Ran {
+fn run_touching(url: &str, ran: &Path) -> Ran {
     let output = Lockrun::via(url).key(NAME).args(TIMING).touch(ran).run();
     assert!(
         ran.exists() || output.code != Some(0),
@@ -158,82 +160,36 @@ fn renewed_on(node: &Server) -> bool {
     })
 }
 
-#[test]
-fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
-    let cluster = Cluster::start();
-    let url = cluster.url_via(&cluster.primaries());
-    let mut holder = hold(&url);
-    let slot = Move::begin(&cluster);
-
-    // The lease's keys all still on the source, its holder record moved:
-    // no script can name both, yet the run keeps renewing.
-    slot.keys(&[HOLDER]);
-    assert!(renewed_on(slot.source), "{}", holder.stderr());
-    assert_eq!(status(&url)["holder"]["fencing_token"], holder.fence());
-    holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
-    assert_eq!(
-        slot.where_are(&[LEASE, HOLDER, FENCE]),
-        (vec![FENCE.to_owned()], vec![])
-    );
-
-    // A new run takes the lock while the slot is still half-way: its new
-    // keys go to the target, the fence counter stays where it is.
-    let dir = scratch();
-    let first = run_touching(&url, &dir.path().join("first"));
-    assert_eq!(first.code, Some(0), "{}", first.stderr);
-    assert_eq!(first.stderr, "", "a taken lock says nothing");
-    let fence = slot
-        .source
-        .fence(NAME)
-        .expect("the fence stays on the source");
-    assert_eq!(
-        slot.where_are(&[LEASE, HOLDER, FENCE]),
-        (vec![FENCE.to_owned()], vec![])
-    );
-
-    // Every key moved: the lock lives on the target alone.
-    let mut holder = hold(&url);
-    let held = holder.fence();
-    assert!(held > fence, "{held} after {fence}");
-    slot.keys(&[FENCE]);
-    assert_eq!(
-        slot.where_are(&[LEASE, HOLDER, FENCE]),
-        (
-            vec![],
-            vec![LEASE.to_owned(), HOLDER.to_owned(), FENCE.to_owned()]
-        )
-    );
-    assert!(renewed_on(slot.target), "{}", holder.stderr());
-    assert_eq!(status(&url)["holder"]["fencing_token"], held);
-    let busy = Lockrun::via(&url)
+/// A run of `true` that finds the lock busy (exit 75).
+fn assert_busy(url: &str) {
+    let busy = Lockrun::via(url)
         .key(NAME)
         .args(TIMING)
         .command(["true"])
         .run();
     assert_eq!(busy.code, Some(75), "{}", busy.stderr);
-    // A run that waits polls, and takes the lock once it is released.
-    let (waited, said) = (dir.path().join("waited"), dir.path().join("said"));
-    let mut waiter = Lockrun::via(&url)
-        .key(NAME)
-        .args(["--wait", "20s", "-v"])
-        .args(TIMING)
-        .stderr(log_file(&said))
-        .touch(&waited)
-        .spawn();
-    assert!(
-        wait_for_text(&said, "is busy; trying again"),
-        "{}",
-        read_log(&said)
-    );
-    holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
-    assert!(waiter.wait().success());
-    assert!(waited.exists());
+}
+
+/// Lease, holder record and fence counter: which node has each.
+fn keys_on(slot: &Move<'_>, source: &[&str], target: &[&str]) {
+    let owned = |keys: &[&str]| keys.iter().map(|k| (*k).to_owned()).collect();
     assert_eq!(
         slot.where_are(&[LEASE, HOLDER, FENCE]),
-        (vec![], vec![FENCE.to_owned()])
+        (owned(source), owned(target))
     );
+}
+
+#[test]
+fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
+    let cluster = Cluster::start();
+    let url = cluster.url_via(&cluster.primaries());
+    let holder = hold(&url);
+    let slot = Move::begin(&cluster);
+    let dir = scratch();
+
+    released_from_the_source(&slot, &url, holder);
+    let fence = taken_while_half_way(&slot, &url, dir.path());
+    let held = held_on_the_target(&slot, &url, dir.path(), fence);
 
     // An operator removes a lock held on the target.
     let mut holder = hold(&url);
@@ -244,10 +200,7 @@ fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
         .run();
     assert_eq!(forced.code, Some(0), "{}", forced.stderr);
     assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
-    assert_eq!(
-        slot.where_are(&[LEASE, HOLDER, FENCE]),
-        (vec![], vec![FENCE.to_owned()])
-    );
+    keys_on(&slot, &[], &[FENCE]);
 
     // The resharding ends: the lock works as before, on its new node.
     slot.finish();
@@ -256,4 +209,75 @@ fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
     let last = slot.target.fence(NAME).expect("the fence moved");
     assert!(last > held, "{last} after {held}");
     assert_eq!(slot.target.lock_value(NAME), None);
+}
+
+/// `holder` took the lock before the migration began.
+fn released_from_the_source(slot: &Move<'_>, url: &str, mut holder: Holder) {
+    // Nothing moved yet: the source still has every key but the line's,
+    // which no script naming them all may touch now.
+    assert_eq!(status(url)["holder"]["fencing_token"], holder.fence());
+    assert_busy(url);
+
+    // The lease still on the source, its holder record moved: no script
+    // can name both, yet the run keeps renewing, and releases both.
+    slot.keys(&[HOLDER]);
+    assert!(renewed_on(slot.source), "{}", holder.stderr());
+    assert_eq!(status(url)["holder"]["fencing_token"], holder.fence());
+    holder.go();
+    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    keys_on(slot, &[FENCE], &[]);
+}
+
+/// A new run takes the lock while the slot is still half-way: its new keys
+/// go to the target, the fence counter stays where it is. Returns the
+/// counter.
+fn taken_while_half_way(slot: &Move<'_>, url: &str, dir: &Path) -> u64 {
+    let first = run_touching(url, &dir.join("first"));
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    assert_eq!(first.stderr, "", "a taken lock says nothing");
+    keys_on(slot, &[FENCE], &[]);
+    slot.source
+        .fence(NAME)
+        .expect("the fence stays on the source")
+}
+
+/// Every key moved: the lock lives on the target alone. Returns the last
+/// fencing token.
+fn held_on_the_target(slot: &Move<'_>, url: &str, dir: &Path, fence: u64) -> u64 {
+    let mut holder = hold(url);
+    let held = holder.fence();
+    assert!(held > fence, "{held} after {fence}");
+    slot.keys(&[FENCE]);
+    keys_on(slot, &[], &[LEASE, HOLDER, FENCE]);
+    assert!(renewed_on(slot.target), "{}", holder.stderr());
+    assert_eq!(status(url)["holder"]["fencing_token"], held);
+    assert_busy(url);
+
+    // A run that waits polls, and takes the lock once it is released.
+    let (waited, said) = (dir.join("waited"), dir.join("said"));
+    let mut waiter = Lockrun::via(url)
+        .key(NAME)
+        .args(["--wait", "20s", "-v"])
+        .args(TIMING)
+        .stderr(log_file(&said))
+        .touch(&waited)
+        .spawn();
+    let busy = wait_for_text(&said, "is busy; trying again");
+    assert!(busy, "{}", read_log(&said));
+    holder.go();
+    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    assert!(waiter.wait().success(), "{}", read_log(&said));
+    assert!(waited.exists());
+    keys_on(slot, &[], &[FENCE]);
+    read_log(&said)
+        .lines()
+        .find_map(|line| {
+            line.split("fencing token ")
+                .nth(1)?
+                .split(';')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .expect("the waiter's fencing token")
 }
