@@ -34,7 +34,8 @@
 //!     the atomic scripts, sent by hash;
 //!   - `lock/reply`: one typed reply per script, decoded by field name;
 //!   - `lock/server`: one server's part in a lock: scripts, replicas, what
-//!     this run may have left there;
+//!     this run may have left there; `lock/server/split`: the same one key
+//!     at a time, while the lock's cluster slot is being migrated;
 //!   - `lock/tally`: the majority rule;
 //!   - `lock/status`: each server's view and what a majority agrees on;
 //!   - `lock/wake`: the wake-up messages of a waiting run;

@@ -18,7 +18,7 @@ impl Fields {
         FromRedisValue::from_redis_value(reply).map(Fields)
     }
 
-    fn get<T: FromRedisValue>(&self, name: &str) -> Result<T, ParsingError> {
+    pub(super) fn get<T: FromRedisValue>(&self, name: &str) -> Result<T, ParsingError> {
         let (_, value) = self
             .0
             .iter()

@@ -18,7 +18,7 @@ pub(crate) struct Lua {
     sha: &'static str,
 }
 
-// ACQUIRE, RENEW, RELEASE, FORCE_RELEASE, STATUS, VOTE, RAISE_FENCE: each
+// ACQUIRE, RENEW, SPLIT, RELEASE, FORCE_RELEASE, STATUS, VOTE, RAISE_FENCE: each
 // assembled from its parts and hashed by build.rs.
 include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 
@@ -90,9 +90,10 @@ mod tests {
     use super::*;
 
     /// Every script, by the name lockrun gives it.
-    const ALL: [(&str, &Lua); 7] = [
+    const ALL: [(&str, &Lua); 8] = [
         ("acquire", &ACQUIRE),
         ("renew", &RENEW),
+        ("split", &SPLIT),
         ("release", &RELEASE),
         ("force_release", &FORCE_RELEASE),
         ("status", &STATUS),
@@ -105,6 +106,7 @@ mod tests {
         let queue = concat!(include_str!("guard.lua"), include_str!("queue.lua"));
         assert_eq!(ACQUIRE.code, queue.to_owned() + include_str!("acquire.lua"));
         assert_eq!(RENEW.code, include_str!("renew.lua"));
+        assert_eq!(SPLIT.code, include_str!("split.lua"));
         assert_eq!(RELEASE.code, queue.to_owned() + include_str!("release.lua"));
         assert_eq!(
             FORCE_RELEASE.code,
@@ -176,5 +178,72 @@ mod tests {
                 .unwrap_or_else(|err| panic!("SCRIPT LOAD {name}: {err}"));
             assert_eq!(lua.sha, loaded, "{name}");
         }
+    }
+
+    /// What `split.lua` says of `op` on `key`: its `kind`, and its
+    /// `fence` when it hands one out.
+    fn split(conn: &mut redis::Connection, key: &str, op: &[&str]) -> (String, Option<u64>) {
+        let reply: Vec<redis::Value> = redis::cmd("EVAL")
+            .arg(SPLIT.code)
+            .arg(1)
+            .arg(key)
+            .arg(op[0])
+            .arg(0)
+            .arg(&op[1..])
+            .query(conn)
+            .unwrap_or_else(|err| panic!("{op:?}: {err}"));
+        let field = |name: &str| {
+            let at = reply
+                .iter()
+                .position(|v| redis::from_redis_value_ref::<String>(v).is_ok_and(|v| v == name))?;
+            redis::from_redis_value_ref::<String>(&reply[at + 1]).ok()
+        };
+        let kind = field("kind").expect("a kind");
+        (kind, field("fence").and_then(|f| f.parse().ok()))
+    }
+
+    #[test]
+    fn split_changes_only_what_holds_the_callers_token() {
+        let server = Server::start();
+        let mut conn = server.connect();
+        let kind = |conn: &mut redis::Connection, key: &str, op: &[&str]| split(conn, key, op).0;
+        assert_eq!(kind(&mut conn, "L", &["lease_take", "t1", "5000"]), "taken");
+        assert_eq!(kind(&mut conn, "L", &["lease_take", "t2", "5000"]), "busy");
+        assert_eq!(kind(&mut conn, "L", &["lease_take", "t1", "5000"]), "mine");
+        assert_eq!(kind(&mut conn, "L", &["lease_renew", "t2", "5000"]), "gone");
+        assert_eq!(kind(&mut conn, "L", &["lease_release", "t2", "0"]), "gone");
+        assert_eq!(
+            kind(&mut conn, "L", &["lease_release", "t1", "0"]),
+            "deleted"
+        );
+        assert_eq!(kind(&mut conn, "L", &["lease_get"]), "found");
+
+        let _: () = redis::cmd("SET")
+            .arg("F")
+            .arg(5)
+            .query(&mut conn)
+            .expect("SET");
+        let (_, fence) = split(&mut conn, "F", &["fence_next"]);
+        let fence = fence.expect("a new token");
+        assert!(fence > 5, "{fence}");
+        assert_eq!(split(&mut conn, "F", &["fence_get"]).1, Some(fence));
+
+        let set = ["holder_set", "host", "1", "cmd", "42", "5000"];
+        assert_eq!(kind(&mut conn, "H", &set), "set");
+        assert_eq!(kind(&mut conn, "H", &["holder_drop", "41"]), "gone");
+        assert_eq!(
+            kind(&mut conn, "H", &["holder_renew", "42", "5000"]),
+            "mine"
+        );
+        assert_eq!(kind(&mut conn, "H", &["holder_drop", "42"]), "deleted");
+
+        let _: () = redis::cmd("RPUSH")
+            .arg("X")
+            .arg("a")
+            .query(&mut conn)
+            .expect("RPUSH");
+        assert_eq!(kind(&mut conn, "X", &["lease_remove"]), "wrongtype");
+        let left: i64 = redis::cmd("LLEN").arg("X").query(&mut conn).expect("LLEN");
+        assert_eq!(left, 1);
     }
 }

@@ -2,6 +2,9 @@
 //! have left there, and waiting for its replicas. A lock on one server has
 //! one of these; a quorum has one per member (`lock.rs` asks them all).
 
+mod split;
+
+use std::cell::Cell;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -40,6 +43,19 @@ pub(crate) struct Server {
     /// This run's place in line, so that it gets the same place back if it
     /// was dropped while cut off from Redis.
     arrival: Option<String>,
+    /// The fencing token of the lease this run holds: while the lock's slot
+    /// is being migrated, it tells this run's holder record from another's
+    /// (`split.rs`). Set from `handed_over`, which only reads.
+    fence: Cell<Option<u64>>,
+}
+
+/// A write that replicas may have to acknowledge: how many the node that
+/// took it had online, that node's cluster id (`None`: the node owning the
+/// lock's slot), and when the call began, which bounds the wait.
+struct Written {
+    replicas: i64,
+    node: Option<String>,
+    started: Instant,
 }
 
 impl Server {
@@ -60,6 +76,7 @@ impl Server {
             first_sent: None,
             in_redis: false,
             arrival: None,
+            fence: Cell::new(None),
         }
     }
 
@@ -110,14 +127,37 @@ impl Server {
         self.first_sent.get_or_insert(sent);
         // A call whose reply never came may have taken the lease.
         let before = std::mem::replace(&mut self.in_redis, true);
-        let reply = match self.invoke(&call).await {
+        let (attempt, written) = match self.invoke(&call).await {
             Err(LockError::Foreign(foreign)) => {
                 // The script stopped before touching anything.
                 self.in_redis = before;
                 return Err(LockError::Foreign(foreign));
             }
-            other => other?,
+            Err(err) if split::migrating(&err) => self.acquire_split(ttl, me, sent).await?,
+            other => self.attempt(other?, sent, started)?,
         };
+        self.in_redis = !matches!(attempt, Attempt::Busy(_) | Attempt::Superseded { .. });
+        if let Attempt::Acquired(grant) = &attempt {
+            self.fence.set(Some(grant.fence));
+            if let Err(err) = self.replicated(&written).await {
+                // Too few copies: a failover now could hand the lock to a
+                // second run while the command runs. Give it back and let
+                // the caller treat Redis as unavailable (a waiter keeps its
+                // place: its next attempt asks for it back).
+                let _ = self.release(None).await;
+                return Err(err);
+            }
+        }
+        Ok(attempt)
+    }
+
+    /// What the acquire script's reply means for this run.
+    fn attempt(
+        &mut self,
+        reply: reply::Acquire,
+        sent: BootInstant,
+        started: Instant,
+    ) -> Result<(Attempt, Written), LockError> {
         let (attempt, replicas) = match reply {
             reply::Acquire::Acquired { fence, replicas } => {
                 (Attempt::Acquired(Grant { fence, sent }), replicas)
@@ -140,18 +180,12 @@ impl Server {
                 });
             }
         };
-        self.in_redis = !matches!(attempt, Attempt::Busy(_) | Attempt::Superseded { .. });
-        if matches!(attempt, Attempt::Acquired(_)) {
-            if let Err(err) = self.replicated(replicas, started).await {
-                // Too few copies: a failover now could hand the lock to a
-                // second run while the command runs. Give it back and let
-                // the caller treat Redis as unavailable (a waiter keeps its
-                // place: its next attempt asks for it back).
-                let _ = self.release(None).await;
-                return Err(err);
-            }
-        }
-        Ok(attempt)
+        let written = Written {
+            replicas,
+            node: None,
+            started,
+        };
+        Ok((attempt, written))
     }
 
     /// The acquire script's call, its arguments filled in.
@@ -201,6 +235,7 @@ impl Server {
     /// acquire call confirms it (the script finds it is ours already) and
     /// waits for them, as for a lease this run took itself.
     pub(super) fn handed_over(&self, fence: u64) -> Option<Grant> {
+        self.fence.set(Some(fence));
         if self.acks != ReplicaAcks::Count(0) {
             return None;
         }
@@ -226,28 +261,41 @@ impl Server {
             .arg(self.token.as_str())
             .arg(millis(ttl));
         let started = Instant::now();
-        let reply: reply::Renew = self.invoke(&call).await?;
+        let reply: reply::Renew = match self.invoke(&call).await {
+            Err(err) if split::migrating(&err) => return self.renew_split(ttl).await,
+            other => other?,
+        };
         if !reply.renewed {
             return Ok(false);
         }
-        self.replicated(reply.replicas, started).await?;
+        let written = Written {
+            replicas: reply.replicas,
+            node: None,
+            started,
+        };
+        self.replicated(&written).await?;
         Ok(true)
     }
 
     /// Waits until as many replicas as asked for have the last write, within
-    /// the time limit of the call that began at `started`. `connected` is
-    /// the primary's count of replicas, read by the script that wrote.
-    async fn replicated(&mut self, connected: i64, started: Instant) -> Result<(), LockError> {
+    /// the time limit of the call that made it. `written.replicas` is the
+    /// node's count of replicas, read by the script that wrote.
+    async fn replicated(&mut self, written: &Written) -> Result<(), LockError> {
         let wanted = match self.acks {
             ReplicaAcks::Count(wanted) => wanted,
-            ReplicaAcks::All => u32::try_from(connected).unwrap_or(0),
+            ReplicaAcks::All => u32::try_from(written.replicas).unwrap_or(0),
         };
         if wanted == 0 {
             return Ok(());
         }
         let acked = self
             .session
-            .replicate(&self.keys.lock, wanted, started)
+            .replicate(
+                &self.keys.lock,
+                written.node.as_deref(),
+                wanted,
+                written.started,
+            )
             .await?;
         if acked < wanted {
             return Err(self.session.unacknowledged(acked, wanted).into());
@@ -266,7 +314,10 @@ impl Server {
         self.keys.add_to(&mut call);
         call.arg(self.token.as_str())
             .arg(keep_for.map_or(0, millis));
-        let released = self.invoke(&call).await?;
+        let released = match self.invoke(&call).await {
+            Err(err) if split::migrating(&err) => self.release_split(keep_for).await?,
+            other => other?,
+        };
         self.in_redis = false;
         Ok(released)
     }
@@ -287,7 +338,10 @@ impl Server {
     pub(super) async fn status(&mut self) -> Result<Status, LockError> {
         let mut call = STATUS.call();
         self.keys.add_to(&mut call);
-        let reply: reply::Status = self.invoke(&call).await?;
+        let reply: reply::Status = match self.invoke(&call).await {
+            Err(err) if split::migrating(&err) => self.status_split().await?,
+            other => other?,
+        };
         let occupancy = match reply.pttl {
             -2 => Occupancy::Free,
             -1 => Occupancy::NoExpiry,
@@ -323,6 +377,9 @@ impl Server {
     pub(super) async fn force_release(&mut self) -> Result<Option<Holder>, LockError> {
         let mut call = FORCE_RELEASE.call();
         self.keys.add_to(&mut call);
-        Ok(self.invoke::<reply::ForceRelease>(&call).await?.0)
+        match self.invoke::<reply::ForceRelease>(&call).await {
+            Err(err) if split::migrating(&err) => self.force_release_split().await,
+            other => Ok(other?.0),
+        }
     }
 }

@@ -145,14 +145,51 @@ fn route_to_owner(key: &str) -> RoutingInfo {
     )))
 }
 
-/// Sends `wait` (a `WAIT` command) to the primary that owns `key`.
+/// Sends `wait` (a `WAIT` command) to the primary that owns `key`, or to
+/// the node whose id is `node`: while `key`'s slot is being migrated, the
+/// target took the writes for the keys the source no longer has, on the
+/// connection the client opened there to follow an ASK.
 pub(super) async fn wait(
     conn: &mut ClusterConnection,
     key: &str,
+    node: Option<&str>,
     wait: redis::Cmd,
 ) -> redis::RedisResult<i64> {
-    let acked = conn.route_command(wait, route_to_owner(key)).await?;
+    let route = match node {
+        Some(id) => {
+            let nodes = conn
+                .route_command(
+                    redis::cmd("CLUSTER").arg("NODES").clone(),
+                    route_to_owner(key),
+                )
+                .await?;
+            let nodes: String = redis::from_redis_value(nodes)?;
+            let (host, port) = address_of(&nodes, id).ok_or_else(|| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "the cluster does not list the node that took the write",
+                ))
+            })?;
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port })
+        }
+        None => route_to_owner(key),
+    };
+    let acked = conn.route_command(wait, route).await?;
     Ok(redis::from_redis_value(acked)?)
+}
+
+/// The address of the node with id `id` in `CLUSTER NODES` output.
+fn address_of(nodes: &str, id: &str) -> Option<(String, u16)> {
+    nodes.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        if fields.next()? != id {
+            return None;
+        }
+        let addr = fields.next()?.split(['@', ',']).next()?;
+        let (host, port) = addr.rsplit_once(':')?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        Some((host.to_owned(), port.parse().ok()?))
+    })
 }
 
 /// Every primary that serves slots, as `(host, port)`, sorted: the nodes a
@@ -250,6 +287,20 @@ e7d1 127.0.0.1:30001@40001,host-a myself,master - 0 0 1 connected 0-5460
 ";
         assert_eq!(myself(nodes).as_deref(), Some("127.0.0.1:30001"));
         assert_eq!(myself("x 1.2.3.4:5@6 master - 0 0 1 connected"), None);
+    }
+
+    #[test]
+    fn a_node_is_found_by_its_id() {
+        let nodes = "\
+07c3 127.0.0.1:30004@40004 slave e7d1 0 1 4 connected
+e7d1 [::1]:30001@40001,host-a myself,master - 0 0 1 connected 0-5460
+";
+        assert_eq!(
+            address_of(nodes, "07c3"),
+            Some(("127.0.0.1".to_owned(), 30004))
+        );
+        assert_eq!(address_of(nodes, "e7d1"), Some(("::1".to_owned(), 30001)));
+        assert_eq!(address_of(nodes, "e7d"), None);
     }
 
     #[test]

@@ -128,7 +128,14 @@ impl fmt::Display for RedisError {
                         "is busy running a script or function (BUSY) and serves nothing else \
                          until it ends or is killed"
                     }
-                    Unready::TryAgain => "asks to try again (TRYAGAIN, a slot is migrating)",
+                    Unready::TryAgain => {
+                        return write!(
+                            f,
+                            "Redis at {target} cannot serve the lock while its cluster slot is \
+                             being migrated with the lock's keys split between two nodes \
+                             (TRYAGAIN); nothing was read or changed"
+                        );
+                    }
                     Unready::MasterDown => {
                         "is a replica that lost its primary (MASTERDOWN) and serves nothing \
                          until it is back"

@@ -224,11 +224,13 @@ impl Session {
 
     /// Asks the server that took the last script call to wait until
     /// `replicas` of its replicas have every write so far (Redis `WAIT`), within what
-    /// is left of the time limit of the call that began at `started`.
-    /// Returns how many replicas acknowledged.
+    /// is left of the time limit of the call that began at `started`. In a
+    /// cluster that server is the node owning `key`'s slot, or the one whose
+    /// id is `node`. Returns how many replicas acknowledged.
     pub(crate) async fn replicate(
         &mut self,
         key: &str,
+        node: Option<&str>,
         replicas: u32,
         started: Instant,
     ) -> Result<u32, RedisError> {
@@ -247,8 +249,8 @@ impl Session {
             match conn {
                 Conn::Single(conn) => wait.query_async::<i64>(conn).await,
                 // The crate would send a bare WAIT to every primary; only the
-                // one owning the key took the write.
-                Conn::Cluster(conn) => cluster::wait(conn, key, wait).await,
+                // one owning the key (or named) took the write.
+                Conn::Cluster(conn) => cluster::wait(conn, key, node, wait).await,
             }
         };
         match tokio::time::timeout(left, waited).await {

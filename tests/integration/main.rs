@@ -20,6 +20,7 @@ mod hardening;
 mod list;
 mod log_format;
 mod metrics;
+mod migration;
 mod operator;
 mod process;
 mod queue;

@@ -1,0 +1,226 @@
+//! A lock whose cluster slot is being migrated (docs/design.md, "A slot
+//! being migrated"). Its keys may then be split between the source and the
+//! target node, and Redis refuses, with TRYAGAIN, any script that names
+//! keys not all on one node, which the lock's scripts do, naming the line's
+//! keys even when nobody waits. After such a refusal, the lease, its fence
+//! counter and its holder record are each handled by a call that names that
+//! one key (`lock/split.lua`), which the cluster client follows to wherever
+//! the key is. The three steps are not one atomic change, but the lease, the
+//! one key that decides who holds the lock, is only ever changed on its
+//! own; nobody takes a place in line and no release hands the lock over:
+//! a waiting run polls until the slot settles.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::ParsingError;
+use tokio::time::Instant;
+
+use super::{Server, Written};
+use crate::clock::BootInstant;
+use crate::lock::error::LockError;
+use crate::lock::keys::Part;
+use crate::lock::records::{Holder, Me, Taken};
+use crate::lock::reply::{self, Fields, Released, Reply};
+use crate::lock::script::SPLIT;
+use crate::lock::{millis, Attempt, Grant, ReplicaAcks};
+use crate::redis_conn::{ErrorKind, Unready};
+
+/// Whether `err` is the cluster refusing a call that names keys of a slot
+/// being migrated, not all of them on the node asked (TRYAGAIN).
+pub(super) fn migrating(err: &LockError) -> bool {
+    matches!(err, LockError::Redis(err) if err.kind == ErrorKind::Transient(Unready::TryAgain))
+}
+
+/// What `lock/split.lua` found or did with one key.
+pub(in crate::lock) struct Piece {
+    kind: String,
+    /// The cluster id of the node that ran it; empty unless asked for.
+    node: String,
+    replicas: i64,
+    now_us: u64,
+    pttl: Option<i64>,
+    fence: Option<u64>,
+    holder: Option<Holder>,
+}
+
+impl Reply for Piece {
+    const SCRIPT: &'static str = "split";
+    fn decode(fields: &Fields) -> Result<Self, ParsingError> {
+        let kind: String = fields.get("kind")?;
+        let fence = fields
+            .get::<String>("fence")
+            .ok()
+            .and_then(|f| f.parse().ok());
+        if kind == "next" && fence.is_none() {
+            return Err("no new fencing token".into());
+        }
+        Ok(Piece {
+            fence,
+            now_us: fields.get("now_us")?,
+            pttl: fields.get("pttl").ok(),
+            holder: fields
+                .get::<HashMap<String, String>>("holder")
+                .ok()
+                .and_then(|record| Holder::from_fields(&record)),
+            node: fields.get("node")?,
+            replicas: fields.get("replicas")?,
+            kind,
+        })
+    }
+}
+
+impl Server {
+    /// One operation of `lock/split.lua` on the lock's key `part`.
+    async fn piece(&mut self, part: Part, op: &str, args: &[&str]) -> Result<Piece, LockError> {
+        let key = match part {
+            Part::Holder => &self.keys.holder,
+            Part::Fence => &self.keys.fence,
+            _ => &self.keys.lock,
+        };
+        let mut call = SPLIT.call();
+        // Only a write that replicas must acknowledge needs its node named.
+        let named = u8::from(self.acks != ReplicaAcks::Count(0));
+        call.key(key).arg(op).arg(named);
+        for arg in args {
+            call.arg(*arg);
+        }
+        self.invoke(&call).await
+    }
+
+    /// What the replicas of the node that took `piece` must acknowledge.
+    fn written(piece: &Piece, started: Instant) -> Written {
+        Written {
+            replicas: piece.replicas,
+            node: Some(piece.node.clone()).filter(|node| !node.is_empty()),
+            started,
+        }
+    }
+
+    /// `renew`, one key at a time.
+    pub(super) async fn renew_split(&mut self, ttl: Duration) -> Result<bool, LockError> {
+        let ttl = millis(ttl).to_string();
+        let started = Instant::now();
+        let token = self.token.as_str().to_owned();
+        let lease = self
+            .piece(Part::Lease, "lease_renew", &[&token, &ttl])
+            .await?;
+        if lease.kind != "mine" {
+            return Ok(false);
+        }
+        if let Some(fence) = self.fence.get() {
+            // The record only informs: a lease renewed without it holds.
+            let fence = fence.to_string();
+            let _ = self
+                .piece(Part::Holder, "holder_renew", &[&fence, &ttl])
+                .await;
+        }
+        self.replicated(&Self::written(&lease, started)).await?;
+        Ok(true)
+    }
+
+    /// `release`, one key at a time; the lock goes to nobody in line.
+    pub(super) async fn release_split(
+        &mut self,
+        keep_for: Option<Duration>,
+    ) -> Result<Released, LockError> {
+        let keep = keep_for.map_or(0, millis).to_string();
+        let token = self.token.as_str().to_owned();
+        let lease = self
+            .piece(Part::Lease, "lease_release", &[&token, &keep])
+            .await?;
+        let released = match lease.kind.as_str() {
+            "deleted" => Released::Deleted,
+            "kept" => Released::Kept,
+            _ => return Ok(Released::NotOurs),
+        };
+        if let Some(fence) = self.fence.get() {
+            let fence = fence.to_string();
+            // A record left behind only informs, and expires with the lease.
+            let _ = match released {
+                Released::Kept => {
+                    self.piece(Part::Holder, "holder_finish", &[&fence, &keep])
+                        .await
+                }
+                _ => self.piece(Part::Holder, "holder_drop", &[&fence]).await,
+            };
+        }
+        Ok(released)
+    }
+
+    /// `acquire`, one key at a time: the lease first, and only once it is
+    /// taken a new fencing token and the holder record. Never in line.
+    pub(super) async fn acquire_split(
+        &mut self,
+        ttl: Duration,
+        me: &Me,
+        sent: BootInstant,
+    ) -> Result<(Attempt, Written), LockError> {
+        let ttl = millis(ttl).to_string();
+        let started = Instant::now();
+        let token = self.token.as_str().to_owned();
+        let lease = self
+            .piece(Part::Lease, "lease_take", &[&token, &ttl])
+            .await?;
+        let fence = match lease.kind.as_str() {
+            "busy" => {
+                let holder = self.piece(Part::Holder, "holder_get", &[]).await;
+                let busy = Taken {
+                    held: true,
+                    left: lease
+                        .pttl
+                        .and_then(|ms| u64::try_from(ms).ok())
+                        .map(Duration::from_millis),
+                    holder: holder.ok().and_then(|found| found.holder),
+                    waiting: 0,
+                };
+                return Ok((Attempt::Busy(busy), Self::written(&lease, started)));
+            }
+            // Ours already: a reply that never came, or a hand-over.
+            "mine" => match self.piece(Part::Holder, "holder_get", &[]).await?.holder {
+                Some(holder) => {
+                    let fence = holder.fence.to_string();
+                    self.piece(Part::Holder, "holder_renew", &[&fence, &ttl])
+                        .await?;
+                    holder.fence
+                }
+                None => self.grant_split(&ttl, me).await?,
+            },
+            _ => self.grant_split(&ttl, me).await?,
+        };
+        let written = Self::written(&lease, started);
+        Ok((Attempt::Acquired(Grant { fence, sent }), written))
+    }
+
+    /// The next fencing token and the holder record, for a lease just taken.
+    async fn grant_split(&mut self, ttl: &str, me: &Me) -> Result<u64, LockError> {
+        let next = self.piece(Part::Fence, "fence_next", &[]).await?;
+        let fence = next.fence.unwrap_or_default();
+        let (pid, shown) = (me.pid.to_string(), fence.to_string());
+        let record = [me.host.as_str(), &pid, &me.command, &shown, ttl];
+        self.piece(Part::Holder, "holder_set", &record).await?;
+        Ok(fence)
+    }
+
+    /// `status`, one key at a time. The line cannot be read: it shows empty.
+    pub(super) async fn status_split(&mut self) -> Result<reply::Status, LockError> {
+        let lease = self.piece(Part::Lease, "lease_get", &[]).await?;
+        let holder = self.piece(Part::Holder, "holder_get", &[]).await?;
+        let fence = self.piece(Part::Fence, "fence_get", &[]).await?;
+        Ok(reply::Status {
+            pttl: lease.pttl.unwrap_or(-2),
+            holder: holder.holder,
+            now_us: lease.now_us,
+            fence: fence.fence,
+            waiters: Vec::new(),
+        })
+    }
+
+    /// `release --force`, one key at a time; the lock goes to nobody in
+    /// line.
+    pub(super) async fn force_release_split(&mut self) -> Result<Option<Holder>, LockError> {
+        let lease = self.piece(Part::Lease, "lease_remove", &[]).await?;
+        let holder = self.piece(Part::Holder, "holder_remove", &[]).await?;
+        Ok((lease.kind == "deleted").then(|| holder.holder.unwrap_or_default()))
+    }
+}

@@ -1,0 +1,153 @@
+-- One key of a lock whose cluster slot is being migrated (docs/design.md, "A
+-- slot being migrated"). Its keys may then be split between the source and
+-- the target node, and a script that names several of them is refused with
+-- TRYAGAIN wherever they are not all present. Each call of this script names
+-- one key and touches nothing else, so that it runs wherever that key is:
+-- on the source while the key is still there, otherwise (ASK) on the
+-- target, where a key created during the migration belongs anyway.
+-- KEYS[1] the key  ARGV[1] what to do  ARGV[2] '1' to return the node's id
+-- ARGV[3...] the operation's arguments:
+--   lease_take token ttl   lease_renew token ttl   lease_release token keep_ms
+--   lease_get              lease_remove            fence_next   fence_get
+--   holder_get             holder_remove           holder_drop fence
+--   holder_set host pid command fence ttl          holder_renew fence ttl
+--   holder_finish fence keep_ms
+-- Returns name-value pairs: kind (what was found or done), node (the id of
+-- the node that ran it, or ''), replicas (connected and online, for WAIT),
+-- now_us (server time), and pttl, fence or holder where the operation reads
+-- one; or guard.lua's wrongtype reply, changing nothing, when the key holds
+-- another type.
+if redis.replicate_commands then
+  -- Redis < 7 must be told before TIME is followed by writes; 7+ ignores it.
+  redis.replicate_commands()
+end
+local KEY, OP = KEYS[1], ARGV[1]
+local OURS = {lease = 'string', fence = 'string', holder = 'hash'}
+local holds = redis.call('TYPE', KEY).ok
+if holds ~= 'none' and holds ~= OURS[string.match(OP, '^(%a+)_')] then
+  return {'kind', 'wrongtype', 'key', KEY, 'holds', holds}
+end
+
+local function int(n)
+  return string.format('%d', n)
+end
+
+local function now_us()
+  local now = redis.call('TIME')
+  return tonumber(now[1]) * 1000000 + tonumber(now[2])
+end
+
+-- Read after the writes: Redis < 7 refuses writes after INFO in a script.
+local function reply(kind, ...)
+  local replicas = 0
+  for _ in string.gmatch(redis.call('INFO', 'replication'), 'slave%d+:[^\r\n]*state=online') do
+    replicas = replicas + 1
+  end
+  local node = ''
+  if ARGV[2] == '1' then
+    node = redis.call('CLUSTER', 'MYID')
+  end
+  return {'kind', kind, 'node', node, 'replicas', replicas, 'now_us', int(now_us()), ...}
+end
+
+local lease_ops = {
+  lease_take = function(token, ttl)
+    local value = redis.call('GET', KEY)
+    if value == token then
+      redis.call('PEXPIRE', KEY, ttl)
+      return reply('mine')
+    elseif value then
+      return reply('busy', 'pttl', redis.call('PTTL', KEY))
+    end
+    redis.call('SET', KEY, token, 'PX', ttl)
+    return reply('taken')
+  end,
+  lease_renew = function(token, ttl)
+    if redis.call('GET', KEY) ~= token then
+      return reply('gone')
+    end
+    redis.call('PEXPIRE', KEY, ttl)
+    return reply('mine')
+  end,
+  lease_release = function(token, keep)
+    if redis.call('GET', KEY) ~= token then
+      return reply('gone')
+    elseif tonumber(keep) > 0 then
+      redis.call('PEXPIRE', KEY, keep)
+      return reply('kept')
+    end
+    redis.call('DEL', KEY)
+    return reply('deleted')
+  end,
+  lease_get = function()
+    return reply('found', 'pttl', redis.call('PTTL', KEY))
+  end,
+  -- release --force: whoever holds it.
+  lease_remove = function()
+    if redis.call('DEL', KEY) == 0 then
+      return reply('gone')
+    end
+    return reply('deleted')
+  end,
+}
+
+-- A token is at least the server clock in microseconds, as queue.lua's
+-- grant hands them out.
+local fence_ops = {
+  fence_next = function()
+    local fence = int(math.max((tonumber(redis.call('GET', KEY)) or 0) + 1, now_us()))
+    redis.call('SET', KEY, fence)
+    return reply('next', 'fence', fence)
+  end,
+  fence_get = function()
+    return reply('found', 'fence', redis.call('GET', KEY) or '')
+  end,
+}
+
+-- The holder record is changed only while it is this run's, told by its
+-- fencing token: the lease is in another call, perhaps on another node.
+local holder_ops = {
+  holder_get = function()
+    return reply('found', 'holder', redis.call('HGETALL', KEY))
+  end,
+  holder_remove = function()
+    local record = redis.call('HGETALL', KEY)
+    redis.call('DEL', KEY)
+    return reply('found', 'holder', record)
+  end,
+  holder_set = function(host, pid, command, fence, ttl)
+    redis.call('DEL', KEY)
+    redis.call('HSET', KEY, 'host', host, 'pid', pid, 'command', command,
+      'acquired_us', int(now_us()), 'fence', fence)
+    redis.call('PEXPIRE', KEY, ttl)
+    return reply('set')
+  end,
+  holder_renew = function(fence, ttl)
+    if redis.call('HGET', KEY, 'fence') ~= fence then
+      return reply('gone')
+    end
+    redis.call('PEXPIRE', KEY, ttl)
+    return reply('mine')
+  end,
+  holder_finish = function(fence, keep)
+    if redis.call('HGET', KEY, 'fence') ~= fence then
+      return reply('gone')
+    end
+    redis.call('HSET', KEY, 'finished_us', int(now_us()))
+    redis.call('PEXPIRE', KEY, keep)
+    return reply('kept')
+  end,
+  holder_drop = function(fence)
+    if redis.call('HGET', KEY, 'fence') ~= fence then
+      return reply('gone')
+    end
+    redis.call('DEL', KEY)
+    return reply('deleted')
+  end,
+}
+
+local op = lease_ops[OP] or fence_ops[OP] or holder_ops[OP]
+if not op then
+  return redis.error_reply('unknown operation ' .. OP)
+end
+return op(unpack(ARGV, 3))

@@ -1,0 +1,283 @@
+//! lockrun while its lock's cluster slot is half-way through a resharding:
+//! the source node has it MIGRATING, the target IMPORTING, and the lock's
+//! keys are on either or split between them (see docs/design.md, "A slot
+//! being migrated").
+
+use std::path::Path;
+
+use crate::harness::*;
+
+const NAME: &str = "job";
+const LEASE: &str = "lockrun:{job}";
+const HOLDER: &str = "lockrun:{job}:holder";
+const FENCE: &str = "lockrun:{job}:fence";
+
+/// Timing that leaves room for the extra calls a half-way slot takes: a
+/// first attempt that TRYAGAIN refuses, then the call on each key.
+const TIMING: [&str; 6] = [
+    "--ttl",
+    "8s",
+    "--renew-every",
+    "300ms",
+    "--redis-timeout",
+    "1s",
+];
+
+/// The slot's two nodes: it leaves `source` for `target`.
+struct Move<'c> {
+    cluster: &'c Cluster,
+    slot: u16,
+    source: &'c Server,
+    target: &'c Server,
+}
+
+fn node_id(node: &Server) -> String {
+    node.query(redis::cmd("CLUSTER").arg("MYID"))
+        .expect("CLUSTER MYID")
+}
+
+fn ok(node: &Server, cmd: &mut redis::Cmd) {
+    let done: redis::RedisResult<String> = node.query(cmd);
+    assert_eq!(done.as_deref(), Ok("OK"), "{cmd:?}");
+}
+
+impl<'c> Move<'c> {
+    /// Opens the lock's slot for migration to another primary, as
+    /// `redis-cli --cluster reshard` does before it moves any key.
+    fn begin(cluster: &'c Cluster) -> Self {
+        let slot = cluster.slot_of(LEASE);
+        let (source, _) = cluster.owner(LEASE);
+        let target = cluster
+            .primaries()
+            .into_iter()
+            .find(|&p| p != source)
+            .expect("another primary");
+        let (source, target) = (cluster.node(source), cluster.node(target));
+        let cmd = |state: &str, id: &str| {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
+            cmd
+        };
+        ok(target, &mut cmd("IMPORTING", &node_id(source)));
+        ok(source, &mut cmd("MIGRATING", &node_id(target)));
+        Move {
+            cluster,
+            slot,
+            source,
+            target,
+        }
+    }
+
+    /// Moves `keys` from the source to the target in one `MIGRATE`.
+    fn keys(&self, keys: &[&str]) {
+        let mut cmd = redis::cmd("MIGRATE");
+        cmd.arg("127.0.0.1")
+            .arg(self.target.port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(keys);
+        ok(self.source, &mut cmd);
+    }
+
+    /// Gives the slot to the target on both nodes, as the end of a
+    /// resharding does, and waits until every primary agrees.
+    fn finish(&self) {
+        let target = node_id(self.target);
+        for node in [self.target, self.source] {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SETSLOT").arg(self.slot).arg("NODE").arg(&target);
+            ok(node, &mut cmd);
+        }
+        assert!(
+            eventually(TOPOLOGY_PATIENCE, || {
+                self.cluster.owner(LEASE).0 == self.target.port()
+            }),
+            "the slot never settled on the target"
+        );
+    }
+
+    /// Which of `keys` each node holds, source then target.
+    fn where_are(&self, keys: &[&str]) -> (Vec<String>, Vec<String>) {
+        let on = |node: &Server| {
+            keys.iter()
+                .filter(|key| ask(node, redis::cmd("EXISTS").arg(**key)) == Some(1))
+                .map(|key| (*key).to_owned())
+                .collect()
+        };
+        (on(self.source), on(self.target))
+    }
+}
+
+/// `cmd` on `node` as a client that followed an ASK there: the target
+/// answers for an importing slot, the source only for a key it still has
+/// (`None` for an ASK or MOVED elsewhere).
+fn ask(node: &Server, cmd: &redis::Cmd) -> Option<i64> {
+    let mut conn = node.client();
+    redis::cmd("ASKING").query::<()>(&mut conn).expect("ASKING");
+    cmd.query(&mut conn).ok()
+}
+
+fn hold(url: &str) -> Holder {
+    Lockrun::via(url)
+        .key(NAME)
+        .args(["--wait", "20s"])
+        .args(TIMING)
+        .hold()
+}
+
+/// One run of the lock that touches `ran`, to its end: its exit status.
+fn run_touching(url: &str, ran: &Path) -> Ran {
+    let output = Lockrun::via(url).key(NAME).args(TIMING).touch(ran).run();
+    assert!(
+        ran.exists() || output.code != Some(0),
+        "exit 0 without running: {}",
+        output.stderr
+    );
+    output
+}
+
+/// `lockrun status --json` of the lock, which must show it held.
+fn status(url: &str) -> serde_json::Value {
+    let shown = Lockrun::via(url)
+        .key(NAME)
+        .subcommand("status")
+        .arg("--json")
+        .run();
+    let json: serde_json::Value = serde_json::from_str(&shown.stdout).expect("JSON");
+    assert_eq!(json["held"], true, "{}", shown.stderr);
+    json
+}
+
+/// Waits until the lease on `node` is renewed there (its expiry grows).
+fn renewed_on(node: &Server) -> bool {
+    let pttl = || ask(node, redis::cmd("PTTL").arg(LEASE)).unwrap_or(-2);
+    let mut last = pttl();
+    eventually(TOPOLOGY_PATIENCE, || {
+        let now = pttl();
+        std::mem::replace(&mut last, now) < now
+    })
+}
+
+/// A run of `true` that finds the lock busy (exit 75).
+fn assert_busy(url: &str) {
+    let busy = Lockrun::via(url)
+        .key(NAME)
+        .args(TIMING)
+        .command(["true"])
+        .run();
+    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+}
+
+/// Lease, holder record and fence counter: which node has each.
+fn keys_on(slot: &Move<'_>, source: &[&str], target: &[&str]) {
+    let owned = |keys: &[&str]| keys.iter().map(|k| (*k).to_owned()).collect();
+    assert_eq!(
+        slot.where_are(&[LEASE, HOLDER, FENCE]),
+        (owned(source), owned(target))
+    );
+}
+
+#[test]
+fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
+    let cluster = Cluster::start();
+    let url = cluster.url_via(&cluster.primaries());
+    let holder = hold(&url);
+    let slot = Move::begin(&cluster);
+    let dir = scratch();
+
+    released_from_the_source(&slot, &url, holder);
+    let fence = taken_while_half_way(&slot, &url, dir.path());
+    let held = held_on_the_target(&slot, &url, dir.path(), fence);
+
+    // An operator removes a lock held on the target.
+    let mut holder = hold(&url);
+    let forced = Lockrun::via(&url)
+        .key(NAME)
+        .subcommand("release")
+        .arg("--force")
+        .run();
+    assert_eq!(forced.code, Some(0), "{}", forced.stderr);
+    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
+    keys_on(&slot, &[], &[FENCE]);
+
+    // The resharding ends: the lock works as before, on its new node.
+    slot.finish();
+    let after = run_touching(&url, &dir.path().join("after"));
+    assert_eq!(after.code, Some(0), "{}", after.stderr);
+    let last = slot.target.fence(NAME).expect("the fence moved");
+    assert!(last > held, "{last} after {held}");
+    assert_eq!(slot.target.lock_value(NAME), None);
+}
+
+/// `holder` took the lock before the migration began.
+fn released_from_the_source(slot: &Move<'_>, url: &str, mut holder: Holder) {
+    // Nothing moved yet: the source still has every key but the line's,
+    // which no script naming them all may touch now.
+    assert_eq!(status(url)["holder"]["fencing_token"], holder.fence());
+    assert_busy(url);
+
+    // The lease still on the source, its holder record moved: no script
+    // can name both, yet the run keeps renewing, and releases both.
+    slot.keys(&[HOLDER]);
+    assert!(renewed_on(slot.source), "{}", holder.stderr());
+    assert_eq!(status(url)["holder"]["fencing_token"], holder.fence());
+    holder.go();
+    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    keys_on(slot, &[FENCE], &[]);
+}
+
+/// A new run takes the lock while the slot is still half-way: its new keys
+/// go to the target, the fence counter stays where it is. Returns the
+/// counter.
+fn taken_while_half_way(slot: &Move<'_>, url: &str, dir: &Path) -> u64 {
+    let first = run_touching(url, &dir.join("first"));
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    assert_eq!(first.stderr, "", "a taken lock says nothing");
+    keys_on(slot, &[FENCE], &[]);
+    slot.source
+        .fence(NAME)
+        .expect("the fence stays on the source")
+}
+
+/// Every key moved: the lock lives on the target alone. Returns the last
+/// fencing token.
+fn held_on_the_target(slot: &Move<'_>, url: &str, dir: &Path, fence: u64) -> u64 {
+    let mut holder = hold(url);
+    let held = holder.fence();
+    assert!(held > fence, "{held} after {fence}");
+    slot.keys(&[FENCE]);
+    keys_on(slot, &[], &[LEASE, HOLDER, FENCE]);
+    assert!(renewed_on(slot.target), "{}", holder.stderr());
+    assert_eq!(status(url)["holder"]["fencing_token"], held);
+    assert_busy(url);
+
+    // A run that waits polls, and takes the lock once it is released.
+    let (waited, said) = (dir.join("waited"), dir.join("said"));
+    let mut waiter = Lockrun::via(url)
+        .key(NAME)
+        .args(["--wait", "20s", "-v"])
+        .args(TIMING)
+        .stderr(log_file(&said))
+        .touch(&waited)
+        .spawn();
+    let busy = wait_for_text(&said, "is busy; trying again");
+    assert!(busy, "{}", read_log(&said));
+    holder.go();
+    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    assert!(waiter.wait().success(), "{}", read_log(&said));
+    assert!(waited.exists());
+    keys_on(slot, &[], &[FENCE]);
+    read_log(&said)
+        .lines()
+        .find_map(|line| {
+            line.split("fencing token ")
+                .nth(1)?
+                .split(';')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .expect("the waiter's fencing token")
+}
