@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::sentinel::is_primary;
 use super::topology::{on_port, on_port_mut, wait_until};
-use super::{free_ports, Server};
+use super::{free_ports, redis_cli, Server};
 
 /// Failure detection: a primary is failed over this long after it stops
 /// answering.
@@ -38,7 +38,7 @@ impl Cluster {
         for node in &nodes {
             wait_until("cluster node up", || node.answers());
         }
-        let output = Command::new("redis-cli")
+        let output = Command::new(redis_cli())
             .args(["--cluster", "create"])
             .args(nodes.iter().map(Server::addr))
             .args(["--cluster-replicas", "1", "--cluster-yes"])
