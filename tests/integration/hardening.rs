@@ -145,9 +145,9 @@ fn a_holder_gives_back_its_lease_and_leaves_a_queue_key_of_another_type_alone() 
 fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so() {
     // 20,000 keys read at 100 µs each keep Redis loading for a few
     // seconds; both runs below start within milliseconds of the restart.
-    // Redis answers clients every 2 MiB it reads (about every 2,000 of these
-    // 1 KiB values), its default and the only choice before 7.0, whose
-    // loading-process-events-interval-bytes 6.2 refuses.
+    // Meanwhile Redis answers LOADING every 2 MiB it reads, about every
+    // 2,000 of these 1 KiB values: 6.2 has no
+    // loading-process-events-interval-bytes to make that shorter.
     let mut redis = Server::start_with(None, &["--key-load-delay", "100"]);
     let mut fill = redis::cmd("MSET");
     // Bytes that LZF cannot shrink, so that the snapshot holds 20 MiB.
