@@ -198,6 +198,9 @@ impl Target {
     /// there is one.
     fn classify(&self, err: &redis::RedisError) -> ErrorKind {
         use ServerErrorKind as Code;
+        if let Some(inner) = script_call_error(err) {
+            return self.classify(&inner);
+        }
         if is_auth_error(err) {
             return if self.password().is_some() {
                 ErrorKind::Auth
@@ -307,6 +310,29 @@ pub(super) fn is_auth_error(err: &redis::RedisError) -> bool {
     .any(|needle| text.contains(needle))
 }
 
+/// The error a script's own `redis.call` ran into, which Redis before 7
+/// replies with under the code ERR: `Error running script (call to f_SHA):
+/// @user_script:99: @user_script: 99: -READONLY You can't write ...`.
+/// Redis 7 replies with the inner code itself; unwrapped, a 6.2 replica or a
+/// demoted primary reads the same as there. No write of a script that met
+/// READONLY or NOREPLICAS took effect: the first write is the one refused.
+pub(super) fn script_call_error(err: &redis::RedisError) -> Option<redis::RedisError> {
+    let detail = err.detail().filter(|_| err.code() == Some("ERR"))?;
+    let inner = detail.strip_prefix("Error running script ")?;
+    let inner = &inner[inner.find(": -")? + 3..];
+    match redis::parse_redis_value(format!("-{}\r\n", inner.trim_end()).as_bytes()) {
+        Ok(redis::Value::ServerError(inner)) => Some(inner.into()),
+        _ => None,
+    }
+}
+
+/// Whether `err` is READONLY: the server is a replica, replied directly or
+/// from inside a script.
+pub(super) fn is_read_only(err: &redis::RedisError) -> bool {
+    let inner = script_call_error(err);
+    inner.as_ref().unwrap_or(err).kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly)
+}
+
 /// `err` as text on one line. Some errors span lines (a parser's report of
 /// what it got instead of a reply); every lockrun message is one line.
 pub(super) fn one_line(err: &redis::RedisError) -> String {
@@ -363,6 +389,31 @@ mod tests {
         assert_eq!(kind(noauth()), ErrorKind::NoPassword);
         let with_password = Target::parse("redis://:pw@h:1", None).expect("valid");
         assert_eq!(with_password.error(&noauth()).kind, ErrorKind::Auth);
+    }
+
+    #[test]
+    fn an_error_inside_a_script_on_redis_6_is_classified_by_its_own_code() {
+        // Redis 6.2.14's replies, verbatim.
+        let reply = |inner: &str| -> redis::RedisError {
+            let text = format!(
+                "-ERR Error running script (call to f_5a3c92a56ae8f6455fc76430810f36be88b5c155): \
+                 @user_script:1: @user_script: 1: {inner} \r\n"
+            );
+            match redis::parse_redis_value(text.as_bytes()) {
+                Ok(redis::Value::ServerError(err)) => err.into(),
+                other => panic!("{other:?}"),
+            }
+        };
+        let target = Target::parse("redis://h:1", None).expect("valid");
+        let replica = reply("-READONLY You can't write against a read only replica.");
+        assert_eq!(target.error(&replica).kind, ErrorKind::ReadOnly);
+        assert!(is_read_only(&replica));
+        let few = reply("-NOREPLICAS Not enough good replicas to write.");
+        let kind = target.error(&few).kind;
+        assert_eq!(kind, ErrorKind::Transient(Unready::Replicas));
+        assert!(!is_read_only(&few));
+        let own = reply("Unknown Redis command called from Lua script");
+        assert_eq!(target.error(&own).kind, ErrorKind::Server);
     }
 
     #[test]

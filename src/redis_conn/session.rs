@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Client, ConnectionInfo, ServerErrorKind, Value};
+use redis::{AsyncConnectionConfig, Client, ConnectionInfo, Value};
 use tokio::time::Instant;
 
 use super::cluster;
+use super::error::is_read_only;
 use super::target::{show_addr, Topology};
 use super::{ErrorKind, RedisError, Target, Unready};
 use crate::clock::show;
@@ -181,9 +182,9 @@ impl Session {
                     let error = self.error(&err);
                     self.drop_connection();
                     // A primary that Sentinel demoted refuses the write
-                    // before running anything: ask the sentinels again and
+                    // before changing anything: ask the sentinels again and
                     // retry at once, within the same time limit.
-                    let demoted = err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly);
+                    let demoted = is_read_only(&err);
                     if demoted
                         && !asked_again
                         && matches!(self.target.topology, Topology::Sentinel(_))

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::sentinel::is_primary;
 use super::topology::{on_port, on_port_mut, wait_until};
-use super::{free_ports, Certificates, Server};
+use super::{free_ports, redis_cli, Certificates, Server};
 
 /// Failure detection: a primary is failed over this long after it stops
 /// answering.
@@ -55,7 +55,7 @@ impl Cluster {
         for node in &nodes {
             wait_until("cluster node up", || node.answers());
         }
-        let output = Command::new("redis-cli")
+        let output = Command::new(redis_cli())
             .args(tls.map(Certificates::cli_args).unwrap_or_default())
             .args(["--cluster", "create"])
             .args(nodes.iter().map(Server::addr))

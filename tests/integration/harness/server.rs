@@ -28,6 +28,19 @@ pub struct Server {
     process: Option<Child>,
 }
 
+/// The redis-server every `Server` runs: `LOCKRUN_TEST_REDIS_SERVER` when
+/// set, so that CI can run the tests against the oldest Redis lockrun
+/// supports (scripts/redis62), else the one on PATH.
+pub fn redis_server() -> String {
+    std::env::var("LOCKRUN_TEST_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// The redis-cli that builds clusters: `LOCKRUN_TEST_REDIS_CLI`, else the
+/// one on PATH, so that it can match the server's version.
+pub fn redis_cli() -> String {
+    std::env::var("LOCKRUN_TEST_REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
+}
+
 /// Every data server: no persistence unless a test SAVEs, and a replica's
 /// full sync starts at once instead of waiting for more replicas.
 const DATA: &str = "save \"\"\nappendonly no\nrepl-diskless-sync yes\nrepl-diskless-sync-delay 0\n";
@@ -114,7 +127,7 @@ impl Server {
     }
 
     fn launch(&mut self) {
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(redis_server());
         command.arg(self.dir.path().join("redis.conf"));
         if self.sentinel {
             command.arg("--sentinel");
@@ -125,7 +138,7 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed (scripts/test installs it)");
+            .unwrap_or_else(|err| panic!("{}: {err} (scripts/test installs it)", redis_server()));
         self.process = Some(process);
         let ready = eventually(PATIENCE, || match (&self.socket, self.port) {
             (Some(socket), _) => UnixStream::connect(socket).is_ok(),
