@@ -76,7 +76,11 @@ impl Server {
     /// cluster, the node owning the lock's slot).
     pub(super) async fn subscribe_wakes(&mut self) -> Result<Wakes, LockError> {
         let channel = self.keys.wake_channel(&self.token);
-        let pubsub = self.session.subscribe(&channel, SUBSCRIBE_TIMEOUT).await?;
+        let pubsub = self
+            .session
+            .subscribe(&channel, SUBSCRIBE_TIMEOUT)
+            .await
+            .map_err(|err| err.under_prefix(self.keys.prefix()))?;
         Ok(Wakes::new(pubsub.into_on_message().map(|message| {
             message.get_payload::<String>().unwrap_or_default()
         })))
@@ -85,7 +89,8 @@ impl Server {
     /// Runs a script behind `lock/guard.lua`; a key it found holding
     /// someone else's data is `LockError::Foreign`.
     async fn invoke<R: Reply>(&mut self, call: &Call) -> Result<R, LockError> {
-        match self.session.invoke::<Guarded<R>>(call).await? {
+        let reply = self.session.invoke::<Guarded<R>>(call).await;
+        match reply.map_err(|err| err.under_prefix(self.keys.prefix()))? {
             Guarded::Done(reply) => Ok(reply),
             Guarded::Stopped { key, holds } => Err(LockError::Foreign(Foreign {
                 part: self.keys.part_of(&key),
