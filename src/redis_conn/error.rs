@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use redis::{ConnectionAddr, ServerErrorKind};
 
+mod noperm;
+
+use self::noperm::refused;
 use super::target::show_addr;
 use super::Target;
 use crate::clock::show;
@@ -153,67 +156,6 @@ impl fmt::Display for RedisError {
 }
 
 impl std::error::Error for RedisError {}
-
-impl RedisError {
-    /// A refused key or channel, with the rule that allows lockrun's keys
-    /// and channels under `prefix`: Redis names neither the key nor the
-    /// pattern it wanted.
-    pub(crate) fn under_prefix(mut self, prefix: &str) -> RedisError {
-        if self.kind != ErrorKind::NoPerm || self.detail.contains('\'') {
-            return self;
-        }
-        let mut pattern = String::with_capacity(prefix.len() + 1);
-        for c in prefix.chars() {
-            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-                pattern.push('\\');
-            }
-            pattern.push(c);
-        }
-        let sigil = if self.detail.to_lowercase().contains("channel") {
-            '&'
-        } else {
-            '~'
-        };
-        self.detail = format!("{} '{sigil}{pattern}*'", self.detail);
-        self
-    }
-}
-
-/// What a NOPERM reply's `detail` says was refused, and the rule to add:
-/// the commands it quotes (`'zadd'`), or the key (`~`) or channel (`&`)
-/// pattern that `RedisError::under_prefix` put there.
-fn refused(detail: &str) -> (String, String) {
-    let quoted: Vec<&str> = detail.split('\'').skip(1).step_by(2).collect();
-    match quoted.first() {
-        Some(pattern) if pattern.starts_with('~') => {
-            ("access to the lock's keys".into(), format!("'{pattern}'"))
-        }
-        Some(pattern) if pattern.starts_with('&') => (
-            "access to the lock's wake-up channels".into(),
-            format!("'{pattern}'"),
-        ),
-        Some(_) => {
-            let names: Vec<String> = quoted.iter().map(|name| format!("'{name}'")).collect();
-            let rules: Vec<String> = quoted.iter().map(|name| format!("+{name}")).collect();
-            (
-                format!("the command {}", names.join(" or ")),
-                format!("'{}'", rules.join(" ")),
-            )
-        }
-        None if detail.to_lowercase().contains("channel") => (
-            "access to the lock's wake-up channels".into(),
-            "a '&' rule for them (--prefix then '*')".into(),
-        ),
-        None if detail.to_lowercase().contains("key") => (
-            "access to the lock's keys".into(),
-            "a '~' rule for them (--prefix then '*')".into(),
-        ),
-        None => (
-            format!("a command ({detail})"),
-            "the rules of its use".into(),
-        ),
-    }
-}
 
 impl Target {
     pub(crate) fn error(&self, err: &redis::RedisError) -> RedisError {
@@ -421,39 +363,6 @@ mod tests {
         assert_eq!(kind(noauth()), ErrorKind::NoPassword);
         let with_password = Target::parse("redis://:pw@h:1", None).expect("valid");
         assert_eq!(with_password.error(&noauth()).kind, ErrorKind::Auth);
-    }
-
-    #[test]
-    fn a_refused_permission_names_the_rule_to_add() {
-        let target = Target::parse("redis://h:1", None).expect("valid");
-        let noperm =
-            |detail: &str| redis::make_extension_error("NOPERM".into(), Some(detail.into()));
-        let line = |err: RedisError| {
-            assert_eq!(err.kind, ErrorKind::NoPerm);
-            let line = err.to_string();
-            assert!(
-                line.ends_with("to its ACL rules (see man lockrun, REDIS PERMISSIONS)"),
-                "{line}"
-            );
-            line
-        };
-        let scan = target.error(&noperm(
-            "this user has no permissions to run the 'scan' command",
-        ));
-        assert!(line(scan).starts_with(
-            "Redis at redis://h:1 refused lockrun's user the command 'scan' (NOPERM); add '+scan'"
-        ));
-        let key = target.error(&noperm("No permissions to access a key"));
-        assert!(line(key.under_prefix("jobs[1]:")).contains("keys (NOPERM); add '~jobs\\[1\\]:*'"));
-        let channel = target.error(&noperm("No permissions to access a channel"));
-        assert!(
-            line(channel.under_prefix("lockrun:")).contains("channels (NOPERM); add '&lockrun:*'")
-        );
-        let two = target.error(&noperm("no permissions to run the 'type' or 'get' command"));
-        assert!(line(two).contains("'type' or 'get' (NOPERM); add '+type +get'"));
-        // Another failure keeps its own message, whatever the prefix.
-        let other = target.error(&server_error(ServerErrorKind::ResponseError, "x"));
-        assert!(other.under_prefix("p:").to_string().contains("failed"));
     }
 
     #[test]
