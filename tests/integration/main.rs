@@ -7,6 +7,7 @@
 
 mod harness;
 
+mod acl;
 mod basics;
 mod completion;
 mod connection;
