@@ -16,7 +16,7 @@ struct Script {
     parts: &'static [&'static str],
 }
 
-/// Every script but renew's works on the lock and its queue, and starts with
+/// Every script but renew's and acked's works on the lock and its queue, and starts with
 /// `guard.lua`, which stops it before it touches a key of the wrong type,
 /// then `queue.lua`, the queue's rules.
 const SCRIPTS: &[Script] = &[
@@ -29,6 +29,11 @@ const SCRIPTS: &[Script] = &[
         name: "RENEW",
         doc: "Extends a lease that still holds our token.",
         parts: &["renew.lua"],
+    },
+    Script {
+        name: "ACKED",
+        doc: "Notes in the holder record how many replicas acknowledged the lease.",
+        parts: &["acked.lua"],
     },
     Script {
         name: "RELEASE",

@@ -49,6 +49,17 @@ async fn run_steps(
     let asked = BootInstant::now();
     let grant = acquire(&config, &mut lock, &mut signals, report).await?;
     record.acquired();
+    if lock.unprotected() {
+        report.error(
+            Event::warning("unacknowledged"),
+            format_args!(
+                "--replica-acks all found no replica connected to the primary holding {}: the \
+                 lease is not protected against a failover, which could give the lock to a \
+                 second run",
+                lock.keys().lock
+            ),
+        );
+    }
     let (child, mut child_changes) = match start(&config, grant.fence) {
         Ok(started) => started,
         Err(err) => {

@@ -18,7 +18,7 @@ pub(crate) struct Lua {
     sha: &'static str,
 }
 
-// ACQUIRE, RENEW, RELEASE, FORCE_RELEASE, STATUS, VOTE, RAISE_FENCE: each
+// ACQUIRE, RENEW, ACKED, RELEASE, FORCE_RELEASE, STATUS, VOTE, RAISE_FENCE: each
 // assembled from its parts and hashed by build.rs.
 include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 
@@ -145,9 +145,10 @@ mod tests {
     use super::*;
 
     /// Every script, by the name lockrun gives it.
-    const ALL: [(&str, &Lua); 7] = [
+    const ALL: [(&str, &Lua); 8] = [
         ("acquire", &ACQUIRE),
         ("renew", &RENEW),
+        ("acked", &ACKED),
         ("release", &RELEASE),
         ("force_release", &FORCE_RELEASE),
         ("status", &STATUS),
@@ -160,6 +161,7 @@ mod tests {
         let queue = concat!(include_str!("guard.lua"), include_str!("queue.lua"));
         assert_eq!(ACQUIRE.code, queue.to_owned() + include_str!("acquire.lua"));
         assert_eq!(RENEW.code, include_str!("renew.lua"));
+        assert_eq!(ACKED.code, include_str!("acked.lua"));
         assert_eq!(RELEASE.code, queue.to_owned() + include_str!("release.lua"));
         assert_eq!(
             FORCE_RELEASE.code,

@@ -11,7 +11,7 @@ use super::error::{Foreign, LockError};
 use super::keys::{Keys, Token};
 use super::records::{Holder, Me, Waiter};
 use super::reply::{self, Guarded, Released, Reply};
-use super::script::{Call, Lua, ACQUIRE, FORCE_RELEASE, RAISE_FENCE, RELEASE, RENEW, STATUS, VOTE};
+use super::script::{Call, Lua, ACKED, ACQUIRE, FORCE_RELEASE, RAISE_FENCE, RELEASE, RENEW, STATUS, VOTE};
 use super::status::{Occupancy, Status};
 use super::wake::Wakes;
 use super::{millis, Attempt, Grant, Mode, ReplicaAcks};
@@ -30,6 +30,8 @@ pub(crate) struct Server {
     /// already its own.
     token: Token,
     acks: ReplicaAcks,
+    /// Every call's time limit.
+    timeout: Duration,
     /// When the first acquire request went out. A release can hand the
     /// lease over only once this run is in line, that is after this.
     first_sent: Option<BootInstant>,
@@ -40,6 +42,10 @@ pub(crate) struct Server {
     /// This run's place in line, so that it gets the same place back if it
     /// was dropped while cut off from Redis.
     arrival: Option<String>,
+    /// How many replicas acknowledged the lease at the last acquisition or
+    /// renewal that asked them, as noted in the holder record; `None` when
+    /// none asked yet.
+    acked: Option<u32>,
 }
 
 impl Server {
@@ -54,12 +60,14 @@ impl Server {
     ) -> Self {
         Server {
             session: Session::new(target, timeout),
+            timeout,
             keys,
             token,
             acks,
             first_sent: None,
             in_redis: false,
             arrival: None,
+            acked: None,
         }
     }
 
@@ -147,6 +155,8 @@ impl Server {
         };
         self.in_redis = !matches!(attempt, Attempt::Busy(_) | Attempt::Superseded { .. });
         if matches!(attempt, Attempt::Acquired(_)) {
+            // A new holder record: the count is noted afresh.
+            self.acked = None;
             if let Err(err) = self.replicated(replicas, started).await {
                 // Too few copies: a failover now could hand the lock to a
                 // second run while the command runs. Give it back and let
@@ -244,20 +254,48 @@ impl Server {
     /// the primary's count of replicas, read by the script that wrote.
     async fn replicated(&mut self, connected: i64, started: Instant) -> Result<(), LockError> {
         let wanted = match self.acks {
+            ReplicaAcks::Count(0) => return Ok(()),
             ReplicaAcks::Count(wanted) => wanted,
             ReplicaAcks::All => u32::try_from(connected).unwrap_or(0),
         };
-        if wanted == 0 {
-            return Ok(());
-        }
-        let acked = self
-            .session
-            .replicate(&self.keys.lock, wanted, started)
-            .await?;
+        // `all` with no replica connected: nothing to wait for, and nothing
+        // protects the lease from a failover; `unprotected` says so.
+        let acked = if wanted == 0 {
+            0
+        } else {
+            self.session
+                .replicate(&self.keys.lock, wanted, started)
+                .await?
+        };
         if acked < wanted {
             return Err(self.session.unacknowledged(acked, wanted).into());
         }
+        if self.acked != Some(acked) {
+            self.note_acked(acked, started).await;
+        }
         Ok(())
+    }
+
+    /// Notes `acked` in the holder record for `lockrun status`, within what
+    /// is left of the time limit of the call that began at `started`. Only
+    /// when replicas were asked and the count changed: no round trip is
+    /// added otherwise. A note that fails is left out; it only informs.
+    async fn note_acked(&mut self, acked: u32, started: Instant) {
+        let mut call = ACKED.call();
+        call.key(&self.keys.lock)
+            .key(&self.keys.holder)
+            .arg(self.token.as_str())
+            .arg(acked);
+        self.acked = Some(acked);
+        let left = self.timeout.saturating_sub(started.elapsed());
+        let _ = tokio::time::timeout(left, self.session.invoke::<i64>(&call)).await;
+    }
+
+    /// Whether `--replica-acks all` found no replica to acknowledge the
+    /// lease this run last acquired here: then nothing protects it from a
+    /// failover.
+    pub(super) fn unprotected(&self) -> bool {
+        self.acks == ReplicaAcks::All && self.acked == Some(0)
     }
 
     /// Gives the lock up, handing it to the first waiter, or with `keep_for`
