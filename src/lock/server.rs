@@ -11,7 +11,9 @@ use super::error::{Foreign, LockError};
 use super::keys::{Keys, Token};
 use super::records::{Holder, Me, Waiter};
 use super::reply::{self, Guarded, Released, Reply};
-use super::script::{Call, Lua, ACKED, ACQUIRE, FORCE_RELEASE, RAISE_FENCE, RELEASE, RENEW, STATUS, VOTE};
+use super::script::{
+    Call, Lua, ACKED, ACQUIRE, FORCE_RELEASE, RAISE_FENCE, RELEASE, RENEW, STATUS, VOTE,
+};
 use super::status::{Occupancy, Status};
 use super::wake::Wakes;
 use super::{millis, Attempt, Grant, Mode, ReplicaAcks};

@@ -7,6 +7,7 @@
 
 mod harness;
 
+mod acks;
 mod acl;
 mod basics;
 mod completion;
