@@ -10,7 +10,7 @@ use crate::harness::*;
 const PASSWORD: &str = "acl-test-password";
 
 /// The rules the man page gives `use_`: every word after `ACL SETUSER
-/// lockrun` on the lines under its `# use_:` comment.
+/// USER` on the lines under its `# use_:` comment.
 fn rules(use_: &str) -> Vec<String> {
     let roff = include_str!("../../man/sections.roff");
     let section = roff
@@ -23,7 +23,10 @@ fn rules(use_: &str) -> Vec<String> {
     for line in section.lines() {
         if let Some(comment) = line.strip_prefix("# ") {
             current = comment.split(':').next().unwrap_or_default();
-        } else if let Some(words) = line.strip_prefix("ACL SETUSER lockrun ") {
+        } else if let Some(setuser) = line.strip_prefix("ACL SETUSER ") {
+            // The user's name, `lockrun` or the sentinels' `default`, is
+            // the test's to choose.
+            let words = setuser.split_once(' ').map_or("", |(_, words)| words);
             if current == use_ {
                 let words = words
                     .replace("\\-", "-")
@@ -251,4 +254,68 @@ fn status_and_list_need_each_of_their_rules() {
 fn release_force_needs_each_of_its_rules() {
     let release = rules("release");
     each_rule_is_needed(&release, &release, release_force);
+}
+
+/// `ACL SETUSER user` with the man page's first line and `rules`, on every
+/// server of `servers` (the sentinels' default user logs in without a
+/// password).
+fn create_user_on(servers: &[Server], user: &str, rules: &[String]) {
+    for server in servers {
+        let mut setuser = redis::cmd("ACL");
+        setuser.arg("SETUSER").arg(user).arg("reset").arg("on");
+        if user == "default" {
+            // The test's own connections log in as default too: it keeps
+            // the right to change itself back.
+            setuser
+                .arg("nopass")
+                .arg("resetchannels")
+                .arg("+acl|setuser");
+        } else {
+            setuser.arg(self::rules("user"));
+        }
+        let _: () = server.query(setuser.arg(rules)).expect("ACL SETUSER");
+    }
+}
+
+#[test]
+fn sentinel_needs_each_of_its_rules() {
+    let set = SentinelSet::start();
+    let mut lockrun = rules("run");
+    lockrun.extend(rules("acks"));
+    lockrun.extend(rules("sentinel"));
+    let sentinels = rules("sentinels");
+    let run = |user: &str| {
+        let url = set.url().replacen("://", &format!("://{user}@"), 1);
+        Lockrun::via(&url)
+            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
+            .key("job")
+            .command(["true"])
+            .run()
+    };
+    create_user_on(&set.servers, "lockrun", &lockrun);
+    create_user_on(&set.sentinels, "default", &sentinels);
+    let ran = run("lockrun");
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(ran.stderr.is_empty(), "{}", ran.stderr);
+    for rule in rules("acks").iter().chain(&rules("sentinel")) {
+        let fewer: Vec<String> = lockrun.iter().filter(|r| *r != rule).cloned().collect();
+        create_user_on(&set.servers, "fewer", &fewer);
+        let ran = run("fewer");
+        assert_eq!(ran.code, Some(69), "{rule} taken away: {}", ran.stderr);
+        assert_eq!(rules_named(&ran.stderr), [rule.as_str()], "{}", ran.stderr);
+    }
+    create_user_on(&set.sentinels, "default", &[]);
+    let ran = run("lockrun");
+    create_user_on(
+        &set.sentinels,
+        "default",
+        &["+@all".into(), "~*".into(), "&*".into()],
+    );
+    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
+    assert_eq!(
+        rules_named(&ran.stderr),
+        [sentinels[0].as_str()],
+        "{}",
+        ran.stderr
+    );
 }
