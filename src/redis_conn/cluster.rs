@@ -132,7 +132,11 @@ pub(super) async fn wait(
     key: &str,
     wait: redis::Cmd,
 ) -> redis::RedisResult<i64> {
-    let acked = conn.route_command(wait, route_to_owner(key)).await?;
+    // A refusal (NOPERM) comes back as a value, not an error.
+    let acked = conn
+        .route_command(wait, route_to_owner(key))
+        .await?
+        .extract_error()?;
     Ok(redis::from_redis_value(acked)?)
 }
 

@@ -319,3 +319,49 @@ fn sentinel_needs_each_of_its_rules() {
         ran.stderr
     );
 }
+
+#[test]
+fn cluster_needs_each_of_its_rules() {
+    let cluster = Cluster::start();
+    let mut lockrun = rules("run");
+    for use_ in ["status", "acks", "cluster", "cluster-status"] {
+        lockrun.extend(rules(use_));
+    }
+    let url = cluster.url_via(&cluster.primaries());
+    let as_user = |user: &str| {
+        Lockrun::via(&url.replacen("://", &format!("://{user}@"), 1))
+            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
+            .key("job")
+    };
+    create_user_on(&cluster.nodes, "lockrun", &lockrun);
+    let ran = as_user("lockrun").command(["true"]).run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(ran.stderr.is_empty(), "{}", ran.stderr);
+    let node = |user: &str| {
+        let ran = as_user(user).subcommand("status").arg("--json").run();
+        let status: serde_json::Value = serde_json::from_str(&ran.stdout).expect("status --json");
+        status["redis_node"].clone()
+    };
+    assert!(node("lockrun").is_string());
+    // ASKING is sent only while the lock's slot migrates.
+    for rule in lockrun
+        .iter()
+        .filter(|r| ["+cluster|slots", "+wait"].contains(&r.as_str()))
+    {
+        let fewer: Vec<String> = lockrun.iter().filter(|r| *r != rule).cloned().collect();
+        create_user_on(&cluster.nodes, "fewer", &fewer);
+        let ran = as_user("fewer").command(["true"]).run();
+        assert_eq!(ran.code, Some(69), "{rule} taken away: {}", ran.stderr);
+        assert_eq!(rules_named(&ran.stderr), [rule.as_str()], "{}", ran.stderr);
+    }
+    let fewer: Vec<String> = lockrun
+        .iter()
+        .filter(|r| *r != "+cluster|nodes")
+        .cloned()
+        .collect();
+    create_user_on(&cluster.nodes, "fewer", &fewer);
+    assert!(
+        node("fewer").is_null(),
+        "status names the node without +cluster|nodes"
+    );
+}
