@@ -365,3 +365,33 @@ fn cluster_needs_each_of_its_rules() {
         "status names the node without +cluster|nodes"
     );
 }
+
+#[test]
+fn a_quorum_needs_its_rule() {
+    let servers = quorum(3);
+    // A member votes once up for a ttl (1s) and the drift, rounded up.
+    until_voting(&servers, 2);
+    let mut lockrun = rules("run");
+    lockrun.extend(rules("quorum"));
+    let run = |user: &str| {
+        let urls = servers
+            .iter()
+            .map(|server| format!("{}?user={user}", server.url()));
+        urls.fold(Lockrun::new(), |lockrun, url| lockrun.redis(&url))
+            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
+            .key("job")
+            .args(["--ttl", "1s"])
+            .command(["true"])
+            .run()
+    };
+    create_user_on(&servers, "lockrun", &lockrun);
+    let ran = run("lockrun");
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    for rule in rules("quorum") {
+        let fewer: Vec<String> = lockrun.iter().filter(|r| **r != rule).cloned().collect();
+        create_user_on(&servers, "fewer", &fewer);
+        let ran = run("fewer");
+        assert_eq!(ran.code, Some(69), "{rule} taken away: {}", ran.stderr);
+        assert_eq!(rules_named(&ran.stderr), [rule.as_str()], "{}", ran.stderr);
+    }
+}
