@@ -180,7 +180,10 @@ pub(super) async fn on_node(
         host: host.clone(),
         port: *port,
     };
-    conn.route_command(cmd, RoutingInfo::SingleNode(node)).await
+    // A refusal (NOPERM) comes back as a value, not an error.
+    conn.route_command(cmd, RoutingInfo::SingleNode(node))
+        .await?
+        .extract_error()
 }
 
 /// `host:port` of the primary that owns `key`, as that node itself says

@@ -43,14 +43,8 @@ fn all_with_no_replica_warns_once_and_status_counts_the_acknowledgements() {
         holder.stderr()
     );
 
-    for replica in &mut set.servers[1..] {
-        replica.kill();
-    }
+    without_replicas(&mut set);
     let primary = &set.servers[0];
-    let gone = eventually(PATIENCE, || {
-        primary.info("replication", "connected_slaves").as_deref() == Some("0")
-    });
-    assert!(gone, "the primary still counts replicas");
 
     // Held through several renewals, which find no replica either: one line.
     let holder = hold(&url);
@@ -74,16 +68,7 @@ fn all_with_no_replica_warns_once_and_status_counts_the_acknowledgements() {
         "{stderr}"
     );
 
-    let ran = Lockrun::via(&url)
-        .key("job")
-        .args(["--log-format", "json"])
-        .command(["true"])
-        .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    let events = checked_events(&ran.stderr, Some("job"));
-    assert_eq!(events.len(), 1, "{}", ran.stderr);
-    assert_eq!(events[0]["event"], "unacknowledged");
-    assert_eq!(events[0]["level"], "warning");
+    one_json_event(&url);
 
     // Asked for no acknowledgement: no warning, and status does not know.
     let holder = Lockrun::via(&url)
@@ -99,4 +84,31 @@ fn all_with_no_replica_warns_once_and_status_counts_the_acknowledgements() {
         "{}",
         holder.stderr()
     );
+}
+
+/// A run through `url`, whose primary has no replica, writes one
+/// `unacknowledged` event as LOG FORMAT documents it.
+fn one_json_event(url: &str) {
+    let ran = Lockrun::via(url)
+        .key("job")
+        .args(["--log-format", "json"])
+        .command(["true"])
+        .run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let events = checked_events(&ran.stderr, Some("job"));
+    assert_eq!(events.len(), 1, "{}", ran.stderr);
+    assert_eq!(events[0]["event"], "unacknowledged");
+    assert_eq!(events[0]["level"], "warning");
+}
+
+/// Kills the replicas of `set`, and waits until its primary counts none.
+fn without_replicas(set: &mut SentinelSet) {
+    for replica in &mut set.servers[1..] {
+        replica.kill();
+    }
+    let primary = &set.servers[0];
+    let gone = eventually(PATIENCE, || {
+        primary.info("replication", "connected_slaves").as_deref() == Some("0")
+    });
+    assert!(gone, "the primary still counts replicas");
 }

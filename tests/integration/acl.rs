@@ -324,7 +324,7 @@ fn sentinel_needs_each_of_its_rules() {
 fn cluster_needs_each_of_its_rules() {
     let cluster = Cluster::start();
     let mut lockrun = rules("run");
-    for use_ in ["status", "acks", "cluster", "cluster-status"] {
+    for use_ in ["status", "list", "acks", "cluster", "cluster-status"] {
         lockrun.extend(rules(use_));
     }
     let url = cluster.url_via(&cluster.primaries());
@@ -354,6 +354,7 @@ fn cluster_needs_each_of_its_rules() {
         assert_eq!(ran.code, Some(69), "{rule} taken away: {}", ran.stderr);
         assert_eq!(rules_named(&ran.stderr), [rule.as_str()], "{}", ran.stderr);
     }
+    list_needs_scan(&url, &lockrun, &cluster.nodes);
     let fewer: Vec<String> = lockrun
         .iter()
         .filter(|r| *r != "+cluster|nodes")
@@ -364,6 +365,25 @@ fn cluster_needs_each_of_its_rules() {
         node("fewer").is_null(),
         "status names the node without +cluster|nodes"
     );
+}
+
+/// `lockrun list` in the cluster at `url` as a user with `rules`, and
+/// without `+scan`.
+fn list_needs_scan(url: &str, rules: &[String], nodes: &[Server]) {
+    let as_user = |user: &str| {
+        Lockrun::via(&url.replacen("://", &format!("://{user}@"), 1))
+            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
+    };
+    let holder = as_user("lockrun").key("job").hold();
+    let listed = as_user("lockrun").subcommand("list").run();
+    assert_eq!(listed.code, Some(0), "{}", listed.stderr);
+    listed.assert_stdout_has("job");
+    let fewer: Vec<String> = rules.iter().filter(|r| *r != "+scan").cloned().collect();
+    create_user_on(nodes, "fewer", &fewer);
+    let listed = as_user("fewer").subcommand("list").run();
+    assert_eq!(listed.code, Some(69), "{}", listed.stderr);
+    assert_eq!(rules_named(&listed.stderr), ["+scan"], "{}", listed.stderr);
+    holder.go();
 }
 
 #[test]
