@@ -78,6 +78,18 @@ fn check(step: &'static str, ran: &Ran, code: i32) -> Result<(), Broken> {
     })
 }
 
+/// How many runs listen in line for lock `key`; 0 when the server cannot
+/// be asked this time (an interrupted call), for polls to ask again.
+fn listening(server: &Server, key: &str) -> usize {
+    let records: Vec<String> = server
+        .query(redis::cmd("HVALS").arg(format!("lockrun:{{{key}}}:waiters")))
+        .unwrap_or_default();
+    records
+        .iter()
+        .filter(|record| record.contains(r#""listening":true"#))
+        .count()
+}
+
 /// A run, a busy one, a renewal, a waiter handed the lock on release and
 /// told so on its channel, and `--min-hold`, all as `user`.
 fn run_and_wait(server: &Server, user: &str, key: &str) -> Result<(), Broken> {
@@ -85,11 +97,7 @@ fn run_and_wait(server: &Server, user: &str, key: &str) -> Result<(), Broken> {
     check("run", &run().command(["true"]).run(), 0)?;
     let holder = run().args(["--ttl", "2s"]).hold();
     check("busy", &run().command(["true"]).run(), 75)?;
-    let mut last = server.pttl(key);
-    let renewed = eventually(PATIENCE, || {
-        let now = server.pttl(key);
-        std::mem::replace(&mut last, now) < now
-    });
+    let renewed = crate::acks::renewed(server, key);
     assert!(renewed, "never renewed: {}", holder.stderr());
     let dir = scratch();
     let log = dir.path().join("waiter");
@@ -103,7 +111,7 @@ fn run_and_wait(server: &Server, user: &str, key: &str) -> Result<(), Broken> {
         Err(Broken { step, code, stderr })
     };
     eventually(PATIENCE, || {
-        server.listening_waiters(key) == 1
+        listening(server, key) == 1
             || read_log(&log).contains("polling instead")
             || !waiter.running()
     });
@@ -151,7 +159,7 @@ fn held_with_line(server: &Server, key: &str) -> (Holder, Vec<Running>) {
                 .spawn()
         })
         .collect();
-    let listening = eventually(PATIENCE, || server.listening_waiters(key) == 2);
+    let listening = eventually(PATIENCE, || listening(server, key) == 2);
     assert!(listening, "two waiters never listened in line");
     (holder, waiters)
 }
