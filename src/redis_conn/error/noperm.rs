@@ -42,6 +42,7 @@ pub(super) fn refused(detail: &str) -> (String, String) {
             format!("'{pattern}'"),
         ),
         Some(_) => {
+            let quoted: Vec<&str> = quoted.into_iter().map(subcommand).collect();
             let names: Vec<String> = quoted.iter().map(|name| format!("'{name}'")).collect();
             let rules: Vec<String> = quoted.iter().map(|name| format!("+{name}")).collect();
             (
@@ -61,6 +62,20 @@ pub(super) fn refused(detail: &str) -> (String, String) {
             format!("a command ({detail})"),
             "the rules of its use".into(),
         ),
+    }
+}
+
+/// The subcommand of a container command that lockrun sends and that can
+/// be refused where the operator sees it: Redis before 7 names only the
+/// container (`'sentinel'`), and the rule for the container alone would
+/// allow all its subcommands. (`CLUSTER NODES` is sent too, but only for
+/// `status`'s `redis_node`, which is null when it is refused.)
+fn subcommand(name: &str) -> &str {
+    match name {
+        "sentinel" => "sentinel|get-master-addr-by-name",
+        "cluster" => "cluster|slots",
+        "pubsub" => "pubsub|numsub",
+        other => other,
     }
 }
 
@@ -95,6 +110,13 @@ mod tests {
         assert!(
             line(channel.under_prefix("lockrun:")).contains("channels (NOPERM); add '&lockrun:*'")
         );
+        // Redis 6.2 names the container command only.
+        let old = target.error(&noperm(
+            "this user has no permissions to run the 'sentinel' command or its subcommand",
+        ));
+        assert!(line(old).contains(
+            "'sentinel|get-master-addr-by-name' (NOPERM); add '+sentinel|get-master-addr-by-name'"
+        ));
         let two = target.error(&noperm("no permissions to run the 'type' or 'get' command"));
         assert!(line(two).contains("'type' or 'get' (NOPERM); add '+type +get'"));
         // Another failure keeps its own message, whatever the prefix.
