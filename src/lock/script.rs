@@ -121,6 +121,9 @@ impl Lua {
     }
 }
 
+/// Commands whose ACL rules name a subcommand (`+pubsub|numsub`).
+const CONTAINERS: [&str; 5] = ["pubsub", "cluster", "object", "memory", "client"];
+
 /// The commands `line` of a script calls, as ACL rules name them:
 /// lower-case, with the subcommand for a container command (`pubsub|numsub`).
 fn commands_on(line: &str) -> Vec<String> {
@@ -129,8 +132,10 @@ fn commands_on(line: &str) -> Vec<String> {
         .filter_map(|call| {
             let mut args = call.split('\'').skip(1).step_by(2);
             let name = args.next()?.to_lowercase();
-            Some(match (name.as_str(), args.next()) {
-                ("pubsub", Some(sub)) => format!("pubsub|{}", sub.to_lowercase()),
+            Some(match args.next() {
+                Some(sub) if CONTAINERS.contains(&name.as_str()) => {
+                    format!("{name}|{}", sub.to_lowercase())
+                }
                 _ => name,
             })
         })
