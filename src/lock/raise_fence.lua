@@ -12,7 +12,6 @@ if wrong then
 end
 local fence = math.max(tonumber(redis.call('GET', FENCE)) or 0, tonumber(ARGV[2]))
 redis.call('SET', FENCE, int(fence))
--- One command a line: a refused one is named by its line (lock/script.rs).
 local ours = redis.call('GET', LEASE) == ARGV[1]
 if ours and redis.call('EXISTS', HOLDER) == 1 then
   redis.call('HSET', HOLDER, 'fence', ARGV[2])

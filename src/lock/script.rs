@@ -218,6 +218,18 @@ mod tests {
         );
     }
 
+    /// Redis names a script's refused command only by its line, so each
+    /// line calls one command at most.
+    #[test]
+    fn each_line_of_a_script_calls_one_command_at_most() {
+        for (name, lua) in ALL {
+            for (n, line) in lua.code.lines().enumerate() {
+                let calls = commands_on(line).len();
+                assert!(calls <= 1, "{name} line {}: {line}", n + 1);
+            }
+        }
+    }
+
     /// A redis-server of the test's own, on a unix socket in a temporary
     /// directory; killed when dropped.
     struct Server {

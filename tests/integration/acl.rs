@@ -233,8 +233,9 @@ fn each_rule_is_needed(rules: &[String], needed: &[String], use_: Use) {
             Ok(()) => panic!("{rule} taken away broke nothing"),
             Err(broken) => broken,
         };
-        assert!(
-            rules_named(&broken.stderr).contains(&rule.as_str()),
+        assert_eq!(
+            rules_named(&broken.stderr),
+            [rule.as_str()],
             "{rule} taken away: {broken:?}"
         );
         if !matches!(broken.step, "wake-up" | "release") {
