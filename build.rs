@@ -16,7 +16,7 @@ struct Script {
     parts: &'static [&'static str],
 }
 
-/// Every script but renew's and split's works on the lock and its queue, and starts with
+/// Every script but renew's, split's and acked's works on the lock and its queue, and starts with
 /// `guard.lua`, which stops it before it touches a key of the wrong type,
 /// then `queue.lua`, the queue's rules.
 const SCRIPTS: &[Script] = &[
@@ -34,6 +34,11 @@ const SCRIPTS: &[Script] = &[
         name: "SPLIT",
         doc: "One key of a lock whose cluster slot is being migrated.",
         parts: &["split.lua"],
+    },
+    Script {
+        name: "ACKED",
+        doc: "Notes in the holder record how many replicas acknowledged the lease.",
+        parts: &["acked.lua"],
     },
     Script {
         name: "RELEASE",

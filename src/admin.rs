@@ -40,6 +40,10 @@ pub(crate) struct StatusJson {
     /// Sentinel the primary it named, in a cluster the node owning the key's
     /// slot. Null when it cannot be told.
     pub(crate) redis_node: Option<String>,
+    /// How many replicas acknowledged the current lease, as its holder
+    /// noted; null when free, or when the holder asked for no
+    /// acknowledgement (or has not had it yet, after a hand-over).
+    pub(crate) replicas_acknowledged: Option<u32>,
     /// With `--redis` given three or more times, each member's own view,
     /// in the order given; the fields above are then the majority's view.
     /// Absent for one server.
@@ -162,6 +166,9 @@ fn status_json(keys: &Keys, views: &Views) -> StatusJson {
                 .collect()
         }),
         redis_node: one.and_then(|one| one.node.clone()),
+        replicas_acknowledged: held
+            .and_then(|held| held.holder.as_ref())
+            .and_then(|holder| holder.replicas_acked),
         members: if one.is_some() {
             Vec::new()
         } else {

@@ -223,6 +223,12 @@ impl Lock {
         self.servers.len() > 1
     }
 
+    /// Whether `--replica-acks all` found no replica to acknowledge the
+    /// lease just acquired, on any of its servers.
+    pub(crate) fn unprotected(&self) -> bool {
+        self.servers.iter().any(Server::unprotected)
+    }
+
     /// Connects to every server now, allowing `within`, so that a lock that
     /// cannot be reached is reported before anything else happens.
     pub(crate) async fn connect(&mut self, within: Duration) -> Result<(), LockError> {

@@ -49,6 +49,7 @@ async fn run_steps(
     let asked = BootInstant::now();
     let grant = acquire(&config, &mut lock, &mut signals, report).await?;
     record.acquired();
+    warn_if_unprotected(&lock, report);
     let (child, mut child_changes) = match start(&config, grant.fence) {
         Ok(started) => started,
         Err(err) => {
@@ -90,6 +91,23 @@ async fn run_steps(
     .await;
     let unreleased = held.finish(&config, &ended, report).await;
     exit_status(ended, &held.lock, unreleased, report)
+}
+
+/// Says, once per run, that `--replica-acks all` found no replica to copy
+/// the lease to: the operator asked for protection against a failover and
+/// does not have it.
+fn warn_if_unprotected(lock: &Lock, report: Report) {
+    if lock.unprotected() {
+        report.error(
+            Event::warning("unacknowledged"),
+            format_args!(
+                "--replica-acks all found no replica connected to the primary holding {}: the \
+                 lease is not protected against a failover, which could give the lock to a \
+                 second run",
+                lock.keys().lock
+            ),
+        );
+    }
 }
 
 /// The lock, on one server or on a quorum of them when `--redis` was given

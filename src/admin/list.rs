@@ -82,6 +82,7 @@ mod tests {
             last_fencing_token: Some(7),
             waiters: Vec::new(),
             redis_node: None,
+            replicas_acknowledged: None,
             members: Vec::new(),
             majority_agrees: None,
         }

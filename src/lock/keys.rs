@@ -81,6 +81,12 @@ impl Keys {
         format!("{}:wake:{}", self.lock, token.0)
     }
 
+    /// The `--prefix` the lock's keys and channels start with.
+    pub(crate) fn prefix(&self) -> &str {
+        let tag = self.name.len() + 2;
+        &self.lock[..self.lock.len() - tag]
+    }
+
     /// Every key of the lock, as the scripts behind `lock/queue.lua` take
     /// them.
     pub(crate) fn add_to(&self, call: &mut Call) {

@@ -12,7 +12,8 @@ if wrong then
 end
 local fence = math.max(tonumber(redis.call('GET', FENCE)) or 0, tonumber(ARGV[2]))
 redis.call('SET', FENCE, int(fence))
-if redis.call('GET', LEASE) == ARGV[1] and redis.call('EXISTS', HOLDER) == 1 then
+local ours = redis.call('GET', LEASE) == ARGV[1]
+if ours and redis.call('EXISTS', HOLDER) == 1 then
   redis.call('HSET', HOLDER, 'fence', ARGV[2])
 end
 return {'fence', int(fence)}

@@ -51,6 +51,9 @@ pub(crate) struct Holder {
     /// Server time the command finished, when the lock is only kept for
     /// `--min-hold`.
     pub(crate) finished_us: Option<u64>,
+    /// How many replicas acknowledged the lease, when the holder asked
+    /// for acknowledgement (`--replica-acks`).
+    pub(crate) replicas_acked: Option<u32>,
 }
 
 impl Holder {
@@ -71,6 +74,7 @@ impl Holder {
             acquired_us: number("acquired_us").unwrap_or(0),
             fence: number("fence").unwrap_or(0),
             finished_us: number("finished_us"),
+            replicas_acked: number("replicas_acked").and_then(|n| u32::try_from(n).ok()),
         })
     }
 
@@ -174,6 +178,7 @@ mod tests {
                 acquired_us: 7,
                 fence: 9,
                 finished_us: None,
+                replicas_acked: None,
             })
         );
         assert_eq!(Holder::from_fields(&HashMap::new()), None);

@@ -10,7 +10,8 @@ local me = ARGV[1]
 local keep = tonumber(ARGV[2])
 -- A key of another type in the lease's place (GET would fail on it) is not
 -- our token.
-local ours = redis.call('TYPE', LEASE).ok == 'string' and redis.call('GET', LEASE) == me
+local ours = redis.call('TYPE', LEASE).ok == 'string'
+ours = ours and redis.call('GET', LEASE) == me
 if wrong_type(OURS) then
   -- Another of the lock's keys holds someone else's data (guard.lua): only
   -- our own lease, and a holder record that is one, are given up; the line

@@ -4,7 +4,9 @@
 -- replicas=0} when the token is gone; replicas
 -- is how many replicas are connected and online, for lockrun to WAIT for.
 -- A key of another type in its place (GET would fail on it) is not our token.
-if redis.call('TYPE', KEYS[1]).ok ~= 'string' or redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local ours = redis.call('TYPE', KEYS[1]).ok == 'string'
+ours = ours and redis.call('GET', KEYS[1]) == ARGV[1]
+if not ours then
   return {'renewed', 0, 'replicas', 0}
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])

@@ -14,7 +14,9 @@ use super::error::{Foreign, LockError};
 use super::keys::{Keys, Token};
 use super::records::{Holder, Me, Waiter};
 use super::reply::{self, Guarded, Released, Reply};
-use super::script::{Call, Lua, ACQUIRE, FORCE_RELEASE, RAISE_FENCE, RELEASE, RENEW, STATUS, VOTE};
+use super::script::{
+    Call, Lua, ACKED, ACQUIRE, FORCE_RELEASE, RAISE_FENCE, RELEASE, RENEW, STATUS, VOTE,
+};
 use super::status::{Occupancy, Status};
 use super::wake::Wakes;
 use super::{millis, Attempt, Grant, Mode, ReplicaAcks};
@@ -33,6 +35,8 @@ pub(crate) struct Server {
     /// already its own.
     token: Token,
     acks: ReplicaAcks,
+    /// Every call's time limit.
+    timeout: Duration,
     /// When the first acquire request went out. A release can hand the
     /// lease over only once this run is in line, that is after this.
     first_sent: Option<BootInstant>,
@@ -47,6 +51,10 @@ pub(crate) struct Server {
     /// is being migrated, it tells this run's holder record from another's
     /// (`split.rs`). Set from `handed_over`, which only reads.
     fence: Cell<Option<u64>>,
+    /// How many replicas acknowledged the lease at the last acquisition or
+    /// renewal that asked them, as noted in the holder record; `None` when
+    /// none asked yet.
+    acked: Option<u32>,
 }
 
 /// A write that replicas may have to acknowledge: how many the node that
@@ -70,6 +78,7 @@ impl Server {
     ) -> Self {
         Server {
             session: Session::new(target, timeout),
+            timeout,
             keys,
             token,
             acks,
@@ -77,6 +86,7 @@ impl Server {
             in_redis: false,
             arrival: None,
             fence: Cell::new(None),
+            acked: None,
         }
     }
 
@@ -93,7 +103,11 @@ impl Server {
     /// cluster, the node owning the lock's slot).
     pub(super) async fn subscribe_wakes(&mut self) -> Result<Wakes, LockError> {
         let channel = self.keys.wake_channel(&self.token);
-        let pubsub = self.session.subscribe(&channel, SUBSCRIBE_TIMEOUT).await?;
+        let pubsub = self
+            .session
+            .subscribe(&channel, SUBSCRIBE_TIMEOUT)
+            .await
+            .map_err(|err| err.under_prefix(self.keys.prefix()))?;
         Ok(Wakes::new(pubsub.into_on_message().map(|message| {
             message.get_payload::<String>().unwrap_or_default()
         })))
@@ -102,7 +116,8 @@ impl Server {
     /// Runs a script behind `lock/guard.lua`; a key it found holding
     /// someone else's data is `LockError::Foreign`.
     async fn invoke<R: Reply>(&mut self, call: &Call) -> Result<R, LockError> {
-        match self.session.invoke::<Guarded<R>>(call).await? {
+        let reply = self.session.invoke::<Guarded<R>>(call).await;
+        match reply.map_err(|err| err.under_prefix(self.keys.prefix()))? {
             Guarded::Done(reply) => Ok(reply),
             Guarded::Stopped { key, holds } => Err(LockError::Foreign(Foreign {
                 part: self.keys.part_of(&key),
@@ -139,6 +154,8 @@ impl Server {
         self.in_redis = !matches!(attempt, Attempt::Busy(_) | Attempt::Superseded { .. });
         if let Attempt::Acquired(grant) = &attempt {
             self.fence.set(Some(grant.fence));
+            // A new holder record: the count is noted afresh.
+            self.acked = None;
             if let Err(err) = self.replicated(&written).await {
                 // Too few copies: a failover now could hand the lock to a
                 // second run while the command runs. Give it back and let
@@ -282,25 +299,53 @@ impl Server {
     /// node's count of replicas, read by the script that wrote.
     async fn replicated(&mut self, written: &Written) -> Result<(), LockError> {
         let wanted = match self.acks {
+            ReplicaAcks::Count(0) => return Ok(()),
             ReplicaAcks::Count(wanted) => wanted,
             ReplicaAcks::All => u32::try_from(written.replicas).unwrap_or(0),
         };
-        if wanted == 0 {
-            return Ok(());
-        }
-        let acked = self
-            .session
-            .replicate(
-                &self.keys.lock,
-                written.node.as_deref(),
-                wanted,
-                written.started,
-            )
-            .await?;
+        // `all` with no replica connected: nothing to wait for, and nothing
+        // protects the lease from a failover; `unprotected` says so.
+        let acked = if wanted == 0 {
+            0
+        } else {
+            self.session
+                .replicate(
+                    &self.keys.lock,
+                    written.node.as_deref(),
+                    wanted,
+                    written.started,
+                )
+                .await?
+        };
         if acked < wanted {
             return Err(self.session.unacknowledged(acked, wanted).into());
         }
+        if self.acked != Some(acked) {
+            self.note_acked(acked, written.started).await;
+        }
         Ok(())
+    }
+
+    /// Notes `acked` in the holder record for `lockrun status`, within what
+    /// is left of the time limit of the call that began at `started`. Only
+    /// when replicas were asked and the count changed: no round trip is
+    /// added otherwise. A note that fails is left out; it only informs.
+    async fn note_acked(&mut self, acked: u32, started: Instant) {
+        let mut call = ACKED.call();
+        call.key(&self.keys.lock)
+            .key(&self.keys.holder)
+            .arg(self.token.as_str())
+            .arg(acked);
+        self.acked = Some(acked);
+        let left = self.timeout.saturating_sub(started.elapsed());
+        let _ = tokio::time::timeout(left, self.session.invoke::<i64>(&call)).await;
+    }
+
+    /// Whether `--replica-acks all` found no replica to acknowledge the
+    /// lease this run last acquired here: then nothing protects it from a
+    /// failover.
+    pub(super) fn unprotected(&self) -> bool {
+        self.acks == ReplicaAcks::All && self.acked == Some(0)
     }
 
     /// Gives the lock up, handing it to the first waiter, or with `keep_for`

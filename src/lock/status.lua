@@ -20,5 +20,7 @@ for i = 1, #line, 2 do
     waiters[#waiters + 1] = record
   end
 end
-return {'pttl', redis.call('PTTL', LEASE), 'holder', redis.call('HGETALL', HOLDER),
-  'now_us', int(now_us), 'fence', redis.call('GET', FENCE) or '', 'waiters', waiters}
+local pttl = redis.call('PTTL', LEASE)
+local holder = redis.call('HGETALL', HOLDER)
+local fence = redis.call('GET', FENCE) or ''
+return {'pttl', pttl, 'holder', holder, 'now_us', int(now_us), 'fence', fence, 'waiters', waiters}

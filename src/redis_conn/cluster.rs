@@ -174,7 +174,8 @@ pub(super) async fn wait(
         }
         None => route_to_owner(key),
     };
-    let acked = conn.route_command(wait, route).await?;
+    // A refusal (NOPERM) comes back as a value, not an error.
+    let acked = conn.route_command(wait, route).await?.extract_error()?;
     Ok(redis::from_redis_value(acked)?)
 }
 
@@ -232,7 +233,10 @@ pub(super) async fn on_node(
         host: host.clone(),
         port: *port,
     };
-    conn.route_command(cmd, RoutingInfo::SingleNode(node)).await
+    // A refusal (NOPERM) comes back as a value, not an error.
+    conn.route_command(cmd, RoutingInfo::SingleNode(node))
+        .await?
+        .extract_error()
 }
 
 /// `host:port` of the primary that owns `key`, as that node itself says

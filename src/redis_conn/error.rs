@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use redis::{ConnectionAddr, ServerErrorKind};
 
+mod noperm;
+
+use self::noperm::refused;
 use super::target::show_addr;
 use super::Target;
 use crate::clock::show;
@@ -30,6 +33,9 @@ pub(crate) enum ErrorKind {
     Transient(Unready),
     /// A replica reached through a one-server URL, which takes no writes.
     ReadOnly,
+    /// The server refused lockrun's user a command, key or channel (NOPERM,
+    /// or a script's command refused the same way).
+    NoPerm,
     /// The server answered with an error.
     Server,
 }
@@ -152,6 +158,14 @@ impl fmt::Display for RedisError {
                  point --redis at the primary or use \
                  redis+sentinel://SENTINEL[,SENTINEL...]/SERVICE"
             ),
+            ErrorKind::NoPerm => {
+                let (what, rule) = refused(&self.detail);
+                write!(
+                    f,
+                    "Redis at {target} refused lockrun's user {what} (NOPERM); add {rule} to its \
+                     ACL rules (see man lockrun, REDIS PERMISSIONS)"
+                )
+            }
             ErrorKind::Server => write!(f, "Redis at {target} failed: {}", self.detail),
         }
     }
@@ -229,6 +243,8 @@ impl Target {
             // `Session::invoke` decodes replies itself, so a parse error
             // here is the wire protocol's: whatever answered is not Redis.
             redis::ErrorKind::Parse => ErrorKind::NotRedis,
+            // lock/script.rs says a script's refused command the same way.
+            _ if err.code() == Some("NOPERM") => ErrorKind::NoPerm,
             // The crate knows no code of its own for these two.
             _ if err.code() == Some("BUSY") => ErrorKind::Transient(Unready::Busy),
             // min-replicas-to-write: too few replicas are connected right now.

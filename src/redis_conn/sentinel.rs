@@ -222,11 +222,13 @@ impl Sentinels {
         let failed = |err: &redis::RedisError| {
             let kind = if is_auth_error(err) {
                 ErrorKind::Auth
+            } else if is_noperm(err) {
+                ErrorKind::NoPerm
             } else {
                 ErrorKind::Unreachable
             };
             Failure {
-                rank: if kind == ErrorKind::Auth {
+                rank: if matches!(kind, ErrorKind::Auth | ErrorKind::NoPerm) {
                     Rank::Misconfigured
                 } else {
                     Rank::PrimaryDown
@@ -261,6 +263,10 @@ impl Sentinels {
     }
 }
 
+fn is_noperm(err: &redis::RedisError) -> bool {
+    err.code() == Some("NOPERM")
+}
+
 /// What went wrong asking the sentinel at `at`.
 fn sentinel_failure(at: &str, err: &redis::RedisError) -> Failure {
     let detail = one_line(err);
@@ -271,6 +277,15 @@ fn sentinel_failure(at: &str, err: &redis::RedisError) -> Failure {
                 "the sentinel at {at} refused authentication: {detail}; set the sentinels' \
                  password in LOCKRUN_SENTINEL_PASSWORD"
             ),
+            node: None,
+            rank: Rank::Misconfigured,
+        };
+    }
+    if is_noperm(err) {
+        // The sentinel's user may not ask: its rules, not its address, are wrong.
+        return Failure {
+            kind: ErrorKind::NoPerm,
+            detail: format!("{detail} (the sentinel at {at})"),
             node: None,
             rank: Rank::Misconfigured,
         };

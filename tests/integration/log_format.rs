@@ -100,7 +100,7 @@ fn has_type(value: &Value, kind: &str) -> bool {
 /// Checks every line of `stderr` against the schema and returns the events,
 /// in order, as parsed objects.
 #[track_caller]
-fn checked_events(stderr: &str, key: Option<&str>) -> Vec<serde_json::Map<String, Value>> {
+pub fn checked_events(stderr: &str, key: Option<&str>) -> Vec<serde_json::Map<String, Value>> {
     let schema = schema();
     let mut parsed = Vec::new();
     for line in stderr.lines() {

@@ -7,6 +7,8 @@
 
 mod harness;
 
+mod acks;
+mod acl;
 mod basics;
 mod completion;
 mod connection;

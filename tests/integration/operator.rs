@@ -45,11 +45,17 @@ fn status_reports_holder_and_free_lock() {
             "last_fencing_token",
             "redis_key",
             "redis_node",
+            "replicas_acknowledged",
             "ttl_left_ms",
             "waiters"
         ]
     );
     assert_eq!(json["waiters"], serde_json::json!([]), "nobody waits");
+    assert_eq!(
+        json["replicas_acknowledged"],
+        serde_json::Value::Null,
+        "no acks asked"
+    );
     assert_eq!(
         json["redis_node"],
         redis.url().trim_start_matches("unix://"),

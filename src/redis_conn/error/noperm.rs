@@ -1,0 +1,129 @@
+//! A server's refusal of lockrun's user (NOPERM): which command, key or
+//! channel, and the ACL rule that allows it.
+
+use super::{ErrorKind, RedisError};
+
+impl RedisError {
+    /// A refused key or channel, with the rule that allows lockrun's keys
+    /// and channels under `prefix`: Redis names neither the key nor the
+    /// pattern it wanted.
+    pub(crate) fn under_prefix(mut self, prefix: &str) -> RedisError {
+        if self.kind != ErrorKind::NoPerm || self.detail.contains('\'') {
+            return self;
+        }
+        let mut pattern = String::with_capacity(prefix.len() + 1);
+        for c in prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        let sigil = if self.detail.to_lowercase().contains("channel") {
+            '&'
+        } else {
+            '~'
+        };
+        self.detail = format!("{} '{sigil}{pattern}*'", self.detail);
+        self
+    }
+}
+
+/// What a NOPERM reply's `detail` says was refused, and the rule to add:
+/// the commands it quotes (`'zadd'`), or the key (`~`) or channel (`&`)
+/// pattern that `RedisError::under_prefix` put there.
+pub(super) fn refused(detail: &str) -> (String, String) {
+    let quoted: Vec<&str> = detail.split('\'').skip(1).step_by(2).collect();
+    match quoted.first() {
+        Some(pattern) if pattern.starts_with('~') => {
+            ("access to the lock's keys".into(), format!("'{pattern}'"))
+        }
+        Some(pattern) if pattern.starts_with('&') => (
+            "access to the lock's wake-up channels".into(),
+            format!("'{pattern}'"),
+        ),
+        Some(_) => {
+            let quoted: Vec<&str> = quoted.into_iter().map(subcommand).collect();
+            let names: Vec<String> = quoted.iter().map(|name| format!("'{name}'")).collect();
+            let rules: Vec<String> = quoted.iter().map(|name| format!("+{name}")).collect();
+            (
+                format!("the command {}", names.join(" or ")),
+                format!("'{}'", rules.join(" ")),
+            )
+        }
+        None if detail.to_lowercase().contains("channel") => (
+            "access to the lock's wake-up channels".into(),
+            "a '&' rule for them (--prefix then '*')".into(),
+        ),
+        None if detail.to_lowercase().contains("key") => (
+            "access to the lock's keys".into(),
+            "a '~' rule for them (--prefix then '*')".into(),
+        ),
+        None => (
+            format!("a command ({detail})"),
+            "the rules of its use".into(),
+        ),
+    }
+}
+
+/// The subcommand of a container command that lockrun sends and that can
+/// be refused where the operator sees it: Redis before 7 names only the
+/// container (`'sentinel'`), and the rule for the container alone would
+/// allow all its subcommands. (`CLUSTER NODES` is sent too, but only for
+/// `status`'s `redis_node`, which is null when it is refused.)
+fn subcommand(name: &str) -> &str {
+    match name {
+        "sentinel" => "sentinel|get-master-addr-by-name",
+        "cluster" => "cluster|slots",
+        "pubsub" => "pubsub|numsub",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis_conn::Target;
+
+    #[test]
+    fn a_refused_permission_names_the_rule_to_add() {
+        let target = Target::parse("redis://h:1", None).expect("valid");
+        let noperm =
+            |detail: &str| redis::make_extension_error("NOPERM".into(), Some(detail.into()));
+        let line = |err: RedisError| {
+            assert_eq!(err.kind, ErrorKind::NoPerm);
+            let line = err.to_string();
+            assert!(
+                line.ends_with("to its ACL rules (see man lockrun, REDIS PERMISSIONS)"),
+                "{line}"
+            );
+            line
+        };
+        let scan = target.error(&noperm(
+            "this user has no permissions to run the 'scan' command",
+        ));
+        assert!(line(scan).starts_with(
+            "Redis at redis://h:1 refused lockrun's user the command 'scan' (NOPERM); add '+scan'"
+        ));
+        let key = target.error(&noperm("No permissions to access a key"));
+        assert!(line(key.under_prefix("jobs[1]:")).contains("keys (NOPERM); add '~jobs\\[1\\]:*'"));
+        let channel = target.error(&noperm("No permissions to access a channel"));
+        assert!(
+            line(channel.under_prefix("lockrun:")).contains("channels (NOPERM); add '&lockrun:*'")
+        );
+        // Redis 6.2 names the container command only.
+        let old = target.error(&noperm(
+            "this user has no permissions to run the 'sentinel' command or its subcommand",
+        ));
+        assert!(line(old).contains(
+            "'sentinel|get-master-addr-by-name' (NOPERM); add '+sentinel|get-master-addr-by-name'"
+        ));
+        let two = target.error(&noperm("no permissions to run the 'type' or 'get' command"));
+        assert!(line(two).contains("'type' or 'get' (NOPERM); add '+type +get'"));
+        // Another failure keeps its own message, whatever the prefix.
+        let other = target.error(&redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "x",
+        )));
+        assert!(other.under_prefix("p:").to_string().contains("failed"));
+    }
+}

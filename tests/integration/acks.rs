@@ -1,0 +1,128 @@
+//! `--replica-acks all` behind Sentinel: `status --json` says how many
+//! replicas acknowledged the lease, and a run that finds no replica to
+//! acknowledge it says so once, as text and as a JSON event.
+
+use serde_json::Value;
+
+use crate::harness::*;
+use crate::log_format::checked_events;
+
+/// `replicas_acknowledged` of lock `job` through `url`.
+fn acknowledged(url: &str) -> Value {
+    let ran = Lockrun::via(url)
+        .subcommand("status")
+        .key("job")
+        .arg("--json")
+        .run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let status: Value = serde_json::from_str(&ran.stdout).expect("status --json");
+    status["replicas_acknowledged"].clone()
+}
+
+/// A run holding lock `job` through `url` until `go`, renewing every 200 ms.
+fn hold(url: &str) -> Holder {
+    Lockrun::via(url)
+        .key("job")
+        .args(["--wait", "20s", "--ttl", "3s", "--renew-every", "200ms"])
+        .hold()
+}
+
+#[test]
+fn all_with_no_replica_warns_once_and_status_counts_the_acknowledgements() {
+    let mut set = SentinelSet::start();
+    let url = set.url();
+
+    let holder = hold(&url);
+    assert_eq!(acknowledged(&url), 2);
+    holder.go();
+    let mut holder = holder;
+    holder.run.wait();
+    assert!(
+        !holder.stderr().contains("--replica-acks all"),
+        "{}",
+        holder.stderr()
+    );
+
+    without_replicas(&mut set);
+    let primary = &set.servers[0];
+
+    // Held through several renewals, which find no replica either: one line.
+    let holder = hold(&url);
+    assert_eq!(acknowledged(&url), 0);
+    let renewed = renewed(primary, "job");
+    assert!(renewed, "never renewed");
+    holder.go();
+    let mut holder = holder;
+    assert_eq!(holder.run.wait().code(), Some(0));
+    let stderr = holder.stderr();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "lockrun: --replica-acks all found no replica connected to the primary holding \
+             lockrun:{job}: the lease is not protected against a failover"
+        ),
+        "{stderr}"
+    );
+
+    one_json_event(&url);
+
+    // Asked for no acknowledgement: no warning, and status does not know.
+    let holder = Lockrun::via(&url)
+        .key("job")
+        .args(["--replica-acks", "0"])
+        .hold();
+    assert_eq!(acknowledged(&url), Value::Null);
+    holder.go();
+    let mut holder = holder;
+    holder.run.wait();
+    assert!(
+        !holder.stderr().contains("--replica-acks all"),
+        "{}",
+        holder.stderr()
+    );
+}
+
+/// A run through `url`, whose primary has no replica, writes one
+/// `unacknowledged` event as LOG FORMAT documents it.
+fn one_json_event(url: &str) {
+    let ran = Lockrun::via(url)
+        .key("job")
+        .args(["--log-format", "json"])
+        .command(["true"])
+        .run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let events = checked_events(&ran.stderr, Some("job"));
+    assert_eq!(events.len(), 1, "{}", ran.stderr);
+    assert_eq!(events[0]["event"], "unacknowledged");
+    assert_eq!(events[0]["level"], "warning");
+}
+
+/// Kills the replicas of `set`, and waits until its primary counts none.
+fn without_replicas(set: &mut SentinelSet) {
+    for replica in &mut set.servers[1..] {
+        replica.kill();
+    }
+    let primary = &set.servers[0];
+    let gone = eventually(PATIENCE, || {
+        primary.info("replication", "connected_slaves").as_deref() == Some("0")
+    });
+    assert!(gone, "the primary still counts replicas");
+}
+
+/// Waits until the lease of lock `key` on `server` is renewed: its time left
+/// only shrinks without a renewal, so a reading above the one before proves
+/// one. A reading that fails (an interrupted call) is skipped.
+pub fn renewed(server: &Server, key: &str) -> bool {
+    let pttl = || -> Option<i64> {
+        server
+            .query(redis::cmd("PTTL").arg(format!("lockrun:{{{key}}}")))
+            .ok()
+    };
+    let mut last = pttl();
+    eventually(PATIENCE, || {
+        let now = pttl();
+        let up = matches!((last, now), (Some(last), Some(now)) if last < now);
+        last = now.or(last);
+        up
+    })
+}

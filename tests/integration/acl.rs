@@ -1,0 +1,426 @@
+//! lockrun as a Redis user with only the rules `man lockrun` gives each use
+//! (REDIS PERMISSIONS), read from `man/sections.roff` so that the page and
+//! the test cannot drift: every use works with exactly those rules, and
+//! each rule taken away breaks a step that the refusal's one line names.
+
+use std::process::Stdio;
+
+use crate::harness::*;
+
+const PASSWORD: &str = "acl-test-password";
+
+/// The rules the man page gives `use_`: every word after `ACL SETUSER
+/// USER` on the lines under its `# use_:` comment.
+fn rules(use_: &str) -> Vec<String> {
+    let roff = include_str!("../../man/sections.roff");
+    let section = roff
+        .split(".SH \"REDIS PERMISSIONS\"")
+        .nth(1)
+        .and_then(|rest| rest.split("\n.SH ").next())
+        .expect("man/sections.roff has REDIS PERMISSIONS");
+    let mut current = "";
+    let mut rules = Vec::new();
+    for line in section.lines() {
+        if let Some(comment) = line.strip_prefix("# ") {
+            current = comment.split(':').next().unwrap_or_default();
+        } else if let Some(setuser) = line.strip_prefix("ACL SETUSER ") {
+            // The user's name, `lockrun` or the sentinels' `default`, is
+            // the test's to choose.
+            let words = setuser.split_once(' ').map_or("", |(_, words)| words);
+            if current == use_ {
+                let words = words
+                    .replace("\\-", "-")
+                    .replace("\\fIpassword\\fR", PASSWORD);
+                rules.extend(words.split_whitespace().map(String::from));
+            }
+        }
+    }
+    assert!(
+        !rules.is_empty(),
+        "no rules for {use_:?} in REDIS PERMISSIONS"
+    );
+    rules
+}
+
+/// Makes (or remakes) `user` with the man page's first line and `rules`.
+fn create_user(server: &Server, user: &str, rules: &[String]) {
+    let mut setuser = redis::cmd("ACL");
+    setuser
+        .arg("SETUSER")
+        .arg(user)
+        .arg(self::rules("user"))
+        .arg(rules);
+    let _: () = server.query(&setuser).expect("ACL SETUSER");
+}
+
+/// lockrun logged in as `user`, its password in the environment.
+fn as_user(server: &Server, user: &str) -> Lockrun<'static> {
+    Lockrun::via(&format!("redis://{user}@{}", server.addr()))
+        .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
+}
+
+/// A step of a use that did not work: which, its exit status, its stderr.
+#[derive(Debug)]
+struct Broken {
+    step: &'static str,
+    code: Option<i32>,
+    stderr: String,
+}
+
+fn check(step: &'static str, ran: &Ran, code: i32) -> Result<(), Broken> {
+    if ran.code == Some(code) && !ran.stderr.contains("refused lockrun's user") {
+        return Ok(());
+    }
+    Err(Broken {
+        step,
+        code: ran.code,
+        stderr: ran.stderr.clone(),
+    })
+}
+
+/// How many runs listen in line for lock `key`; 0 when the server cannot
+/// be asked this time (an interrupted call), for polls to ask again.
+fn listening(server: &Server, key: &str) -> usize {
+    let records: Vec<String> = server
+        .query(redis::cmd("HVALS").arg(format!("lockrun:{{{key}}}:waiters")))
+        .unwrap_or_default();
+    records
+        .iter()
+        .filter(|record| record.contains(r#""listening":true"#))
+        .count()
+}
+
+/// A run, a busy one, a renewal, a waiter handed the lock on release and
+/// told so on its channel, and `--min-hold`, all as `user`.
+fn run_and_wait(server: &Server, user: &str, key: &str) -> Result<(), Broken> {
+    let run = || as_user(server, user).key(key);
+    check("run", &run().command(["true"]).run(), 0)?;
+    let holder = run().args(["--ttl", "2s"]).hold();
+    check("busy", &run().command(["true"]).run(), 75)?;
+    let renewed = crate::acks::renewed(server, key);
+    assert!(renewed, "never renewed: {}", holder.stderr());
+    let dir = scratch();
+    let log = dir.path().join("waiter");
+    let mut waiter = run()
+        .args(["--wait", "20s", "--verbose"])
+        .command(["true"])
+        .stderr(log_file(&log))
+        .spawn();
+    let broken = |step, code| {
+        let stderr = read_log(&log);
+        Err(Broken { step, code, stderr })
+    };
+    eventually(PATIENCE, || {
+        listening(server, key) == 1
+            || read_log(&log).contains("polling instead")
+            || !waiter.running()
+    });
+    if !waiter.running() {
+        return broken("wait", waiter.wait().code());
+    }
+    if read_log(&log).contains("polling instead") {
+        return broken("wake-up", None);
+    }
+    holder.go();
+    let mut holder = holder;
+    holder.run.wait();
+    if holder.stderr().contains("refused lockrun's user") {
+        let stderr = holder.stderr();
+        return Err(Broken {
+            step: "release",
+            code: None,
+            stderr,
+        });
+    }
+    let code = waiter.wait().code();
+    if code != Some(0) {
+        return broken("hand-over", code);
+    }
+    check(
+        "min-hold",
+        &run().args(["--min-hold", "5s"]).command(["true"]).run(),
+        0,
+    )?;
+    check("kept", &run().command(["true"]).run(), 75)
+}
+
+/// Lock `key` held and two runs listening in line for it, all as the
+/// server's default user: what `status`, `list` and `release --force` read
+/// and hand over.
+fn held_with_line(server: &Server, key: &str) -> (Holder, Vec<Running>) {
+    let holder = server.lockrun(key).hold();
+    let waiters = (0..2)
+        .map(|_| {
+            server
+                .lockrun(key)
+                .args(["--wait", "30s"])
+                .command(["true"])
+                .stderr(Stdio::null())
+                .spawn()
+        })
+        .collect();
+    let listening = eventually(PATIENCE, || listening(server, key) == 2);
+    assert!(listening, "two waiters never listened in line");
+    (holder, waiters)
+}
+
+fn status(server: &Server, user: &str, key: &str) -> Result<(), Broken> {
+    let _held = held_with_line(server, key);
+    let ran = as_user(server, user)
+        .subcommand("status")
+        .key(key)
+        .arg("--json")
+        .run();
+    check("status", &ran, 0)?;
+    ran.assert_stdout_has(r#""held":true"#);
+    Ok(())
+}
+
+fn list(server: &Server, user: &str, key: &str) -> Result<(), Broken> {
+    let _held = held_with_line(server, key);
+    let ran = as_user(server, user).subcommand("list").run();
+    check("list", &ran, 0)?;
+    ran.assert_stdout_has(key);
+    Ok(())
+}
+
+fn release_force(server: &Server, user: &str, key: &str) -> Result<(), Broken> {
+    let (_holder, mut waiters) = held_with_line(server, key);
+    let ran = as_user(server, user)
+        .subcommand("release")
+        .key(key)
+        .arg("--force")
+        .run();
+    check("release --force", &ran, 0)?;
+    // Handed to the first waiter, which runs, releases, and hands it on.
+    for waiter in &mut waiters {
+        assert_eq!(waiter.wait().code(), Some(0));
+    }
+    Ok(())
+}
+
+type Use = fn(&Server, &str, &str) -> Result<(), Broken>;
+
+/// The rule a NOPERM line says to add: what follows "add '" up to the quote.
+fn rules_named(stderr: &str) -> Vec<&str> {
+    stderr
+        .split("(NOPERM); add '")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .map(|rules| rules.split_whitespace().collect())
+        .unwrap_or_default()
+}
+
+/// `use_` works for a user with exactly `rules`, and breaks, naming the
+/// rule, for a user with any one of `needed` taken away.
+fn each_rule_is_needed(rules: &[String], needed: &[String], use_: Use) {
+    let server = Server::start_tcp();
+    create_user(&server, "lockrun", rules);
+    if let Err(broken) = use_(&server, "lockrun", "all") {
+        panic!("with every rule: {broken:?}");
+    }
+    for (n, rule) in needed.iter().enumerate() {
+        if rule == "+eval" {
+            // Only a server without the scripts is sent EVAL.
+            let _: () = server
+                .query(redis::cmd("SCRIPT").arg("FLUSH"))
+                .expect("SCRIPT FLUSH");
+        }
+        let fewer: Vec<String> = rules.iter().filter(|r| *r != rule).cloned().collect();
+        let user = format!("without{n}");
+        create_user(&server, &user, &fewer);
+        let broken = match use_(&server, &user, &format!("job{n}")) {
+            Ok(()) => panic!("{rule} taken away broke nothing"),
+            Err(broken) => broken,
+        };
+        assert_eq!(
+            rules_named(&broken.stderr),
+            [rule.as_str()],
+            "{rule} taken away: {broken:?}"
+        );
+        if !matches!(broken.step, "wake-up" | "release") {
+            assert_eq!(broken.code, Some(69), "{rule} taken away: {broken:?}");
+        }
+    }
+}
+
+#[test]
+fn a_run_needs_each_of_its_rules() {
+    let run = rules("run");
+    each_rule_is_needed(&run, &run, run_and_wait);
+}
+
+#[test]
+fn status_and_list_need_each_of_their_rules() {
+    let status_rules = rules("status");
+    each_rule_is_needed(&status_rules, &status_rules, status);
+    let mut list_rules = status_rules;
+    list_rules.extend(rules("list"));
+    each_rule_is_needed(&list_rules, &rules("list"), list);
+}
+
+#[test]
+fn release_force_needs_each_of_its_rules() {
+    let release = rules("release");
+    each_rule_is_needed(&release, &release, release_force);
+}
+
+/// `ACL SETUSER user` with the man page's first line and `rules`, on every
+/// server of `servers` (the sentinels' default user logs in without a
+/// password).
+fn create_user_on(servers: &[Server], user: &str, rules: &[String]) {
+    for server in servers {
+        let mut setuser = redis::cmd("ACL");
+        setuser.arg("SETUSER").arg(user).arg("reset").arg("on");
+        if user == "default" {
+            // The test's own connections log in as default too: it keeps
+            // the right to change itself back.
+            setuser
+                .arg("nopass")
+                .arg("resetchannels")
+                .arg("+acl|setuser");
+        } else {
+            setuser.arg(self::rules("user"));
+        }
+        let _: () = server.query(setuser.arg(rules)).expect("ACL SETUSER");
+    }
+}
+
+#[test]
+fn sentinel_needs_each_of_its_rules() {
+    let set = SentinelSet::start();
+    let mut lockrun = rules("run");
+    lockrun.extend(rules("acks"));
+    lockrun.extend(rules("sentinel"));
+    let sentinels = rules("sentinels");
+    let run = |user: &str| {
+        let url = set.url().replacen("://", &format!("://{user}@"), 1);
+        Lockrun::via(&url)
+            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
+            .key("job")
+            .command(["true"])
+            .run()
+    };
+    create_user_on(&set.servers, "lockrun", &lockrun);
+    create_user_on(&set.sentinels, "default", &sentinels);
+    let ran = run("lockrun");
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(ran.stderr.is_empty(), "{}", ran.stderr);
+    for rule in rules("acks").iter().chain(&rules("sentinel")) {
+        let fewer: Vec<String> = lockrun.iter().filter(|r| *r != rule).cloned().collect();
+        create_user_on(&set.servers, "fewer", &fewer);
+        let ran = run("fewer");
+        assert_eq!(ran.code, Some(69), "{rule} taken away: {}", ran.stderr);
+        assert_eq!(rules_named(&ran.stderr), [rule.as_str()], "{}", ran.stderr);
+    }
+    create_user_on(&set.sentinels, "default", &[]);
+    let ran = run("lockrun");
+    create_user_on(
+        &set.sentinels,
+        "default",
+        &["+@all".into(), "~*".into(), "&*".into()],
+    );
+    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
+    assert_eq!(
+        rules_named(&ran.stderr),
+        [sentinels[0].as_str()],
+        "{}",
+        ran.stderr
+    );
+}
+
+#[test]
+fn cluster_needs_each_of_its_rules() {
+    let cluster = Cluster::start();
+    let mut lockrun = rules("run");
+    for use_ in ["status", "list", "acks", "cluster", "cluster-status"] {
+        lockrun.extend(rules(use_));
+    }
+    let url = cluster.url_via(&cluster.primaries());
+    let as_user = |user: &str| {
+        Lockrun::via(&url.replacen("://", &format!("://{user}@"), 1))
+            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
+            .key("job")
+    };
+    create_user_on(&cluster.nodes, "lockrun", &lockrun);
+    let ran = as_user("lockrun").command(["true"]).run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(ran.stderr.is_empty(), "{}", ran.stderr);
+    let node = |user: &str| {
+        let ran = as_user(user).subcommand("status").arg("--json").run();
+        let status: serde_json::Value = serde_json::from_str(&ran.stdout).expect("status --json");
+        status["redis_node"].clone()
+    };
+    assert!(node("lockrun").is_string());
+    // ASKING is sent only while the lock's slot migrates.
+    for rule in lockrun
+        .iter()
+        .filter(|r| ["+cluster|slots", "+wait"].contains(&r.as_str()))
+    {
+        let fewer: Vec<String> = lockrun.iter().filter(|r| *r != rule).cloned().collect();
+        create_user_on(&cluster.nodes, "fewer", &fewer);
+        let ran = as_user("fewer").command(["true"]).run();
+        assert_eq!(ran.code, Some(69), "{rule} taken away: {}", ran.stderr);
+        assert_eq!(rules_named(&ran.stderr), [rule.as_str()], "{}", ran.stderr);
+    }
+    list_needs_scan(&url, &lockrun, &cluster.nodes);
+    let fewer: Vec<String> = lockrun
+        .iter()
+        .filter(|r| *r != "+cluster|nodes")
+        .cloned()
+        .collect();
+    create_user_on(&cluster.nodes, "fewer", &fewer);
+    assert!(
+        node("fewer").is_null(),
+        "status names the node without +cluster|nodes"
+    );
+}
+
+/// `lockrun list` in the cluster at `url` as a user with `rules`, and
+/// without `+scan`.
+fn list_needs_scan(url: &str, rules: &[String], nodes: &[Server]) {
+    let as_user = |user: &str| {
+        Lockrun::via(&url.replacen("://", &format!("://{user}@"), 1))
+            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
+    };
+    let holder = as_user("lockrun").key("job").hold();
+    let listed = as_user("lockrun").subcommand("list").run();
+    assert_eq!(listed.code, Some(0), "{}", listed.stderr);
+    listed.assert_stdout_has("job");
+    let fewer: Vec<String> = rules.iter().filter(|r| *r != "+scan").cloned().collect();
+    create_user_on(nodes, "fewer", &fewer);
+    let listed = as_user("fewer").subcommand("list").run();
+    assert_eq!(listed.code, Some(69), "{}", listed.stderr);
+    assert_eq!(rules_named(&listed.stderr), ["+scan"], "{}", listed.stderr);
+    holder.go();
+}
+
+#[test]
+fn a_quorum_needs_its_rule() {
+    let servers = quorum(3);
+    // A member votes once up for a ttl (1s) and the drift, rounded up.
+    until_voting(&servers, 2);
+    let mut lockrun = rules("run");
+    lockrun.extend(rules("quorum"));
+    let run = |user: &str| {
+        let urls = servers
+            .iter()
+            .map(|server| format!("{}?user={user}", server.url()));
+        urls.fold(Lockrun::new(), |lockrun, url| lockrun.redis(&url))
+            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
+            .key("job")
+            .args(["--ttl", "1s"])
+            .command(["true"])
+            .run()
+    };
+    create_user_on(&servers, "lockrun", &lockrun);
+    let ran = run("lockrun");
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    for rule in rules("quorum") {
+        let fewer: Vec<String> = lockrun.iter().filter(|r| **r != rule).cloned().collect();
+        create_user_on(&servers, "fewer", &fewer);
+        let ran = run("fewer");
+        assert_eq!(ran.code, Some(69), "{rule} taken away: {}", ran.stderr);
+        assert_eq!(rules_named(&ran.stderr), [rule.as_str()], "{}", ran.stderr);
+    }
+}
