@@ -4,14 +4,13 @@
 //! messages name the server but never a password: every detail is masked
 //! before it is kept, however it came to hold one.
 
-use std::fmt;
 use std::time::Duration;
 
 use redis::{ConnectionAddr, ServerErrorKind};
 
+mod message;
 mod noperm;
 
-use self::noperm::refused;
 use super::target::show_addr;
 use super::Target;
 use crate::clock::show;
@@ -89,85 +88,6 @@ impl RedisError {
             );
         }
         self
-    }
-}
-
-impl fmt::Display for RedisError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let target = &self.target;
-        match self.kind {
-            // rustls's words for a certificate it refused: unknown CA, wrong
-            // name, expired.
-            ErrorKind::Unreachable if self.detail.contains("invalid peer certificate") => write!(
-                f,
-                "cannot reach Redis at {target}: {}; lockrun did not accept the server's TLS \
-                 certificate: trust its CA with --redis-ca-file (or LOCKRUN_REDIS_CA_FILE), and \
-                 check that it names the host lockrun connects to",
-                self.detail
-            ),
-            ErrorKind::Unreachable => write!(
-                f,
-                "cannot reach Redis at {target}: {}; check --redis (or LOCKRUN_REDIS_URL) and \
-                 that the server is up",
-                self.detail
-            ),
-            ErrorKind::NoPassword => write!(
-                f,
-                "Redis at {target} requires a password; give it in LOCKRUN_REDIS_PASSWORD, \
-                 --redis-password-file or the URL"
-            ),
-            ErrorKind::Auth => write!(
-                f,
-                "Redis at {target} refused authentication: {}; give the password in \
-                 LOCKRUN_REDIS_PASSWORD, --redis-password-file or the URL",
-                self.detail
-            ),
-            ErrorKind::NotRedis => write!(
-                f,
-                "the server at {target} does not speak the Redis protocol; check --redis (or \
-                 LOCKRUN_REDIS_URL)"
-            ),
-            ErrorKind::Transient(why) => {
-                let state = match why {
-                    Unready::Loading => "is loading its data set into memory (LOADING)",
-                    Unready::Busy => {
-                        "is busy running a script or function (BUSY) and serves nothing else \
-                         until it ends or is killed"
-                    }
-                    Unready::TryAgain => {
-                        return write!(
-                            f,
-                            "Redis at {target} cannot serve the lock while its cluster slot is \
-                             being migrated with the lock's keys split between two nodes \
-                             (TRYAGAIN); nothing was read or changed"
-                        );
-                    }
-                    Unready::MasterDown => {
-                        "is a replica that lost its primary (MASTERDOWN) and serves nothing \
-                         until it is back"
-                    }
-                    Unready::ClusterDown | Unready::Failover | Unready::Replicas => {
-                        return write!(f, "Redis at {target} is unavailable: {}", self.detail);
-                    }
-                };
-                write!(f, "Redis at {target} {state}; it cannot serve the lock yet")
-            }
-            ErrorKind::ReadOnly => write!(
-                f,
-                "Redis at {target} is a read-only replica (READONLY): this server is a replica; \
-                 point --redis at the primary or use \
-                 redis+sentinel://SENTINEL[,SENTINEL...]/SERVICE"
-            ),
-            ErrorKind::NoPerm => {
-                let (what, rule) = refused(&self.detail);
-                write!(
-                    f,
-                    "Redis at {target} refused lockrun's user {what} (NOPERM); add {rule} to its \
-                     ACL rules (see man lockrun, REDIS PERMISSIONS)"
-                )
-            }
-            ErrorKind::Server => write!(f, "Redis at {target} failed: {}", self.detail),
-        }
     }
 }
 

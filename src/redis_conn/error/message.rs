@@ -1,0 +1,98 @@
+//! The one line an operator reads for each kind of failed call: what went
+//! wrong at which server, and what to do about it.
+
+use std::fmt;
+
+use super::noperm::refused;
+use super::{ErrorKind, RedisError, Unready};
+
+impl fmt::Display for RedisError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let target = &self.target;
+        match self.kind {
+            ErrorKind::Unreachable => self.fmt_unreachable(f),
+            ErrorKind::NoPassword => write!(
+                f,
+                "Redis at {target} requires a password; give it in LOCKRUN_REDIS_PASSWORD, \
+                 --redis-password-file or the URL"
+            ),
+            ErrorKind::Auth => write!(
+                f,
+                "Redis at {target} refused authentication: {}; give the password in \
+                 LOCKRUN_REDIS_PASSWORD, --redis-password-file or the URL",
+                self.detail
+            ),
+            ErrorKind::NotRedis => write!(
+                f,
+                "the server at {target} does not speak the Redis protocol; check --redis (or \
+                 LOCKRUN_REDIS_URL)"
+            ),
+            ErrorKind::Transient(why) => self.fmt_unready(f, why),
+            ErrorKind::ReadOnly => write!(
+                f,
+                "Redis at {target} is a read-only replica (READONLY): this server is a replica; \
+                 point --redis at the primary or use \
+                 redis+sentinel://SENTINEL[,SENTINEL...]/SERVICE"
+            ),
+            ErrorKind::NoPerm => {
+                let (what, rule) = refused(&self.detail);
+                write!(
+                    f,
+                    "Redis at {target} refused lockrun's user {what} (NOPERM); add {rule} to its \
+                     ACL rules (see man lockrun, REDIS PERMISSIONS)"
+                )
+            }
+            ErrorKind::Server => write!(f, "Redis at {target} failed: {}", self.detail),
+        }
+    }
+}
+
+impl RedisError {
+    fn fmt_unreachable(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let target = &self.target;
+        // rustls's words for a certificate it refused: unknown CA, wrong
+        // name, expired.
+        if self.detail.contains("invalid peer certificate") {
+            return write!(
+                f,
+                "cannot reach Redis at {target}: {}; lockrun did not accept the server's TLS \
+                 certificate: trust its CA with --redis-ca-file (or LOCKRUN_REDIS_CA_FILE), and \
+                 check that it names the host lockrun connects to",
+                self.detail
+            );
+        }
+        write!(
+            f,
+            "cannot reach Redis at {target}: {}; check --redis (or LOCKRUN_REDIS_URL) and \
+             that the server is up",
+            self.detail
+        )
+    }
+
+    fn fmt_unready(&self, f: &mut fmt::Formatter<'_>, why: Unready) -> fmt::Result {
+        let target = &self.target;
+        let state = match why {
+            Unready::Loading => "is loading its data set into memory (LOADING)",
+            Unready::Busy => {
+                "is busy running a script or function (BUSY) and serves nothing else until it \
+                 ends or is killed"
+            }
+            Unready::TryAgain => {
+                return write!(
+                    f,
+                    "Redis at {target} cannot serve the lock while its cluster slot is being \
+                     migrated with the lock's keys split between two nodes (TRYAGAIN); nothing \
+                     was read or changed"
+                );
+            }
+            Unready::MasterDown => {
+                "is a replica that lost its primary (MASTERDOWN) and serves nothing until it is \
+                 back"
+            }
+            Unready::ClusterDown | Unready::Failover | Unready::Replicas => {
+                return write!(f, "Redis at {target} is unavailable: {}", self.detail);
+            }
+        };
+        write!(f, "Redis at {target} {state}; it cannot serve the lock yet")
+    }
+}
