@@ -53,6 +53,35 @@ pub(crate) struct StatusJson {
     /// (held) or that the lock is free. Absent for one server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) majority_agrees: Option<bool>,
+    /// The success a `--once-per` run recorded, until its period ends;
+    /// null when none.
+    pub(crate) done: Option<DoneJson>,
+}
+
+/// A recorded success (`--once-per`), in `lockrun status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub(crate) struct DoneJson {
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) command: String,
+    pub(crate) fencing_token: u64,
+    /// Server time that run got the lock, ms since the Unix epoch.
+    pub(crate) at_ms: u64,
+    /// Server time the period ends, ms since the Unix epoch.
+    pub(crate) until_ms: u64,
+    pub(crate) left_ms: u64,
+}
+
+fn done_json(views: &Views) -> Option<DoneJson> {
+    views.done().map(|(done, now_us)| DoneJson {
+        host: done.by.host.clone(),
+        pid: done.by.pid,
+        command: done.by.command.clone(),
+        fencing_token: done.by.fence,
+        at_ms: done.by.acquired_us / 1000,
+        until_ms: done.until_ms,
+        left_ms: done.until_ms.saturating_sub(now_us / 1000),
+    })
 }
 
 /// One quorum member's view of the lock, in `lockrun status`.
@@ -175,6 +204,7 @@ fn status_json(keys: &Keys, views: &Views) -> StatusJson {
             views.0.iter().map(member_json).collect()
         },
         majority_agrees: one.is_none().then(|| views.majority_agrees()),
+        done: done_json(views),
     }
 }
 
@@ -230,7 +260,7 @@ pub(crate) async fn release(lock: LockConfig, force: bool) -> Result<u8, Error> 
         )));
     }
     let of = lock.servers.targets().len();
-    let removed = Lock::for_operator(&lock.servers, CALL_TIMEOUT, lock.keys)
+    let (removed, cleared) = Lock::for_operator(&lock.servers, CALL_TIMEOUT, lock.keys)
         .force_release()
         .await?;
     let name = lock.name;
@@ -243,6 +273,11 @@ pub(crate) async fn release(lock: LockConfig, force: bool) -> Result<u8, Error> 
         Some(holder) => print_line(&format!("released {name}{on} held by {}", describe(holder))),
         None if of == 1 => print_line(&format!("{name} was not held")),
         None => print_line(&format!("{name} was not held on any of {of} servers")),
+    }
+    if cleared {
+        print_line(&format!(
+            "cleared the --once-per success recorded for {name}"
+        ));
     }
     Ok(0)
 }
@@ -299,6 +334,9 @@ fn status_text(json: &StatusJson) -> String {
         };
         let _ = write!(text, "\n  {}: {view}", member.redis);
     }
+    if let Some(done) = &json.done {
+        let _ = write!(text, "\n  {}", done_text(done));
+    }
     if !json.waiters.is_empty() {
         let _ = write!(
             text,
@@ -319,6 +357,17 @@ fn status_text(json: &StatusJson) -> String {
         );
     }
     text
+}
+
+/// A recorded success, as `status` and `list` say it.
+fn done_text(done: &DoneJson) -> String {
+    format!(
+        "done: ran on {} pid {}, fencing token {}; --once-per runs skip it for {} more",
+        done.host,
+        done.pid,
+        done.fencing_token,
+        show(Duration::from_millis(done.left_ms))
+    )
 }
 
 fn holder_text(json: &StatusJson) -> String {

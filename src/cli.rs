@@ -204,6 +204,15 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) min_hold: Option<Duration>,
 
+    /// Run the command at most once per this period: skip it after a success
+    ///
+    /// When the command exits 0, the success is recorded with the lock for
+    /// this long, counted on Redis's clock from when the run got the lock.
+    /// A run that gets the lock meanwhile exits 0 without running the
+    /// command. A failed run records nothing. For exclusive runs; at most 1y.
+    #[arg(long, value_name = "DURATION", env = "LOCKRUN_ONCE_PER", value_parser = parse_duration, value_hint = ValueHint::Other)]
+    pub(crate) once_per: Option<Duration>,
+
     /// Stop the command after this long and exit 124
     ///
     /// As timeout(1) does: SIGTERM to the command's process group, then

@@ -53,6 +53,8 @@ pub(crate) struct RunConfig {
     pub(crate) supersede: bool,
     pub(crate) busy_exit_code: u8,
     pub(crate) min_hold: Option<Duration>,
+    /// `--once-per`: a success is recorded for this long.
+    pub(crate) once_per: Option<Duration>,
     pub(crate) timeout: Option<Duration>,
     /// `--metrics-file`.
     pub(crate) metrics_file: Option<PathBuf>,
@@ -166,6 +168,7 @@ impl RunConfig {
             supersede: args.supersede,
             busy_exit_code: args.busy_exit_code,
             min_hold: bounded_if_given("--min-hold", positive("--min-hold", args.min_hold)?)?,
+            once_per: bounded_if_given("--once-per", positive("--once-per", args.once_per)?)?,
             timeout: bounded_if_given("--timeout", positive("--timeout", args.timeout)?)?,
             metrics_file: args.metrics_file,
             verbosity,
@@ -362,13 +365,14 @@ mod tests {
     }
 
     /// Every flag that takes a duration.
-    const DURATION_FLAGS: [&str; 7] = [
+    const DURATION_FLAGS: [&str; 8] = [
         "--ttl",
         "--renew-every",
         "--redis-timeout",
         "--kill-grace",
         "--wait",
         "--min-hold",
+        "--once-per",
         "--timeout",
     ];
 

@@ -27,7 +27,7 @@ use futures_util::future::join_all;
 
 pub(crate) use self::error::LockError;
 pub(crate) use self::keys::{Keys, Token};
-pub(crate) use self::records::{Holder, Me, Taken, Waiter};
+pub(crate) use self::records::{Done, Holder, Me, Taken, Waiter};
 pub(crate) use self::reply::Released;
 pub(crate) use self::status::{Occupancy, Status, Views};
 pub(crate) use self::wake::{Wake, Wakes};
@@ -116,6 +116,9 @@ pub(crate) enum Attempt {
         /// "HOST pid N" of that run.
         by: String,
     },
+    /// `--once-per`: the job succeeded this period. Nothing is held: the
+    /// lock went on to the next waiter.
+    Done(Done),
 }
 
 /// Whole milliseconds, as Redis keeps expiries; rounded up, so that a
@@ -218,6 +221,14 @@ impl Lock {
         &self.keys
     }
 
+    /// `--once-per`: every acquisition checks for a recorded success, and a
+    /// lease handed over is confirmed by one more call that checks too.
+    pub(crate) fn once_per(&mut self, once_per: bool) {
+        for server in &mut self.servers {
+            server.once_per = once_per;
+        }
+    }
+
     /// Whether the lock is held on a quorum of servers rather than one.
     pub(crate) fn is_quorum(&self) -> bool {
         self.servers.len() > 1
@@ -261,6 +272,20 @@ impl Lock {
             s.acquire(timing.ttl, me, rules.mode, rules.min_uptime)
         })
         .await;
+        // A success is recorded only by a run that held a majority and is
+        // recorded on every member of it that still held its lease (the
+        // release counts a majority of those): any later majority shares a
+        // member with it, so one member that says "done" is enough to skip.
+        // A member's record is never a guess (only a success writes one), so
+        // a quorum does not wait for a majority of them. One server is the
+        // same rule with one member.
+        if let Some(done) = tally.answers().find_map(|a| match a {
+            Attempt::Done(done) => Some(done.clone()),
+            _ => None,
+        }) {
+            let _ = self.abandon().await;
+            return Ok(Attempt::Done(done));
+        }
         let granted = |attempt: &Attempt| match attempt {
             Attempt::Acquired(grant) => Some(grant.fence),
             _ => None,
@@ -321,14 +346,16 @@ impl Lock {
     }
 
     /// Compare-and-delete (or keep for `keep_for`) on every server at once,
-    /// those that said no or did not answer included. An error when fewer
-    /// than a majority answered; `NotOurs` when fewer than a majority still
-    /// held our token.
+    /// those that said no or did not answer included; with `record`, a
+    /// success recorded for that period (`--once-per`) where the lease is
+    /// still ours. An error when fewer than a majority answered; `NotOurs`
+    /// when fewer than a majority still held our token (and so recorded).
     pub(crate) async fn release(
         &mut self,
         keep_for: Option<Duration>,
+        record: Option<Duration>,
     ) -> Result<Released, LockError> {
-        let tally = ask(&mut self.servers, |s| s.release(keep_for)).await;
+        let tally = ask(&mut self.servers, |s| s.release(keep_for, record)).await;
         let ours = tally.count(|r| *r != Released::NotOurs);
         let kept = tally.count(|r| *r == Released::Kept) > 0;
         let majority_ours = tally.is_majority(ours);
@@ -394,13 +421,18 @@ impl Lock {
     }
 
     /// Removes the lock on every server, whoever holds it, handing it to
-    /// the first waiter. Returns the holder records removed (none when the
-    /// lock was free); an error, having removed it where it could, when
-    /// fewer than a majority could be asked.
-    pub(crate) async fn force_release(&mut self) -> Result<Vec<Holder>, LockError> {
+    /// the first waiter, and clears any recorded success (`--once-per`).
+    /// Returns the holder records removed (none when the lock was free) and
+    /// whether a success was cleared anywhere; an error, having removed it
+    /// where it could, when fewer than a majority could be asked.
+    pub(crate) async fn force_release(&mut self) -> Result<(Vec<Holder>, bool), LockError> {
         let removed = ask(&mut self.servers, Server::force_release).await;
         let removed = removed.of_a_majority()?;
-        Ok(removed.into_iter().flatten().collect())
+        let cleared = removed.iter().any(|(_, cleared)| *cleared);
+        Ok((
+            removed.into_iter().filter_map(|(h, _)| h).collect(),
+            cleared,
+        ))
     }
 }
 
@@ -421,6 +453,7 @@ where
 /// shows a holder, any that said no.
 fn most_telling(answers: Vec<Attempt>) -> Attempt {
     let rank = |attempt: &Attempt| match attempt {
+        Attempt::Done(_) => 5,
         Attempt::Superseded { .. } => 4,
         Attempt::Queued { .. } => 3,
         Attempt::Busy(taken) if taken.held => 2,
@@ -435,62 +468,4 @@ fn most_telling(answers: Vec<Attempt>) -> Attempt {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn expiries_round_up_to_whole_milliseconds() {
-        assert_eq!(millis(Duration::from_micros(1500)), 2);
-        assert_eq!(millis(Duration::from_nanos(1)), 1);
-        assert_eq!(millis(Duration::from_secs(30)), 30_000);
-    }
-
-    #[test]
-    fn a_quorum_does_not_queue_and_one_server_does() {
-        let timing = Timing {
-            ttl: Duration::from_secs(30),
-            renew_every: Duration::from_secs(10),
-            redis_timeout: Duration::from_secs(2),
-            kill_grace: Duration::from_secs(5),
-        };
-        let wait = Mode::Wait {
-            listening: true,
-            supersede: false,
-            refresh: Duration::from_secs(10),
-        };
-        let one = Rules::new(1, timing, wait);
-        assert_eq!(one.mode, wait);
-        assert_eq!(one.min_uptime, None);
-        assert!(!one.raise_fences && !one.give_back_short);
-        let five = Rules::new(5, timing, wait);
-        assert_eq!(five.mode, Mode::Once);
-        assert_eq!(five.min_uptime, Some(timing.ttl + timing.drift()));
-        assert!(five.raise_fences && five.give_back_short);
-    }
-
-    #[test]
-    fn the_most_telling_answer_shows_a_holder() {
-        let taken = |held| Taken {
-            held,
-            ..Taken::unknown()
-        };
-        let grant = Attempt::Acquired(Grant {
-            fence: 1,
-            sent: BootInstant::now(),
-        });
-        let found = most_telling(vec![
-            Attempt::Busy(taken(false)),
-            grant,
-            Attempt::Busy(taken(true)),
-        ]);
-        assert!(
-            matches!(found, Attempt::Busy(Taken { held: true, .. })),
-            "{found:?}"
-        );
-        let found = most_telling(vec![Attempt::Acquired(Grant {
-            fence: 1,
-            sent: BootInstant::now(),
-        })]);
-        assert!(matches!(found, Attempt::Busy(_)), "{found:?}");
-    }
-}
+mod tests;

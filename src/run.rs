@@ -10,7 +10,9 @@ use crate::config::RunConfig;
 use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code;
 use crate::lease::Lease;
-use crate::lock::{Attempt, Grant, Keys, Lock, LockError, Me, Released, Servers, Taken, Token};
+use crate::lock::{
+    Attempt, Done, Grant, Keys, Lock, LockError, Me, Released, Servers, Taken, Token,
+};
 use crate::report::{Event, Report};
 use crate::secrets;
 use crate::signals::{self, Signals};
@@ -47,13 +49,19 @@ async fn run_steps(
 ) -> Result<u8, Error> {
     let mut lock = lock(&config, &token, report);
     let asked = BootInstant::now();
-    let grant = acquire(&config, &mut lock, &mut signals, report).await?;
+    let grant = match acquire(&config, &mut lock, &mut signals, report).await? {
+        Ok(grant) => grant,
+        Err(done) => {
+            say_skipped(&done, lock.keys(), report);
+            return Ok(0);
+        }
+    };
     record.acquired();
     warn_if_unprotected(&lock, report);
     let (child, mut child_changes) = match start(&config, grant.fence) {
         Ok(started) => started,
         Err(err) => {
-            let _ = lock.release(None).await;
+            let _ = lock.release(None, None).await;
             return Err(err);
         }
     };
@@ -128,23 +136,59 @@ fn lock(config: &RunConfig, token: &Token, report: Report) -> Lock {
             );
         }
     }
-    Lock::new(
+    let mut lock = Lock::new(
         servers,
         config.timing.redis_timeout,
         config.lock.keys.clone(),
         token,
         config.replica_acks,
-    )
+    );
+    lock.once_per(config.once_per.is_some());
+    lock
+}
+
+/// Says, with `--verbose`, that the job ran already this period
+/// (`--once-per`): who ran it, when, and when the period ends, on Redis's
+/// clock.
+fn say_skipped(done: &Done, keys: &Keys, report: Report) {
+    let wall = |ms: u64| {
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+        humantime::format_rfc3339_millis(at).to_string()
+    };
+    let ran_ms = done.by.acquired_us / 1000;
+    let ran_by = serde_json::json!({
+        "host": done.by.host,
+        "pid": done.by.pid,
+        "command": done.by.command,
+        "fencing_token": done.by.fence,
+    });
+    let event = Event::info("skipped")
+        .with("ran_by", ran_by)
+        .with("ran_at_ms", ran_ms)
+        .with("until_ms", done.until_ms);
+    report.verbose(
+        event,
+        format_args!(
+            "skipped: {} ran on {} pid {} at {} (fencing token {}); the period ends at {}",
+            keys.name,
+            done.by.host,
+            done.by.pid,
+            wall(ran_ms),
+            done.by.fence,
+            wall(done.until_ms)
+        ),
+    );
 }
 
 /// Connects, then takes the lock, waiting for it if asked to. A signal ends
-/// the wait.
+/// the wait. `Ok(Err(done))`: the job succeeded this period (`--once-per`),
+/// and the lock went on to the next waiter.
 async fn acquire(
     config: &RunConfig,
     lock: &mut Lock,
     signals: &mut Signals,
     report: Report,
-) -> Result<Grant, Error> {
+) -> Result<Result<Grant, Done>, Error> {
     let me = Me::new(&config.command);
     let timing = config.timing;
     // Only the first connection gets longer than a Redis call may take:
@@ -173,7 +217,8 @@ async fn acquire(
         }))
     };
     let err = match outcome {
-        Ok(Attempt::Acquired(grant)) => return Ok(grant),
+        Ok(Attempt::Acquired(grant)) => return Ok(Ok(grant)),
+        Ok(Attempt::Done(done)) => return Ok(Err(done)),
         Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) => busy(Some(taken), None),
         Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
         Err(err) => err,
@@ -246,7 +291,11 @@ impl Held {
             }
             _ => None,
         };
-        let released = self.lock.release(keep).await;
+        // Only a command that exited 0 by itself, its lease held to the
+        // end, records a success: any failure lets the next run through.
+        let succeeded = stop.is_none() && matches!(ended.status, Ok(s) if s.success());
+        let record = config.once_per.filter(|_| succeeded);
+        let released = self.lock.release(keep, record).await;
         self.say_released(released, keep, ended, timing.ttl, report)
     }
 

@@ -4,7 +4,9 @@
 
 use std::fmt::Write as _;
 
-use super::{holder_text, print_line, status_json, to_json, StatusJson, CALL_TIMEOUT, FREE};
+use super::{
+    done_text, holder_text, print_line, status_json, to_json, StatusJson, CALL_TIMEOUT, FREE,
+};
 use crate::config::ListConfig;
 use crate::error::Error;
 use crate::lock::{Keys, Lock};
@@ -35,11 +37,15 @@ pub(crate) async fn list(config: ListConfig) -> Result<u8, Error> {
     Ok(if listed.is_empty() { FREE } else { 0 })
 }
 
-/// Held, with runs in line, or, in a quorum, held on any member: anything
-/// but a free lock, which keeps only its fencing counter (and, for a
-/// moment after its last waiter left, nothing at all).
+/// Held, with runs in line, with a recorded success (`--once-per`) or, in a
+/// quorum, held on any member: anything but a free lock, which keeps only
+/// its fencing counter (and, for a moment after its last waiter left,
+/// nothing at all).
 fn in_use(state: &StatusJson) -> bool {
-    state.held || !state.waiters.is_empty() || state.members.iter().any(|m| m.held)
+    state.held
+        || !state.waiters.is_empty()
+        || state.done.is_some()
+        || state.members.iter().any(|m| m.held)
 }
 
 /// The first line of `lockrun status`, then how many wait and, in a quorum,
@@ -64,6 +70,9 @@ fn line(state: &StatusJson) -> String {
     if state.majority_agrees == Some(false) {
         line += "; no majority agrees";
     }
+    if let Some(done) = &state.done {
+        let _ = write!(line, "; {}", done_text(done));
+    }
     line
 }
 
@@ -85,6 +94,7 @@ mod tests {
             replicas_acknowledged: None,
             members: Vec::new(),
             majority_agrees: None,
+            done: None,
         }
     }
 

@@ -8,11 +8,14 @@
 --         (cut off from Redis too long) gets its place back; '' at first
 -- ARGV[8] '1' when listening on its wake-up channel  ARGV[9] '1' for --supersede
 -- ARGV[10] ms between the refreshes of its place
+-- ARGV[11] '1' for --once-per: a run that would get the lock while a success
+--          is recorded (KEYS[8]) does not take it, and says whose it is
 -- Returns field names and values, in pairs, one of:
 --      {kind='acquired', fence, replicas}
 --      {kind='busy', pttl, waiting, holder={holder fields...}}          (once)
 --      {kind='queued', pttl, waiting, holder={...}, arrival, retry}
 --      {kind='superseded', by='HOST pid N'}
+--      {kind='done', done={the record's fields...}}                  (--once-per)
 --      or wrong_type's reply (guard.lua), changing nothing, when a key is
 --         not lockrun's
 -- retry: ms until the caller should look again even without a message: the
@@ -26,6 +29,33 @@ if wrong then
 end
 local me, ttl = ARGV[1], ARGV[2]
 local waits = ARGV[6] == 'wait'
+
+local before
+
+-- The success recorded for this period (release.lua), when this run asked
+-- (--once-per) and one is there; nil otherwise. Checked in the same call
+-- that would grant the lease, so that no run can slip in between.
+local function recorded()
+  if ARGV[11] ~= '1' then
+    return nil
+  end
+  local done = redis.call('HGETALL', DONE)
+  local until_ms = tonumber(redis.call('HGET', DONE, 'until'))
+  if #done == 0 or not until_ms or until_ms <= now_ms then
+    return nil
+  end
+  return done
+end
+
+-- A run that finds the job done this period gets the lock only to give it
+-- back at once: it leaves the line and the lock goes to the next waiter,
+-- who finds the same record.
+local function skip(done)
+  forget(me)
+  hand_off()
+  announce(before, me)
+  return {'kind', 'done', 'done', done}
+end
 
 -- Read after the writes: Redis < 7 refuses writes after INFO in a script.
 local function online_replicas()
@@ -81,7 +111,7 @@ local function join()
   return arrival
 end
 
-local before = front()
+before = front()
 drop_expired()
 local lease = redis.call('GET', LEASE)
 if lease == me then
@@ -89,6 +119,13 @@ if lease == me then
   -- listening, or to be confirmed and acknowledged by replicas), or an
   -- earlier attempt took it and its reply was lost (a timeout, a failover).
   -- From now on the lease counts from this call, whose send the caller knows.
+  -- A lease handed over to a --once-per run is confirmed by this call
+  -- (handed_over), so that the record its holder just wrote is seen.
+  local done = recorded()
+  if done then
+    redis.call('DEL', LEASE, HOLDER)
+    return skip(done)
+  end
   local fence = redis.call('HGET', HOLDER, 'fence')
   if fence then
     redis.call('PEXPIRE', LEASE, ttl)
@@ -117,6 +154,10 @@ if waits and (lease or (first and first ~= me)) then
   first, first_deadline = first_waiter()
 end
 if not lease and (not first or first == me) then
+  local done = recorded()
+  if done then
+    return skip(done)
+  end
   local fence = grant(me, ttl, ARGV[3], ARGV[4], ARGV[5])
   announce(before, me)
   return {'kind', 'acquired', 'fence', fence, 'replicas', online_replicas()}

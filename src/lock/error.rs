@@ -94,6 +94,7 @@ impl fmt::Display for Foreign {
             Part::Places => "the deadlines of a lockrun wait queue's places",
             Part::Waiters => "the records of a lockrun wait queue",
             Part::Supersedable => "a lockrun wait queue's --supersede runs",
+            Part::Done => "a lockrun --once-per success record",
         };
         write!(
             f,

@@ -1,8 +1,10 @@
 -- Remove the lock whoever holds it (lockrun release --force); it goes to the
 -- first waiter, as after a release.
 -- KEYS as in queue.lua
--- Returns {removed=1 if a lock was removed else 0, holder={fields...}} as
--- name-value pairs, or
+-- Also clears the success a --once-per run recorded (KEYS[8]), so that the
+-- next run runs the job.
+-- Returns {removed=1 if a lock was removed else 0, holder={fields...},
+-- cleared=1 if a recorded success was removed else 0} as name-value pairs, or
 -- wrong_type's reply (guard.lua), removing nothing, when a key is not
 -- lockrun's.
 local wrong = wrong_type(OURS)
@@ -14,8 +16,9 @@ drop_expired()
 local holder = redis.call('HGETALL', HOLDER)
 local removed = redis.call('DEL', LEASE)
 redis.call('DEL', HOLDER)
+local cleared = redis.call('DEL', DONE)
 if removed == 1 then
   hand_off()
 end
 announce(before, nil)
-return {'removed', removed, 'holder', holder}
+return {'removed', removed, 'holder', holder, 'cleared', cleared}

@@ -19,6 +19,7 @@ pub(crate) struct Keys {
     pub(crate) places: String,
     pub(crate) waiters: String,
     pub(crate) supersedable: String,
+    pub(crate) done: String,
 }
 
 /// The keys of a lock, by what lockrun keeps in them.
@@ -35,6 +36,8 @@ pub(crate) enum Part {
     Waiters,
     /// The waiting runs that gave `--supersede`.
     Supersedable,
+    /// The success a `--once-per` run recorded, until its period ends.
+    Done,
 }
 
 impl Keys {
@@ -47,6 +50,7 @@ impl Keys {
             places: format!("{lock}:places"),
             waiters: format!("{lock}:waiters"),
             supersedable: format!("{lock}:supersedable"),
+            done: format!("{lock}:done"),
             lock,
             name: name.to_owned(),
         }
@@ -54,7 +58,7 @@ impl Keys {
 
     /// Every key with what it holds, in the order `lock/queue.lua` expects
     /// them as KEYS.
-    fn parts(&self) -> [(&str, Part); 7] {
+    fn parts(&self) -> [(&str, Part); 8] {
         [
             (&self.lock, Part::Lease),
             (&self.holder, Part::Holder),
@@ -63,6 +67,7 @@ impl Keys {
             (&self.places, Part::Places),
             (&self.waiters, Part::Waiters),
             (&self.supersedable, Part::Supersedable),
+            (&self.done, Part::Done),
         ]
     }
 
@@ -97,8 +102,9 @@ impl Keys {
 }
 
 /// What follows `P{NAME}` in each key of lock NAME, as `Keys::new` names
-/// them: the lease, then the holder, the fence and the line's keys.
-const SUFFIXES: [&str; 7] = [
+/// them: the lease, then the holder, the fence, the line's keys and the
+/// recorded success.
+const SUFFIXES: [&str; 8] = [
     "",
     ":holder",
     ":fence",
@@ -106,6 +112,7 @@ const SUFFIXES: [&str; 7] = [
     ":places",
     ":waiters",
     ":supersedable",
+    ":done",
 ];
 
 /// The `SCAN` pattern for every key of the locks under `prefix` whose name
@@ -183,6 +190,7 @@ mod tests {
             (&keys.places, Part::Places),
             (&keys.waiters, Part::Waiters),
             (&keys.supersedable, Part::Supersedable),
+            (&keys.done, Part::Done),
         ] {
             assert_eq!(keys.part_of(key), part, "{key}");
         }

@@ -6,6 +6,8 @@
 -- KEYS[5] places: waiter id -> when its place runs out (server time in ms)
 -- KEYS[6] waiters: waiter id -> its record (JSON), or why it was taken out
 -- KEYS[7] supersedable: waiter id -> arrival, for waiters that gave --supersede
+-- KEYS[8] done: the last success of a --once-per run (a hash), until its
+--         period ends (PEXPIREAT)
 -- A waiter's id is its run's lock token, so a lease handed over is already
 -- the waiter's. Each waiter listens on the channel KEYS[1]:wake:<id>: a
 -- channel is not a key, so one per waiter keeps every script within its KEYS.
@@ -17,10 +19,11 @@ if redis.replicate_commands then
 end
 local LEASE, HOLDER, FENCE = KEYS[1], KEYS[2], KEYS[3]
 local QUEUE, PLACES, WAITERS, SUPERSEDABLE = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local DONE = KEYS[8]
 -- The type lockrun keeps in each key, for guard.lua's wrong_type: a script
 -- stops before it touches any of them while one holds someone else's data.
 local OURS = {{LEASE, 'string'}, {HOLDER, 'hash'}, {FENCE, 'string'}, {QUEUE, 'zset'},
-  {PLACES, 'zset'}, {WAITERS, 'hash'}, {SUPERSEDABLE, 'zset'}}
+  {PLACES, 'zset'}, {WAITERS, 'hash'}, {SUPERSEDABLE, 'zset'}, {DONE, 'hash'}}
 
 local now_us, now_ms
 do

@@ -39,6 +39,28 @@ impl Me {
     }
 }
 
+/// A success that a `--once-per` run recorded (`lock/release.lua`): who ran
+/// the job, and until when (server time, ms since the epoch) no run of the
+/// key runs it again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Done {
+    /// The run that succeeded, as its holder record said.
+    pub(crate) by: Holder,
+    pub(crate) until_ms: u64,
+}
+
+impl Done {
+    /// The record from its hash's fields; `None` when there is none.
+    pub(crate) fn from_fields(fields: &HashMap<String, String>) -> Option<Done> {
+        let by = Holder::from_fields(fields)?;
+        let until_ms = fields
+            .get("until")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        Some(Done { by, until_ms })
+    }
+}
+
 /// The holder record of a lock, as stored by whoever acquired it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Holder {

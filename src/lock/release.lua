@@ -4,6 +4,10 @@
 -- out) gives back whatever it may have got meanwhile.
 -- KEYS as in queue.lua
 -- ARGV[1] token  ARGV[2] ms to keep it (0: release now)
+-- ARGV[3] --once-per's period in ms when the command succeeded (0: none):
+--         the success is recorded in KEYS[8] until that long after the
+--         lease was granted (the holder record's acquired_us), on this
+--         server's clock
 -- Returns {outcome='deleted'}, {outcome='kept'} (for ARGV[2] ms) or
 -- {outcome='not_ours'}, as name-value pairs.
 local me = ARGV[1]
@@ -40,6 +44,21 @@ drop_expired()
 if not ours then
   announce(before, me)
   return {'outcome', 'not_ours'}
+end
+-- Only while the lease is ours: a run that lost it records nothing.
+local period = tonumber(ARGV[3]) or 0
+local acquired_us = tonumber(redis.call('HGET', HOLDER, 'acquired_us'))
+if period > 0 and acquired_us then
+  local until_ms = math.floor(acquired_us / 1000) + period
+  if until_ms > now_ms then
+    local function held(field)
+      return redis.call('HGET', HOLDER, field) or ''
+    end
+    redis.call('DEL', DONE)
+    redis.call('HSET', DONE, 'host', held('host'), 'pid', held('pid'), 'command', held('command'),
+      'acquired_us', int(acquired_us), 'fence', held('fence'), 'until', int(until_ms))
+    redis.call('PEXPIREAT', DONE, int(until_ms))
+  end
 end
 if keep > 0 then
   -- The command is done: status and busy runs say so instead of pointing

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ParsingError, Value};
 
-use super::records::{Holder, Taken};
+use super::records::{Done, Holder, Taken};
 
 /// A reply's fields by name. A handful each: a search is cheaper than a
 /// hash map.
@@ -40,6 +40,10 @@ impl Fields {
 
     fn holder(&self) -> Result<Option<Holder>, ParsingError> {
         Ok(Holder::from_fields(&self.get("holder")?))
+    }
+
+    fn done(&self) -> Result<Option<Done>, ParsingError> {
+        Ok(Done::from_fields(&self.get("done")?))
     }
 
     fn taken(&self) -> Result<Taken, ParsingError> {
@@ -111,6 +115,8 @@ pub(super) enum Acquire {
     Restarted {
         uptime_secs: u64,
     },
+    /// `--once-per`: the job succeeded this period; nothing was taken.
+    Done(Done),
 }
 
 impl Reply for Acquire {
@@ -133,6 +139,7 @@ impl Reply for Acquire {
             "restarted" => Acquire::Restarted {
                 uptime_secs: fields.get("uptime")?,
             },
+            "done" => Acquire::Done(fields.done()?.ok_or("an empty success record")?),
             other => return Err(format!("unknown kind {other:?}").into()),
         })
     }
@@ -195,6 +202,8 @@ pub(super) struct Status {
     pub(super) fence: Option<u64>,
     /// The live waiters' arrivals and records, first come first.
     pub(super) waiters: Vec<(String, String)>,
+    /// The success a `--once-per` run recorded for this period.
+    pub(super) done: Option<Done>,
 }
 
 impl Reply for Status {
@@ -206,21 +215,25 @@ impl Reply for Status {
             now_us: fields.get("now_us")?,
             fence: fields.get::<String>("fence")?.parse().ok(),
             waiters: fields.get("waiters")?,
+            // Absent from a server still running an older script.
+            done: fields.done().ok().flatten(),
         })
     }
 }
 
 /// `lock/force_release.lua`: the holder record removed with the lease, if
-/// there was a lease.
-pub(super) struct ForceRelease(pub(super) Option<Holder>);
+/// there was a lease, and whether a recorded success was cleared.
+pub(super) struct ForceRelease(pub(super) Option<Holder>, pub(super) bool);
 
 impl Reply for ForceRelease {
     const SCRIPT: &'static str = "force-release";
     fn decode(fields: &Fields) -> Result<Self, ParsingError> {
         let removed = fields.get::<i64>("removed")? == 1;
-        Ok(ForceRelease(removed.then(|| {
-            fields.holder().ok().flatten().unwrap_or_default()
-        })))
+        let cleared = fields.get::<i64>("cleared").is_ok_and(|n| n == 1);
+        Ok(ForceRelease(
+            removed.then(|| fields.holder().ok().flatten().unwrap_or_default()),
+            cleared,
+        ))
     }
 }
 

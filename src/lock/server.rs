@@ -55,6 +55,8 @@ pub(crate) struct Server {
     /// renewal that asked them, as noted in the holder record; `None` when
     /// none asked yet.
     acked: Option<u32>,
+    /// `--once-per`: the acquire script checks for a recorded success.
+    pub(super) once_per: bool,
 }
 
 /// A write that replicas may have to acknowledge: how many the node that
@@ -87,6 +89,7 @@ impl Server {
             arrival: None,
             fence: Cell::new(None),
             acked: None,
+            once_per: false,
         }
     }
 
@@ -148,10 +151,18 @@ impl Server {
                 self.in_redis = before;
                 return Err(LockError::Foreign(foreign));
             }
-            Err(err) if split::migrating(&err) => self.acquire_split(ttl, me, sent).await?,
+            // The one-key-at-a-time path cannot check a recorded success
+            // atomically with taking the lease: a --once-per run waits for
+            // the slot to settle, as for any TRYAGAIN.
+            Err(err) if split::migrating(&err) && !self.once_per => {
+                self.acquire_split(ttl, me, sent).await?
+            }
             other => self.attempt(other?, sent, started)?,
         };
-        self.in_redis = !matches!(attempt, Attempt::Busy(_) | Attempt::Superseded { .. });
+        self.in_redis = !matches!(
+            attempt,
+            Attempt::Busy(_) | Attempt::Superseded { .. } | Attempt::Done(_)
+        );
         if let Attempt::Acquired(grant) = &attempt {
             self.fence.set(Some(grant.fence));
             // A new holder record: the count is noted afresh.
@@ -161,7 +172,7 @@ impl Server {
                 // second run while the command runs. Give it back and let
                 // the caller treat Redis as unavailable (a waiter keeps its
                 // place: its next attempt asks for it back).
-                let _ = self.release(None).await;
+                let _ = self.release(None, None).await;
                 return Err(err);
             }
         }
@@ -189,6 +200,7 @@ impl Server {
                 (Attempt::Queued { taken, retry }, 0)
             }
             reply::Acquire::Superseded { by } => (Attempt::Superseded { by }, 0),
+            reply::Acquire::Done(done) => (Attempt::Done(done), 0),
             reply::Acquire::Restarted { uptime_secs } => {
                 self.in_redis = false;
                 return Err(LockError::Restarted {
@@ -237,7 +249,8 @@ impl Server {
             .arg(self.arrival.as_deref().unwrap_or(""))
             .arg(u8::from(listening))
             .arg(u8::from(supersede))
-            .arg(millis(refresh));
+            .arg(millis(refresh))
+            .arg(u8::from(self.once_per));
         if let Some(uptime) = min_uptime {
             // Whole seconds, as Redis counts its uptime; rounded up.
             call.arg(uptime.as_secs() + u64::from(uptime.subsec_nanos() > 0));
@@ -253,7 +266,9 @@ impl Server {
     /// waits for them, as for a lease this run took itself.
     pub(super) fn handed_over(&self, fence: u64) -> Option<Grant> {
         self.fence.set(Some(fence));
-        if self.acks != ReplicaAcks::Count(0) {
+        // A --once-per run confirms the lease, which checks for the success
+        // its last holder may just have recorded.
+        if self.acks != ReplicaAcks::Count(0) || self.once_per {
             return None;
         }
         self.first_sent.map(|sent| Grant { fence, sent })
@@ -349,16 +364,21 @@ impl Server {
     }
 
     /// Gives the lock up, handing it to the first waiter, or with `keep_for`
-    /// leaves it to expire after that long. Never touches a lock that no
-    /// longer holds our token. Leaves the queue too.
+    /// leaves it to expire after that long; with `record`, records a success
+    /// for that period (`--once-per`). Never touches a lock that no longer
+    /// holds our token. Leaves the queue too.
     pub(super) async fn release(
         &mut self,
         keep_for: Option<Duration>,
+        record: Option<Duration>,
     ) -> Result<Released, LockError> {
         let mut call = RELEASE.call();
         self.keys.add_to(&mut call);
         call.arg(self.token.as_str())
-            .arg(keep_for.map_or(0, millis));
+            .arg(keep_for.map_or(0, millis))
+            .arg(record.map_or(0, millis));
+        // One key at a time nothing is recorded: the success may run again
+        // (docs/guarantees.md).
         let released = match self.invoke(&call).await {
             Err(err) if split::migrating(&err) => self.release_split(keep_for).await?,
             other => other?,
@@ -374,7 +394,7 @@ impl Server {
     /// would only add one more timeout to the failure.
     pub(super) async fn abandon(&mut self) -> Result<(), LockError> {
         if self.in_redis {
-            self.release(None).await?;
+            self.release(None, None).await?;
         }
         Ok(())
     }
@@ -398,6 +418,7 @@ impl Server {
             occupancy,
             now_us: reply.now_us,
             last_fence: reply.fence,
+            done: reply.done,
             waiters: reply
                 .waiters
                 .iter()
@@ -419,12 +440,13 @@ impl Server {
 
     /// Removes the lock whoever holds it, handing it to the first waiter.
     /// Returns the removed holder record, `None` when there was no lock.
-    pub(super) async fn force_release(&mut self) -> Result<Option<Holder>, LockError> {
+    pub(super) async fn force_release(&mut self) -> Result<(Option<Holder>, bool), LockError> {
         let mut call = FORCE_RELEASE.call();
         self.keys.add_to(&mut call);
         match self.invoke::<reply::ForceRelease>(&call).await {
-            Err(err) if split::migrating(&err) => self.force_release_split().await,
-            other => Ok(other?.0),
+            Err(err) if split::migrating(&err) => Ok((self.force_release_split().await?, false)),
+            Ok(reply::ForceRelease(holder, cleared)) => Ok((holder, cleared)),
+            Err(err) => Err(err),
         }
     }
 }

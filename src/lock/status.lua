@@ -4,7 +4,7 @@
 -- KEYS as in queue.lua
 -- Returns name-value pairs: {pttl, holder={fields...}, now_us=server time,
 --          fence=last fence or '', waiters={arrival, record, ...} of live
---          waiters in order},
+--          waiters in order, done={fields...} of the recorded success},
 -- or wrong_type's reply (guard.lua) when a key is not lockrun's.
 local wrong = wrong_type(OURS)
 if wrong then
@@ -23,4 +23,6 @@ end
 local pttl = redis.call('PTTL', LEASE)
 local holder = redis.call('HGETALL', HOLDER)
 local fence = redis.call('GET', FENCE) or ''
-return {'pttl', pttl, 'holder', holder, 'now_us', int(now_us), 'fence', fence, 'waiters', waiters}
+local done = redis.call('HGETALL', DONE)
+return {'pttl', pttl, 'holder', holder, 'now_us', int(now_us), 'fence', fence, 'waiters', waiters,
+  'done', done}

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::records::{Holder, Waiter};
+use super::records::{Done, Holder, Waiter};
 use super::tally::majority;
 
 /// Whether a lock is held, and for how much longer.
@@ -31,6 +31,8 @@ pub(crate) struct Status {
     pub(crate) last_fence: Option<u64>,
     /// The runs waiting in line, first come first.
     pub(crate) waiters: Vec<Waiter>,
+    /// The success a `--once-per` run recorded for this period.
+    pub(crate) done: Option<Done>,
 }
 
 impl Status {
@@ -91,6 +93,17 @@ impl Views {
         self.held().is_some() || free >= majority(self.of())
     }
 
+    /// The success a `--once-per` run recorded whose period has not ended,
+    /// as any server shows it (the latest): any one member's record makes
+    /// a quorum run skip (`Lock::try_acquire`). With the server time of
+    /// the view it came from.
+    pub(crate) fn done(&self) -> Option<(&Done, u64)> {
+        self.answered()
+            .filter_map(|view| Some((view.done.as_ref()?, view.now_us)))
+            .filter(|(done, now_us)| done.until_ms > now_us / 1000)
+            .max_by_key(|(done, _)| done.until_ms)
+    }
+
     /// The last fencing token any server handed out for this name.
     pub(crate) fn last_fence(&self) -> Option<u64> {
         self.answered().filter_map(|view| view.last_fence).max()
@@ -114,6 +127,7 @@ mod tests {
             }),
             now_us: 0,
             node: None,
+            done: None,
             last_fence: holder.map(|(_, fence)| fence),
             waiters: Vec::new(),
         }
@@ -150,5 +164,30 @@ mod tests {
         ]);
         let held = agreed.held().expect("2 of 3 agree");
         assert_eq!(agreed.left(held), Some(Duration::from_millis(400)));
+    }
+
+    #[test]
+    fn one_member_with_a_live_success_record_shows_it() {
+        let done = |until_ms| Done {
+            by: Holder {
+                host: "a".into(),
+                ..Holder::default()
+            },
+            until_ms,
+        };
+        let mut recorded = view(None, 0);
+        recorded.now_us = 5_000_000;
+        recorded.done = Some(done(9_000));
+        let mut ended = view(None, 0);
+        ended.now_us = 5_000_000;
+        ended.done = Some(done(4_000));
+        let views = Views(vec![
+            ("a".into(), Ok(view(None, 0))),
+            ("b".into(), Ok(recorded)),
+            ("c".into(), Err("down".into())),
+        ]);
+        assert_eq!(views.done().map(|(d, _)| d.until_ms), Some(9_000));
+        let views = Views(vec![("a".into(), Ok(ended))]);
+        assert!(views.done().is_none());
     }
 }

@@ -213,6 +213,8 @@ impl Server {
             now_us: lease.now_us,
             fence: fence.fence,
             waiters: Vec::new(),
+            // Not read one key at a time: status leaves it out meanwhile.
+            done: None,
         })
     }
 
