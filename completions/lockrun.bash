@@ -49,7 +49,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-k -w -q -v -h -V --key --redis --redis-password-file --redis-ca-file --prefix --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --supersede --busy-exit-code --min-hold --timeout --metrics-file --quiet --verbose --log-format --help --version status release list"
+            opts="-k -w -q -v -h -V --key --redis --redis-password-file --redis-ca-file --prefix --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --supersede --busy-exit-code --min-hold --once-per --timeout --metrics-file --quiet --verbose --log-format --help --version status release list"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -167,6 +167,13 @@ _lockrun() {
                     return 0
                     ;;
                 --min-hold)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --once-per)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace

@@ -2,7 +2,7 @@
 # Regenerate with: LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n k/key= redis= redis-password-file= redis-ca-file= prefix= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede busy-exit-code= min-hold= timeout= metrics-file= q/quiet v/verbose log-format= h/help V/version
+    string join \n k/key= redis= redis-password-file= redis-ca-file= prefix= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede busy-exit-code= min-hold= once-per= timeout= metrics-file= q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -41,6 +41,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'Grace be
 complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l wait -d 'Wait this long for a held lock, or "forever" [default: no wait]' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l busy-exit-code -d 'Exit status when the lock is busy; 0 skips silently' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring it' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l once-per -d 'Run the command at most once per this period: skip it after a success' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l timeout -d 'Stop the command after this long and exit 124' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l metrics-file -d 'Keep Prometheus metrics of the runs in this file' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -l log-format -d 'How lockrun writes its lines on stderr: text or json' -r -f -a "text\t''

@@ -39,6 +39,7 @@ fn status_reports_holder_and_free_lock() {
     assert_eq!(
         fields,
         [
+            "done",
             "held",
             "holder",
             "key",
