@@ -324,4 +324,32 @@ mod tests {
         let reply = pairs(&[("outcome", bulk("maybe"))]);
         assert!(Guarded::<Released>::from_redis_value(reply).is_err());
     }
+
+    #[test]
+    fn a_done_reply_carries_who_succeeded_and_until_when() {
+        let record = Value::Array(
+            [
+                "host",
+                "h1",
+                "pid",
+                "42",
+                "fence",
+                "17",
+                "until",
+                "1732928400123",
+            ]
+            .iter()
+            .map(|text| bulk(text))
+            .collect(),
+        );
+        let reply = pairs(&[("kind", bulk("done")), ("done", record)]);
+        let Ok(Guarded::Done(Acquire::Done(done))) = Guarded::<Acquire>::from_redis_value(reply)
+        else {
+            panic!("a done reply");
+        };
+        assert_eq!((done.by.host.as_str(), done.by.pid), ("h1", 42));
+        assert_eq!((done.by.fence, done.until_ms), (17, 1_732_928_400_123));
+        let empty = pairs(&[("kind", bulk("done")), ("done", Value::Array(vec![]))]);
+        assert!(Guarded::<Acquire>::from_redis_value(empty).is_err());
+    }
 }

@@ -281,3 +281,38 @@ fn held_on_the_target(slot: &Move<'_>, url: &str, dir: &Path, fence: u64) -> u64
         })
         .expect("the waiter's fencing token")
 }
+
+/// `--once-per` does not take the lock one key at a time, which could not
+/// check the recorded success atomically with the grant: while the slot is
+/// half-way it is refused as any TRYAGAIN is (69), and runs once it settles.
+#[test]
+fn a_once_per_run_waits_for_the_slot_to_settle() {
+    let cluster = Cluster::start();
+    let url = cluster.url_via(&cluster.primaries());
+    let dir = scratch();
+    let once = |ran: &Path| {
+        Lockrun::via(&url)
+            .key(NAME)
+            .args(["--once-per", "1h", "--redis-timeout", "1s"])
+            .touch(ran)
+            .run()
+    };
+    let plain = run_touching(&url, &dir.path().join("plain"));
+    assert_eq!(plain.code, Some(0), "{}", plain.stderr);
+    let slot = Move::begin(&cluster);
+    let refused = once(&dir.path().join("refused"));
+    assert_eq!(refused.code, Some(69), "{}", refused.stderr);
+    refused.assert_stderr_has("cluster slot is being migrated");
+    assert!(!dir.path().join("refused").exists(), "ran mid-migration");
+    slot.keys(&[FENCE]);
+    slot.finish();
+    let first = once(&dir.path().join("first"));
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    assert!(dir.path().join("first").exists());
+    let second = once(&dir.path().join("second"));
+    assert_eq!((second.code, second.stderr.as_str()), (Some(0), ""));
+    assert!(
+        !dir.path().join("second").exists(),
+        "ran twice in one period"
+    );
+}
