@@ -168,14 +168,7 @@ fn list_exits_1_when_no_lock_is_held() {
 fn list_with_redis_down_exits_69() {
     let mut redis = Server::start();
     redis.kill();
-    let ran = list(&redis, &[]);
-    assert_eq!(ran.code, Some(69));
-    assert!(ran.stdout.is_empty());
-    assert!(
-        ran.stderr.starts_with("lockrun: cannot reach Redis"),
-        "{}",
-        ran.stderr
-    );
+    list(&redis, &[]).assert_redis_unreachable();
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::harness::{eventually, quorum, scratch, Lockrun, Server, PATIENCE};
+use crate::harness::{eventually, quorum, scratch, Lockrun, Server, PATIENCE, QUORUM_TIMING};
 
 const NAME: &str = "hourly";
 
@@ -169,14 +169,7 @@ fn over_a_quorum_with_one_member_down_it_records_and_skips() {
         Lockrun::on_all(&servers)
             .key(NAME)
             .args(["--once-per", "1h"])
-            .args([
-                "--ttl",
-                "900ms",
-                "--redis-timeout",
-                "200ms",
-                "--kill-grace",
-                "100ms",
-            ])
+            .args(QUORUM_TIMING)
             .sh(r#"echo x >> "$1/ran""#, dir)
             .run()
     };

@@ -6,21 +6,10 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{
     eventually, no_overlap_fences, quorum, read_fence, read_when_ready, scratch, until_voting,
-    uptime, Lockrun, Running, Server, PATIENCE,
+    uptime, Lockrun, Running, Server, PATIENCE, QUORUM_TIMING,
 };
 
 const NAME: &str = "q";
-/// Short enough that a member restarted empty votes again after a second
-/// (one ttl plus the drift allowance, rounded up to whole seconds), with
-/// room for an acquisition of both phases on a busy machine.
-const TIMING: [&str; 6] = [
-    "--ttl",
-    "900ms",
-    "--redis-timeout",
-    "200ms",
-    "--kill-grace",
-    "100ms",
-];
 
 /// lockrun on every server of `servers`, with `args` before the `--`.
 fn lockrun_on(servers: &[Server], args: &[&str]) -> Lockrun<'static> {
@@ -29,7 +18,7 @@ fn lockrun_on(servers: &[Server], args: &[&str]) -> Lockrun<'static> {
 
 /// A run that prints its fencing token.
 fn token_run(servers: &[Server]) -> u64 {
-    lockrun_on(servers, &TIMING).next_fence()
+    lockrun_on(servers, &QUORUM_TIMING).next_fence()
 }
 
 #[test]
@@ -52,7 +41,7 @@ fn three_of_five_down_exits_69_without_running_the_command() {
     }
     let dir = scratch();
     let started = Instant::now();
-    let ran = lockrun_on(&servers, &TIMING)
+    let ran = lockrun_on(&servers, &QUORUM_TIMING)
         .sh(r#"touch "$1/ran""#, dir.path())
         .run();
     assert_eq!(ran.code, Some(69), "{}", ran.stderr);
@@ -68,16 +57,16 @@ fn three_of_five_down_exits_69_without_running_the_command() {
 fn a_held_quorum_lock_is_busy_for_another_run() {
     let servers = quorum(5);
     let dir = scratch();
-    let mut holder = lockrun_on(&servers, &TIMING)
+    let mut holder = lockrun_on(&servers, &QUORUM_TIMING)
         .sh(r#"echo go > "$1/started"; sleep 30"#, dir.path())
         .spawn();
     read_when_ready(&dir.path().join("started"));
-    let ran = lockrun_on(&servers, &TIMING).command(["true"]).run();
+    let ran = lockrun_on(&servers, &QUORUM_TIMING).command(["true"]).run();
     assert_eq!(ran.code, Some(75), "{}", ran.stderr);
     // A run that waits gets it once the holder is gone.
     holder.signal(nix::sys::signal::Signal::SIGTERM);
     holder.wait();
-    let ran = lockrun_on(&servers, &TIMING)
+    let ran = lockrun_on(&servers, &QUORUM_TIMING)
         .args(["--wait", "20s"])
         .command(["true"])
         .run();
@@ -88,7 +77,7 @@ fn a_held_quorum_lock_is_busy_for_another_run() {
 fn losing_the_majority_mid_run_stops_the_command_and_exits_76() {
     let mut servers = quorum(5);
     let dir = scratch();
-    let mut run = lockrun_on(&servers, &TIMING)
+    let mut run = lockrun_on(&servers, &QUORUM_TIMING)
         .sh(
             r#"trap 'echo term > "$1/term"; exit 1' TERM; echo $$ > "$1/pid"; while :; do sleep 0.05; done"#,
             dir.path(),
@@ -148,7 +137,7 @@ fn two_redis_urls_are_refused_and_four_warn() {
     assert_eq!(ran.code, Some(64), "{}", ran.stderr);
     assert!(ran.one_line().contains("3 or more"), "{}", ran.stderr);
     until_voting(&servers, 1);
-    let ran = lockrun_on(&servers, &TIMING).command(["true"]).run();
+    let ran = lockrun_on(&servers, &QUORUM_TIMING).command(["true"]).run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
     assert!(ran.one_line().contains("even number"), "{}", ran.stderr);
 }
@@ -157,7 +146,7 @@ fn two_redis_urls_are_refused_and_four_warn() {
 fn status_shows_each_member_and_release_force_works_on_all() {
     let mut servers = quorum(5);
     let dir = scratch();
-    let mut holder = lockrun_on(&servers, &TIMING)
+    let mut holder = lockrun_on(&servers, &QUORUM_TIMING)
         .sh(
             r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; sleep 30"#,
             dir.path(),
@@ -214,7 +203,7 @@ fn status_shows_each_member_and_release_force_works_on_all() {
 fn racing_runs_never_overlap_while_a_minority_of_members_fails() {
     let mut servers = quorum(5);
     let dir = scratch();
-    let args = [&TIMING[..], &["--wait", "60s"]].concat();
+    let args = [&QUORUM_TIMING[..], &["--wait", "60s"]].concat();
     let mut runs: Vec<Running> = (0..12)
         .map(|_| {
             lockrun_on(&servers, &args)

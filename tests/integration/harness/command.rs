@@ -280,6 +280,19 @@ impl Ran {
         }
     }
 
+    /// Asserts the outcome of a run whose Redis is down: 69, nothing on
+    /// stdout, and the line that says Redis cannot be reached.
+    #[track_caller]
+    pub fn assert_redis_unreachable(&self) {
+        assert_eq!(self.code, Some(69), "{}", self.stderr);
+        assert!(self.stdout.is_empty(), "{}", self.stdout);
+        assert!(
+            self.stderr.starts_with("lockrun: cannot reach Redis"),
+            "{}",
+            self.stderr
+        );
+    }
+
     /// Asserts that stderr holds `needle`, showing all of it if not.
     #[track_caller]
     pub fn assert_stderr_has(&self, needle: &str) {

@@ -54,6 +54,19 @@ pub(super) fn on_port_mut(servers: &mut [Server], port: u16) -> &mut Server {
         .expect("a server of this group")
 }
 
+/// Timing for runs on a quorum: short enough that a member restarted empty
+/// votes again after a second (one ttl plus the drift allowance, rounded up
+/// to whole seconds), with room for an acquisition of both phases on a busy
+/// machine.
+pub const QUORUM_TIMING: [&str; 6] = [
+    "--ttl",
+    "900ms",
+    "--redis-timeout",
+    "200ms",
+    "--kill-grace",
+    "100ms",
+];
+
 /// `count` independent servers for `--redis` given that many times, once
 /// every one of them votes.
 pub fn quorum(count: usize) -> Vec<Server> {
