@@ -37,6 +37,13 @@ impl Lockrun<'_> {
         self.start_holder(None)
     }
 
+    /// Like `hold`, running `HOLD_SLOT_UNTIL_GO`, which also writes the
+    /// `LOCKRUN_SLOT` it got (see `Holder::slot`): for `--slots` and
+    /// `--shared` runs.
+    pub fn hold_slot(self) -> Holder {
+        self.hold_script("sh", super::HOLD_SLOT_UNTIL_GO)
+    }
+
     /// Like `hold`, running `shell -c script shell DIR`; the script must
     /// write its pid to `$1/pid` once it runs.
     pub fn hold_script(self, shell: &str, script: &str) -> Holder {
@@ -63,7 +70,12 @@ impl Lockrun<'_> {
             Some(_) => Some(read_pid_of(&mut run, &dir.path().join("pid"), &stderr)),
             None => {
                 let server = server.expect("a plain command's start is read from its Server");
-                let locked = eventually(PATIENCE, || server.get(&key).is_some() || !run.running());
+                let pid = run.pid().as_raw();
+                let locked = eventually(PATIENCE, || {
+                    server.get(&key).is_some()
+                        || server.shared_holder_token(&key, pid).is_some()
+                        || !run.running()
+                });
                 assert!(
                     locked && run.running(),
                     "the holder never took {key}: {}",
@@ -72,8 +84,14 @@ impl Lockrun<'_> {
                 None
             }
         };
+        // The exclusive lease's value, or, for a holder with `--slots` or
+        // `--shared`, its token in the holder records.
+        let pid = run.pid().as_raw();
         let token = server.map_or_else(String::new, |server| {
-            server.get(&key).expect("the holder has the lock")
+            server
+                .get(&key)
+                .or_else(|| server.shared_holder_token(&key, pid))
+                .expect("the holder has the lock")
         });
         Holder {
             run,
@@ -122,6 +140,12 @@ impl Holder {
     /// What lockrun has written to its stderr so far.
     pub fn stderr(&self) -> String {
         read_log(&self.dir.path().join("stderr"))
+    }
+
+    /// The `LOCKRUN_SLOT` that `HOLD_SLOT_UNTIL_GO` was given, None when
+    /// it was not set.
+    pub fn slot(&self) -> Option<u32> {
+        super::slot_in(self.dir.path())
     }
 
     /// The scratch directory, the script's `$1`.

@@ -1,5 +1,7 @@
 //! What lockrun left in a `Server` for lock NAME under the default prefix: lease, fencing counter, wait queue.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use super::Server;
 
 /// The prefix lockrun puts before every key unless told otherwise.
@@ -101,7 +103,100 @@ impl Server {
         keys
     }
 
+    /// The records of the holders with `--slots` or `--shared` of lock
+    /// `name` (the `:holders` hash): token -> record, parsed.
+    pub fn slot_holders(&self, name: &str) -> BTreeMap<String, serde_json::Value> {
+        holder_records(self, &key(name, "holders"))
+    }
+
+    /// The lease deadlines of those holders (the `:leases` zset): token ->
+    /// ms on Redis's clock.
+    pub fn slot_leases(&self, name: &str) -> BTreeMap<String, u64> {
+        let pairs: Vec<(String, u64)> = self
+            .query(
+                redis::cmd("ZRANGE")
+                    .arg(key(name, "leases"))
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES"),
+            )
+            .expect("ZRANGE");
+        pairs.into_iter().collect()
+    }
+
+    /// The token of the `--slots` or `--shared` holder whose lockrun has
+    /// `pid`, with `lock` the lock's key (prefix included).
+    pub(super) fn shared_holder_token(&self, lock: &str, pid: i32) -> Option<String> {
+        holder_records(self, &format!("{lock}:holders"))
+            .into_iter()
+            .find(|(_, record)| record["pid"].as_i64() == Some(i64::from(pid)))
+            .map(|(token, _)| token)
+    }
+
+    /// Every key with its type and value (a hash's fields and a zset's
+    /// scores included, sorted), but not its expiry: what a run that must
+    /// change nothing is compared against.
+    pub fn snapshot(&self) -> Vec<(String, String)> {
+        self.keys()
+            .into_iter()
+            .map(|name| {
+                let kind: String = self.query(redis::cmd("TYPE").arg(&name)).expect("TYPE");
+                let value = match kind.as_str() {
+                    "string" => format!("{:?}", self.get(&name)),
+                    "hash" => {
+                        let fields: BTreeMap<String, String> = self
+                            .query(redis::cmd("HGETALL").arg(&name))
+                            .expect("HGETALL");
+                        format!("{fields:?}")
+                    }
+                    "zset" => {
+                        let pairs: Vec<(String, String)> = self
+                            .query(
+                                redis::cmd("ZRANGE")
+                                    .arg(&name)
+                                    .arg(0)
+                                    .arg(-1)
+                                    .arg("WITHSCORES"),
+                            )
+                            .expect("ZRANGE");
+                        format!("{pairs:?}")
+                    }
+                    "list" => {
+                        let items: Vec<String> = self
+                            .query(redis::cmd("LRANGE").arg(&name).arg(0).arg(-1))
+                            .expect("LRANGE");
+                        format!("{items:?}")
+                    }
+                    "set" => {
+                        let members: BTreeSet<String> = self
+                            .query(redis::cmd("SMEMBERS").arg(&name))
+                            .expect("SMEMBERS");
+                        format!("{members:?}")
+                    }
+                    other => format!("a {other}"),
+                };
+                (name, format!("{kind}: {value}"))
+            })
+            .collect()
+    }
+
     pub fn get(&self, key: &str) -> Option<String> {
         self.query(redis::cmd("GET").arg(key)).expect("GET")
     }
+}
+
+/// The hash at `key` of holder records, parsed; empty when there is none or
+/// the server does not answer (a holder's start polls it).
+fn holder_records(server: &Server, key: &str) -> BTreeMap<String, serde_json::Value> {
+    let fields: BTreeMap<String, String> = server
+        .query(redis::cmd("HGETALL").arg(key))
+        .unwrap_or_default();
+    fields
+        .into_iter()
+        .map(|(token, record)| {
+            let parsed = serde_json::from_str(&record)
+                .unwrap_or_else(|_| panic!("{record:?}, the record of {token}, is not JSON"));
+            (token, parsed)
+        })
+        .collect()
 }

@@ -6,6 +6,8 @@
 //! - `sentinel`, `cluster`: a Sentinel set and a Redis Cluster.
 //! - `command`: `Lockrun`, the one builder, and `Ran`, a run to its end.
 //! - `holder`: `Holder`, a run kept holding a lock, and the no-overlap job.
+//! - `slots`: runs that share a key (`--slots`, `--shared`): waiters in
+//!   line, the job that logs who is inside, and the check of that log.
 //! - `process`: `Running`, pids, polling with deadlines, scratch files.
 //! - `terminal`: `Terminal`, a command line on a pseudo-terminal.
 //! - `postgres`: `PostgresServer`, for the fencing example.
@@ -19,6 +21,7 @@ mod postgres;
 mod process;
 mod sentinel;
 mod server;
+mod slots;
 mod terminal;
 mod tls;
 mod topology;
@@ -30,6 +33,7 @@ pub use postgres::PostgresServer;
 pub use process::*;
 pub use sentinel::*;
 pub use server::*;
+pub use slots::*;
 pub use terminal::Terminal;
 pub use tls::Certificates;
 pub use topology::*;
