@@ -17,7 +17,12 @@ This file only measures and reports:
 6. queue:      N runs of `X -- sleep 0.02` on one key started together (N = 5,
                60, 200): wall time, and Redis script calls per acquisition;
 7. fairness:   20 waiters started 50 ms apart behind a holder: grants out of
-               arrival order.
+               arrival order;
+8. slots:      60 runs of `lockrun --slots 3 -- sleep 0.05` on one key started
+               together: wall time against the ideal (60 x 50 ms / 3), and
+               Redis script calls per acquisition.
+
+`--only slots` measures one case and prints it, leaving BENCHMARKS.md alone.
 
 Measurements of different tools are interleaved (round-robin) so that a
 noisy neighbour on the machine slows all of them alike, and the verdicts
@@ -49,6 +54,11 @@ PEAK_RSS_KIB = 4 * 1024
 GROWTH_TOLERANCE = 0.10
 QUEUE_WALL_RATIO = 1.1
 QUEUE_SCRIPT_CALLS = 4
+# Issue 17: one wake-up per freed place, so no more script calls per
+# acquisition with 3 slots than with one.
+SLOTS_SCRIPT_CALLS = 4
+SLOTS_WAITERS = 60
+SLOTS = 3
 
 JOB_MS = 50
 
@@ -552,6 +562,43 @@ class Bench:
                 worst[name] = max(worst[name], self.order_of_grants(holder, waiter_of))
         return worst
 
+    # --- 8. slots ------------------------------------------------------------
+
+    def slots(self, count=SLOTS_WAITERS, slots=SLOTS, reps=3):
+        """`count` runs of a JOB_MS job on one key with `--slots N`, started
+        together: (wall ms, ideal ms, script calls per acquisition, most jobs
+        running at once in any repetition), the first three the medians of
+        `reps` repetitions. The ideal keeps every slot busy all the time."""
+        log = os.path.join(self.work, "slots.log")
+        argv = [self.opts.lockrun, "--redis", self.tcp, "--key", "bench-slots",
+                "--slots", str(slots), "--wait", "forever", "--", self.opts.stamp, log]
+        # The stamp job logs its start and end; a marker of its own per run,
+        # since the slots let the jobs overlap.
+        runs = [argv + [os.path.join(self.work, "slots.%d" % i), str(JOB_MS)]
+                for i in range(count)]
+        walls, calls, most = [], [], 0
+        for _ in range(reps):
+            if os.path.exists(log):
+                os.unlink(log)
+            before = self.script_calls()
+            started = time.perf_counter_ns()
+            pids = [self.spawn(run) for run in runs]
+            for pid, run in zip(pids, runs):
+                self.wait_ok(pid, run)
+            walls.append(time.perf_counter_ns() - started)
+            calls.append((self.script_calls() - before) / count)
+            with open(log) as f:
+                spans = [[int(x) for x in line.split()[:2]] for line in f]
+            if len(spans) != count:
+                sys.exit("bench: slots: %d of %d jobs ran" % (len(spans), count))
+            # An end sorts before a start at the same instant.
+            inside = 0
+            for _, step in sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans]):
+                inside += step
+                most = max(most, inside)
+        return (ms(statistics.median(walls)), count * JOB_MS / slots,
+                statistics.median(calls), most)
+
     def set_other_keys(self, count):
         keys = ["lockrun:{bench-other-%d}" % i for i in range(1000)]
         if keys[count:]:
@@ -623,6 +670,9 @@ def main():
     parser.add_argument("--etcd-endpoint", help="a throwaway etcd to measure etcdctl lock against")
     parser.add_argument("--etcd-version", default="unknown")
     parser.add_argument("--etcdctl-version", default="unknown")
+    parser.add_argument(
+        "--only", choices=["slots"], help="measure this one case and print it; --out is left alone"
+    )
     opts = parser.parse_args()
 
     began = time.monotonic()
@@ -631,9 +681,41 @@ def main():
     # bench/run.sh stops this with SIGTERM when it is interrupted.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        measure(bench, opts, info, began)
+        if opts.only:
+            measure_only(bench, opts, info, began)
+        else:
+            measure(bench, opts, info, began)
     finally:
         bench.stop_all()
+
+
+def slots_rows(result, row):
+    """The table rows of the slots case, through `row` (see `measure`)."""
+    wall, ideal, calls, most = result
+    row("slots, %d waiters × a %d ms job on %d slots, wall" % (SLOTS_WAITERS, JOB_MS, SLOTS),
+        "%.0f ms" % wall, "", "", "", "%.2f× of the ideal %.0f ms" % (wall / ideal, ideal), "",
+        "", "")
+    row("slots, %d waiters: Redis script calls per acquisition" % SLOTS_WAITERS, "%.2f" % calls,
+        "", "", "", "", "", "≤ %d" % SLOTS_SCRIPT_CALLS, verdict(calls <= SLOTS_SCRIPT_CALLS))
+    row("slots, %d waiters: most jobs running at once" % SLOTS_WAITERS, str(most), "", "", "",
+        "", "", "≤ %d" % SLOTS, verdict(most <= SLOTS))
+
+
+def measure_only(bench, opts, info, began):
+    """One case, printed as rows of the BENCHMARKS.md table."""
+    print("bench: %s only..." % opts.only, file=sys.stderr, flush=True)
+    rows = []
+
+    def row(what, tcp, unix, flock, etc, ratio, etc_ratio, target, ok):
+        rows.append("| %s |" % " | ".join([what, tcp, ratio, target, ok]))
+
+    slots_rows(bench.slots(), row)
+    print("| measure | lockrun, TCP loopback | ratio | target | |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
+    print()
+    print("machine: %(nproc)s CPUs, %(cpu)s, Linux %(kernel)s, redis %(redis)s, load %(load)s" % info)
+    print("measured in %.0f s; %s left alone" % (time.monotonic() - began, opts.out))
 
 
 def measure(bench, opts, info, began):
@@ -658,6 +740,8 @@ def measure(bench, opts, info, began):
     line = bench.queue()
     say("bench: fairness...")
     fair = bench.fairness()
+    say("bench: %d waiters on %d slots..." % (SLOTS_WAITERS, SLOTS))
+    slots = bench.slots()
     elapsed = time.monotonic() - began
     info["load_end"] = " ".join("%.2f" % x for x in os.getloadavg())
 
@@ -732,6 +816,7 @@ def measure(bench, opts, info, began):
     row("fairness: 20 waiters 50 ms apart, pairs granted out of arrival order (worst of 3)",
         str(fair["lockrun"]), "", str(fair["flock"]), "", "", "", "0",
         verdict(fair["lockrun"] == 0))
+    slots_rows(slots, row)
 
     columns = ["measure", "lockrun, TCP loopback", "lockrun, unix socket", "flock(1)"]
     columns += ["etcdctl lock"] if etcd else []
@@ -816,6 +901,11 @@ How each figure is taken:
 - **fairness**: a holder sleeps 1.3 s while 20 waiters start 50 ms apart, each logging its
   number when it gets the lock; the figure is the number of pairs of waiters that got the lock in
   the opposite order of their arrival (0: first come, first served), the worst of 3 runs.
+- **slots**: {SLOTS_WAITERS} copies of `lockrun --wait forever --slots {SLOTS} --key K -- stamp ...`, a
+  {JOB_MS} ms job, started together; the wall time until the last one is reaped against the ideal of
+  every slot busy all the time ({SLOTS_WAITERS} × {JOB_MS} ms / {SLOTS}), the Redis script calls per
+  acquisition as for the queue, and the most jobs running at once by their CLOCK_MONOTONIC
+  stamps. Medians of 3 runs (the most: of all 3).
 """
     with open(opts.out, "w") as f:
         f.write(text)

@@ -6,6 +6,8 @@
 #                                # etcd), plus the release build if it is stale
 #   bench/run.sh --no-etcd       # leave etcdctl lock out (or BENCH_NO_ETCD=1)
 #   bench/run.sh --runs 100      # fewer overhead runs (other options go to bench.py)
+#   bench/run.sh --only slots    # one case (60 waiters on 3 slots), printed;
+#                                # BENCHMARKS.md is left alone
 #
 # Builds the release binary, starts a throwaway redis-server on a unix socket
 # and a free loopback TCP port in a temporary directory (never the Redis on
