@@ -1,6 +1,7 @@
 //! The operator's subcommands: `lockrun status` and `lockrun release`;
 //! `lockrun list` in `admin/list`.
 
+mod holders;
 mod list;
 
 use std::fmt::Write as _;
@@ -14,6 +15,7 @@ use crate::config::LockConfig;
 use crate::error::Error;
 use crate::lock::{Holder, Keys, Lock, Occupancy, Status, Views, Waiter};
 
+use self::holders::{holders_json, latest_left_ms, together_text, HoldingJson};
 pub(crate) use self::list::list;
 
 /// Limit on each Redis call of a subcommand.
@@ -56,6 +58,12 @@ pub(crate) struct StatusJson {
     /// The success a `--once-per` run recorded, until its period ends;
     /// null when none.
     pub(crate) done: Option<DoneJson>,
+    /// The number of slots the holders and waiters agreed on (1 for runs
+    /// alone or --shared); null when nobody holds or waits.
+    pub(crate) slots: Option<u32>,
+    /// Every holder: the one alone (also in `holder`), or each of those
+    /// holding the lock together.
+    pub(crate) holders: Vec<HoldingJson>,
 }
 
 /// A recorded success (`--once-per`), in `lockrun status`.
@@ -122,6 +130,10 @@ pub(crate) struct WaiterJson {
     pub(crate) waited_ms: u64,
     /// Whether it gave --supersede (a newer run with it takes its place).
     pub(crate) supersede: bool,
+    /// Whether it gave --shared.
+    pub(crate) shared: bool,
+    /// Its --slots (1 without).
+    pub(crate) slots: u32,
 }
 
 impl WaiterJson {
@@ -133,6 +145,8 @@ impl WaiterJson {
             queued_at_ms: waiter.arrived_us / 1000,
             waited_ms: now_us.saturating_sub(waiter.arrived_us) / 1000,
             supersede: waiter.supersede,
+            shared: waiter.shared,
+            slots: waiter.slots.unwrap_or(1),
         }
     }
 }
@@ -180,11 +194,12 @@ fn status_json(keys: &Keys, views: &Views) -> StatusJson {
         [(_, Ok(one))] => Some(one),
         _ => None,
     };
+    let left = ttl_left_ms(held.and_then(|held| views.left(held)));
     StatusJson {
         key: keys.name.clone(),
         redis_key: keys.lock.clone(),
         held: held.is_some(),
-        ttl_left_ms: ttl_left_ms(held.and_then(|held| views.left(held))),
+        ttl_left_ms: left.or_else(|| held.and_then(latest_left_ms)),
         holder: held.and_then(holder_json),
         last_fencing_token: views.last_fence(),
         waiters: one.map_or_else(Vec::new, |one| {
@@ -205,6 +220,8 @@ fn status_json(keys: &Keys, views: &Views) -> StatusJson {
         },
         majority_agrees: one.is_none().then(|| views.majority_agrees()),
         done: done_json(views),
+        slots: one.and_then(Status::slots),
+        holders: held.map_or_else(Vec::new, |held| holders_json(held, left)),
     }
 }
 
@@ -249,8 +266,13 @@ fn to_json(value: &impl Serialize) -> Result<String, Error> {
     })
 }
 
-/// `lockrun release`: removes the lock whoever holds it, with `--force`.
-pub(crate) async fn release(lock: LockConfig, force: bool) -> Result<u8, Error> {
+/// `lockrun release`: removes the lock whoever holds it, with `--force`;
+/// with `holder`, only the holder with that token (1 when none has it).
+pub(crate) async fn release(
+    lock: LockConfig,
+    force: bool,
+    holder: Option<&str>,
+) -> Result<u8, Error> {
     if !force {
         return Err(Error::Usage(format!(
             "refusing to release {}: another run may hold it, and removing its lock lets a \
@@ -261,7 +283,7 @@ pub(crate) async fn release(lock: LockConfig, force: bool) -> Result<u8, Error> 
     }
     let of = lock.servers.targets().len();
     let (removed, cleared) = Lock::for_operator(&lock.servers, CALL_TIMEOUT, lock.keys)
-        .force_release()
+        .force_release(holder)
         .await?;
     let name = lock.name;
     let on = if of == 1 {
@@ -269,8 +291,19 @@ pub(crate) async fn release(lock: LockConfig, force: bool) -> Result<u8, Error> 
     } else {
         format!(" on {} of {of} servers,", removed.len())
     };
-    match removed.first() {
-        Some(holder) => print_line(&format!("released {name}{on} held by {}", describe(holder))),
+    for holder in &removed {
+        print_line(&format!("released {name}{on} held by {}", describe(holder)));
+        if of > 1 {
+            // A quorum's members all show the same holder.
+            break;
+        }
+    }
+    match holder {
+        _ if !removed.is_empty() => {}
+        Some(token) => {
+            print_line(&format!("no holder of {name} has the token {token}"));
+            return Ok(FREE);
+        }
         None if of == 1 => print_line(&format!("{name} was not held")),
         None => print_line(&format!("{name} was not held on any of {of} servers")),
     }
@@ -292,8 +325,11 @@ fn describe(holder: &Holder) -> String {
     if holder.host.is_empty() {
         return "an unknown holder".into();
     }
+    let slot = holder
+        .slot
+        .map_or_else(String::new, |slot| format!(" in slot {slot}"));
     format!(
-        "{} pid {} (fencing token {}): {}",
+        "{} pid {}{slot} (fencing token {}): {}",
         holder.host, holder.pid, holder.fence, holder.command
     )
 }
@@ -352,7 +388,11 @@ fn status_text(json: &StatusJson) -> String {
             w.host,
             w.pid,
             show(Duration::from_millis(w.waited_ms)),
-            if w.supersede { " (--supersede)" } else { "" },
+            match (w.supersede, w.shared) {
+                (true, _) => " (--supersede)",
+                (false, true) => " (--shared)",
+                (false, false) => "",
+            },
             w.command
         );
     }
@@ -376,6 +416,9 @@ fn holder_text(json: &StatusJson) -> String {
             Some(fence) => format!("{}: free (last fencing token {fence})", json.key),
             None => format!("{}: free", json.key),
         };
+    }
+    if json.holder.is_none() && !json.holders.is_empty() {
+        return together_text(&json.key, json.slots, &json.holders);
     }
     let left = json.ttl_left_ms.map_or_else(
         || "no expiry (set outside lockrun?)".into(),

@@ -188,6 +188,24 @@ pub(crate) struct RunArgs {
     #[arg(long, requires = "wait")]
     pub(crate) supersede: bool,
 
+    /// Let up to N runs of the key hold it at once, each in its own slot
+    ///
+    /// Each holder has its own lease and gets its slot, 0 to N-1 (the lowest
+    /// free one), in LOCKRUN_SLOT; fencing tokens come from the key's one
+    /// counter. Runs of one key must agree on N while any holds or waits (a
+    /// run without --slots counts as 1); another N exits 64. At most 1000.
+    #[arg(long, value_name = "N", env = "LOCKRUN_SLOTS", value_parser = clap::value_parser!(u32).range(1..=1000), value_hint = ValueHint::Other)]
+    pub(crate) slots: Option<u32>,
+
+    /// Hold the lock together with other --shared runs, as readers do
+    ///
+    /// A run without it holds the key alone, after every shared run ends.
+    /// The line stays first come, first served across both: a shared run
+    /// behind a waiting exclusive one waits behind it, and shared runs first
+    /// in line are let in together.
+    #[arg(long)]
+    pub(crate) shared: bool,
+
     /// Exit status when the lock is busy; 0 skips silently
     ///
     /// 0 suits cron and other callers that should treat "already running
@@ -369,6 +387,13 @@ pub(crate) struct ReleaseArgs {
     /// Really remove a lock that another run may hold
     #[arg(long)]
     pub(crate) force: bool,
+
+    /// Remove only the holder with this token (from lockrun status)
+    ///
+    /// For a lock held by several runs (--slots, --shared): the others keep
+    /// theirs.
+    #[arg(long, value_name = "TOKEN", requires = "force", value_hint = ValueHint::Other)]
+    pub(crate) holder: Option<String>,
 }
 
 /// Flags of `lockrun list`.

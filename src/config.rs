@@ -12,7 +12,7 @@ use crate::cli::{Action, Cli, ListArgs, RedisArgs, RunArgs};
 use crate::clock::show;
 use crate::error::Error;
 use crate::lease::Timing;
-use crate::lock::{Keys, ReplicaAcks, Servers};
+use crate::lock::{Keys, ReplicaAcks, Servers, Share};
 use crate::redis_conn::{Ca, Target};
 use crate::report::Verbosity;
 use crate::secrets;
@@ -37,8 +37,16 @@ const MAX_DURATION_TEXT: &str = "1y";
 #[derive(Debug)]
 pub(crate) enum Invocation {
     Run(RunConfig),
-    Status { lock: LockConfig, json: bool },
-    Release { lock: LockConfig, force: bool },
+    Status {
+        lock: LockConfig,
+        json: bool,
+    },
+    Release {
+        lock: LockConfig,
+        force: bool,
+        /// `--holder`: the token of the one holder to remove.
+        holder: Option<String>,
+    },
     List(ListConfig),
 }
 
@@ -55,6 +63,11 @@ pub(crate) struct RunConfig {
     pub(crate) min_hold: Option<Duration>,
     /// `--once-per`: a success is recorded for this long.
     pub(crate) once_per: Option<Duration>,
+    /// With whom the run holds the lock (`--slots`, `--shared`).
+    pub(crate) share: Share,
+    /// Whether `--slots` was given: the command then gets LOCKRUN_SLOT,
+    /// even with one slot.
+    pub(crate) slotted: bool,
     pub(crate) timeout: Option<Duration>,
     /// `--metrics-file`.
     pub(crate) metrics_file: Option<PathBuf>,
@@ -105,6 +118,7 @@ impl Invocation {
             Some(Action::Release(args)) => Invocation::Release {
                 lock: LockConfig::new(args.key, &args.redis, passwords)?,
                 force: args.force,
+                holder: args.holder,
             },
             Some(Action::List(ListArgs {
                 glob,
@@ -132,8 +146,9 @@ impl Invocation {
 }
 
 impl RunConfig {
-    fn from_args(args: RunArgs, passwords: Passwords) -> Result<Self, Error> {
-        let lock = LockConfig::new(args.key.unwrap_or_default(), &args.redis, passwords)?;
+    fn from_args(mut args: RunArgs, passwords: Passwords) -> Result<Self, Error> {
+        let key = args.key.take().unwrap_or_default();
+        let lock = LockConfig::new(key, &args.redis, passwords)?;
         // Sentinel and Cluster exist to survive a failover; without
         // acknowledgement a failover can lose the lease.
         let replicated = lock
@@ -152,6 +167,7 @@ impl RunConfig {
             bounded_if_given("--redis-timeout", args.redis_timeout)?,
             bounded_if_given("--kill-grace", args.kill_grace)?,
         )?;
+        let share = share(&args, lock.servers.targets().len() > 1)?;
         let verbosity = match (args.quiet, args.verbose) {
             (true, _) => Verbosity::Quiet,
             (_, true) => Verbosity::Verbose,
@@ -169,6 +185,8 @@ impl RunConfig {
             busy_exit_code: args.busy_exit_code,
             min_hold: bounded_if_given("--min-hold", positive("--min-hold", args.min_hold)?)?,
             once_per: bounded_if_given("--once-per", positive("--once-per", args.once_per)?)?,
+            share,
+            slotted: args.slots.is_some(),
             timeout: bounded_if_given("--timeout", positive("--timeout", args.timeout)?)?,
             metrics_file: args.metrics_file,
             verbosity,
@@ -262,6 +280,39 @@ fn bounded(flag: &str, value: Duration) -> Result<Duration, Error> {
 
 fn bounded_if_given(flag: &str, value: Option<Duration>) -> Result<Option<Duration>, Error> {
     value.map(|d| bounded(flag, d)).transpose()
+}
+
+/// With whom a run holds the lock, from `--slots` and `--shared`, refusing
+/// what lockrun cannot promise.
+fn share(args: &RunArgs, quorum: bool) -> Result<Share, Error> {
+    let share = match (args.slots.unwrap_or(1), args.shared) {
+        (1, false) => Share::Alone,
+        (1, true) => Share::Shared,
+        (n, false) => Share::Slots(n),
+        (n, true) => {
+            return Err(Error::Usage(format!(
+                "--shared and --slots {n} do not combine: give --slots N for at most N at \
+                 once, or --shared for readers beside an exclusive writer"
+            )))
+        }
+    };
+    let what = match share {
+        Share::Alone => return Ok(share),
+        Share::Shared => "--shared".to_owned(),
+        Share::Slots(n) => format!("--slots {n}"),
+    };
+    if args.once_per.is_some() {
+        return Err(Error::Usage(format!(
+            "--once-per is for runs that hold the lock alone, not with {what}"
+        )));
+    }
+    if quorum {
+        return Err(Error::Usage(format!(
+            "{what} needs one server, a Sentinel service or a cluster: a quorum of \
+             --redis servers holds the lock for one run at a time"
+        )));
+    }
+    Ok(share)
 }
 
 fn positive(flag: &str, value: Option<Duration>) -> Result<Option<Duration>, Error> {

@@ -53,6 +53,8 @@ pub(crate) struct Busy {
     pub(crate) holder: Option<Holder>,
     /// Runs waiting in line for the lock.
     pub(crate) waiting: u64,
+    /// How many runs hold it together (`--slots`, `--shared`).
+    pub(crate) holding: u64,
     /// "HOST pid N" of the newer `--supersede` run that took this run's
     /// place in line.
     pub(crate) superseded_by: Option<String>,
@@ -219,6 +221,18 @@ impl Busy {
     fn fmt_holder(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let since = |us: u64| show(Duration::from_micros(unix_now_us().saturating_sub(us)));
         let left = self.left.map(show);
+        if self.holding > 0 {
+            let runs = if self.holding == 1 { "run" } else { "runs" };
+            write!(
+                f,
+                "{} is held by {} {runs} together (--slots or --shared)",
+                self.lock, self.holding
+            )?;
+            if let Some(left) = left {
+                write!(f, ", the first lease expires in {left}")?;
+            }
+            return Ok(());
+        }
         match &self.holder {
             Some(
                 h @ Holder {
@@ -272,6 +286,7 @@ mod tests {
             left: Some(Duration::from_millis(1500)),
             holder: None,
             waiting: 0,
+            holding: 0,
             superseded_by: None,
             command: "true".into(),
             waited: Some(Duration::from_secs(2)),
@@ -307,6 +322,7 @@ mod tests {
             lock: "job".into(),
             held: true,
             waiting: 0,
+            holding: 0,
             superseded_by: None,
             left: Some(Duration::from_secs(3)),
             holder: Some(Holder {

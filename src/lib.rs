@@ -149,7 +149,11 @@ async fn execute(invocation: Invocation, report: Report) -> Result<u8, Error> {
             run::run(config, report, signals, token).await
         }
         Invocation::Status { lock, json } => admin::status(lock, json).await,
-        Invocation::Release { lock, force } => admin::release(lock, force).await,
+        Invocation::Release {
+            lock,
+            force,
+            holder,
+        } => admin::release(lock, force, holder.as_deref()).await,
         Invocation::List(list) => admin::list(list).await,
     }
 }

@@ -27,7 +27,7 @@ use futures_util::future::join_all;
 
 pub(crate) use self::error::LockError;
 pub(crate) use self::keys::{Keys, Token};
-pub(crate) use self::records::{Done, Holder, Me, Taken, Waiter};
+pub(crate) use self::records::{Done, Holder, Me, Share, Taken, Waiter};
 pub(crate) use self::reply::Released;
 pub(crate) use self::status::{Occupancy, Status, Views};
 pub(crate) use self::wake::{Wake, Wakes};
@@ -78,6 +78,8 @@ pub(crate) struct Grant {
     /// counted from here. For a lease this run's own request took, that
     /// request's send.
     pub(crate) sent: BootInstant,
+    /// With `--slots`, the slot this run holds (0 to N-1).
+    pub(crate) slot: Option<u32>,
 }
 
 /// How an acquisition attempt treats the line of waiting runs.
@@ -119,6 +121,11 @@ pub(crate) enum Attempt {
     /// `--once-per`: the job succeeded this period. Nothing is held: the
     /// lock went on to the next waiter.
     Done(Done),
+    /// The lock's holders and waiters agreed on this many slots, another
+    /// number than this run's; nothing was taken.
+    Mismatch {
+        slots: u32,
+    },
 }
 
 /// Whole milliseconds, as Redis keeps expiries; rounded up, so that a
@@ -292,6 +299,12 @@ impl Lock {
         };
         if tally.is_majority(tally.count(|a| granted(a).is_some())) {
             let fence = tally.answers().filter_map(granted).max().unwrap_or(0);
+            // Slots are refused on a quorum (config), so only one server
+            // hands out a slot.
+            let slot = tally.answers().find_map(|a| match a {
+                Attempt::Acquired(grant) => grant.slot,
+                _ => None,
+            });
             if rules.raise_fences {
                 if let Err(err) = self.raise_fences(fence).await {
                     let _ = self.abandon().await;
@@ -299,7 +312,7 @@ impl Lock {
                 }
             }
             if timing.deadline_after(sent).remaining() > timing.renew_every + timing.kill_grace {
-                return Ok(Attempt::Acquired(Grant { fence, sent }));
+                return Ok(Attempt::Acquired(Grant { fence, sent, slot }));
             }
             let _ = self.abandon().await;
         } else if rules.give_back_short {
@@ -320,9 +333,9 @@ impl Lock {
 
     /// The grant a wake-up message announced; see `Server::handed_over`.
     /// Only one server hands a lease over: a quorum does not queue.
-    pub(crate) fn handed_over(&self, fence: u64) -> Option<Grant> {
+    pub(crate) fn handed_over(&self, fence: u64, slot: Option<u32>) -> Option<Grant> {
         match self.servers.as_slice() {
-            [one] => one.handed_over(fence),
+            [one] => one.handed_over(fence, slot),
             _ => None,
         }
     }
@@ -420,19 +433,20 @@ impl Lock {
         self.keys = keys;
     }
 
-    /// Removes the lock on every server, whoever holds it, handing it to
-    /// the first waiter, and clears any recorded success (`--once-per`).
+    /// Removes the lock on every server, whoever holds it, handing what it
+    /// frees to the first waiters, and clears any recorded success
+    /// (`--once-per`); with `only`, removes only the holder with that token.
     /// Returns the holder records removed (none when the lock was free) and
     /// whether a success was cleared anywhere; an error, having removed it
     /// where it could, when fewer than a majority could be asked.
-    pub(crate) async fn force_release(&mut self) -> Result<(Vec<Holder>, bool), LockError> {
-        let removed = ask(&mut self.servers, Server::force_release).await;
+    pub(crate) async fn force_release(
+        &mut self,
+        only: Option<&str>,
+    ) -> Result<(Vec<Holder>, bool), LockError> {
+        let removed = ask(&mut self.servers, |s| s.force_release(only)).await;
         let removed = removed.of_a_majority()?;
         let cleared = removed.iter().any(|(_, cleared)| *cleared);
-        Ok((
-            removed.into_iter().filter_map(|(h, _)| h).collect(),
-            cleared,
-        ))
+        Ok((removed.into_iter().flat_map(|(h, _)| h).collect(), cleared))
     }
 }
 
@@ -453,6 +467,7 @@ where
 /// shows a holder, any that said no.
 fn most_telling(answers: Vec<Attempt>) -> Attempt {
     let rank = |attempt: &Attempt| match attempt {
+        Attempt::Mismatch { .. } => 6,
         Attempt::Done(_) => 5,
         Attempt::Superseded { .. } => 4,
         Attempt::Queued { .. } => 3,

@@ -58,15 +58,18 @@ async fn run_steps(
     };
     record.acquired();
     warn_if_unprotected(&lock, report);
-    let (child, mut child_changes) = match start(&config, grant.fence) {
+    let (child, mut child_changes) = match start(&config, grant) {
         Ok(started) => started,
         Err(err) => {
             let _ = lock.release(None, None).await;
             return Err(err);
         }
     };
-    let acquired = Event::info("acquired")
-        .with("fencing_token", grant.fence)
+    let mut acquired = Event::info("acquired").with("fencing_token", grant.fence);
+    if config.slotted {
+        acquired = acquired.with("slot", grant.slot.unwrap_or(0));
+    }
+    let acquired = acquired
         .with_ms("waited_ms", asked.elapsed())
         .with("command_pid", child.group().as_raw());
     report.verbose(
@@ -189,7 +192,7 @@ async fn acquire(
     signals: &mut Signals,
     report: Report,
 ) -> Result<Result<Grant, Done>, Error> {
-    let me = Me::new(&config.command);
+    let me = Me::new(&config.command, config.share);
     let timing = config.timing;
     // Only the first connection gets longer than a Redis call may take:
     // nothing is held yet, and a slow handshake is no reason to give up.
@@ -210,6 +213,7 @@ async fn acquire(
             left: taken.left,
             holder: taken.holder,
             waiting: taken.waiting,
+            holding: taken.holding,
             superseded_by,
             command: config.program(),
             waited: config.wait.and_then(wait::Wait::limit),
@@ -221,6 +225,7 @@ async fn acquire(
         Ok(Attempt::Done(done)) => return Ok(Err(done)),
         Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) => busy(Some(taken), None),
         Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
+        Ok(Attempt::Mismatch { slots }) => Error::Usage(mismatch(config, slots)),
         Err(err) => err,
     };
     // A run that stops waiting leaves the line; a call that timed out, or
@@ -233,9 +238,25 @@ async fn acquire(
     })
 }
 
-/// Starts the command with its fencing token, and the SIGCHLD stream that
-/// notices it stopped from the terminal.
-fn start(config: &RunConfig, fence: u64) -> Result<(Child, tokio::signal::unix::Signal), Error> {
+/// The line for a run whose `--slots` is not the number the lock's holders
+/// and waiters agreed on.
+fn mismatch(config: &RunConfig, theirs: u32) -> String {
+    let given = |n: u32| match n {
+        1 => "no --slots (or --slots 1)".to_owned(),
+        n => format!("--slots {n}"),
+    };
+    format!(
+        "{} is held or waited for with {}, and this run gave {}; give the same, or change \
+         it when nobody holds or waits",
+        config.lock.name,
+        given(theirs),
+        given(config.share.slots())
+    )
+}
+
+/// Starts the command with its fencing token (and slot), and the SIGCHLD
+/// stream that notices it stopped from the terminal.
+fn start(config: &RunConfig, grant: Grant) -> Result<(Child, tokio::signal::unix::Signal), Error> {
     // Made before the spawn, so that not even an immediate stop is missed.
     let child_changes = signals::child_changes().map_err(|source| Error::Internal {
         doing: "install signal handlers",
@@ -243,7 +264,14 @@ fn start(config: &RunConfig, fence: u64) -> Result<(Child, tokio::signal::unix::
     })?;
     let mut env = secrets::hidden_from_command();
     env.push(("LOCKRUN_KEY", Some(config.lock.name.clone().into())));
-    env.push(("LOCKRUN_FENCING_TOKEN", Some(fence.to_string().into())));
+    env.push((
+        "LOCKRUN_FENCING_TOKEN",
+        Some(grant.fence.to_string().into()),
+    ));
+    if config.slotted {
+        let slot = grant.slot.unwrap_or(0);
+        env.push(("LOCKRUN_SLOT", Some(slot.to_string().into())));
+    }
     let child = Child::spawn(&config.command, &env).map_err(|cause| Error::Spawn {
         program: config.program(),
         cause,

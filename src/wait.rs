@@ -59,7 +59,7 @@ pub(crate) trait Contended {
     ) -> Result<Attempt, LockError>;
     /// `None` when nobody sends this lock's waiters messages.
     async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>>;
-    fn handed_over(&self, fence: u64) -> Option<Grant>;
+    fn handed_over(&self, fence: u64, slot: Option<u32>) -> Option<Grant>;
     /// The lock's name in Redis, for verbose lines.
     fn redis_key(&self) -> &str;
     /// Who answers for the lock, for the line that says it answers again.
@@ -80,8 +80,8 @@ impl Contended for Lock {
         Lock::subscribe_wakes(self).await
     }
 
-    fn handed_over(&self, fence: u64) -> Option<Grant> {
-        Lock::handed_over(self, fence)
+    fn handed_over(&self, fence: u64, slot: Option<u32>) -> Option<Grant> {
+        Lock::handed_over(self, fence, slot)
     }
 
     fn redis_key(&self) -> &str {
@@ -301,8 +301,8 @@ impl<L: Contended> Waiter<'_, L> {
             };
             tokio::select! {
                 wake = wakes.next() => match wake {
-                    Some(Wake::Granted(fence)) => {
-                        return fresh(self.lock.handed_over(fence), self.timing);
+                    Some(Wake::Granted(fence, slot)) => {
+                        return fresh(self.lock.handed_over(fence, slot), self.timing);
                     }
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),
                     // First in line now: only the lease's expiry is left to

@@ -10,16 +10,20 @@
 -- ARGV[10] ms between the refreshes of its place
 -- ARGV[11] '1' for --once-per: a run that would get the lock while a success
 --          is recorded (KEYS[8]) does not take it, and says whose it is
+-- ARGV[12] --slots N (1: alone)  ARGV[13] '1' for --shared
 -- Returns field names and values, in pairs, one of:
---      {kind='acquired', fence, replicas}
---      {kind='busy', pttl, waiting, holder={holder fields...}}          (once)
---      {kind='queued', pttl, waiting, holder={...}, arrival, retry}
+--      {kind='acquired', fence, replicas, slot (with N slots)}
+--      {kind='busy', pttl, waiting, holder={holder fields...}, holding}  (once)
+--      {kind='queued', pttl, waiting, holder={...}, holding, arrival, retry}
 --      {kind='superseded', by='HOST pid N'}
 --      {kind='done', done={the record's fields...}}                  (--once-per)
+--      {kind='mismatch', slots}: the lock's holders and waiters agreed on
+--         another number of slots; nothing was changed for this run
 --      or wrong_type's reply (guard.lua), changing nothing, when a key is
 --         not lockrun's
+-- pttl: time_left() (queue.lua). holding: how many hold it together.
 -- retry: ms until the caller should look again even without a message: the
--- lease's pttl when it is first in line, otherwise until the first waiter's
+-- pttl when it is first in line, otherwise until the first waiter's
 -- place runs out (it may have died); -1 for no such moment.
 -- replicas: how many replicas are connected and online, for lockrun to WAIT
 -- for.
@@ -29,6 +33,8 @@ if wrong then
 end
 local me, ttl = ARGV[1], ARGV[2]
 local waits = ARGV[6] == 'wait'
+local mine = {ttl = ttl, host = ARGV[3], pid = ARGV[4], command = ARGV[5],
+  slots = tonumber(ARGV[12]) or 1, shared = ARGV[13] == '1'}
 
 local before
 
@@ -52,7 +58,7 @@ end
 -- who finds the same record.
 local function skip(done)
   forget(me)
-  hand_off()
+  admit(nil)
   announce(before, me)
   return {'kind', 'done', 'done', done}
 end
@@ -100,7 +106,7 @@ local function join()
   end
   redis.call('HSET', WAITERS, me, cjson.encode({host = ARGV[3], pid = ARGV[4],
     command = ARGV[5], ttl = ttl, refresh = ARGV[10], listening = ARGV[8] == '1',
-    supersede = ARGV[9] == '1'}))
+    supersede = ARGV[9] == '1', slots = mine.slots, shared = mine.shared}))
   redis.call('ZADD', PLACES, int(now_ms + tonumber(ttl)), me)
   -- The queue's keys go when the last place runs out: runs that all died
   -- leave nothing behind.
@@ -111,8 +117,60 @@ local function join()
   return arrival
 end
 
+-- The number of slots the lock's holders and waiters agreed on (1 for runs
+-- that hold it alone or --shared), nil when nobody holds or waits. They
+-- all agree, so any one of them tells.
+local function agreed_slots()
+  if redis.call('GET', LEASE) then
+    return 1
+  end
+  local id = redis.call('ZRANGE', LEASES, 0, 0)[1]
+  local record = id and redis.call('HGET', HOLDERS, id)
+  if not record then
+    id = first_waiter()
+    record = id and redis.call('HGET', WAITERS, id)
+  end
+  if record then
+    return tonumber(cjson.decode(record).slots) or 1
+  end
+  return nil
+end
+
+local function acquired(fence, slot)
+  local reply = {'kind', 'acquired', 'fence', fence, 'replicas', online_replicas()}
+  if slot then
+    reply[#reply + 1] = 'slot'
+    reply[#reply + 1] = slot
+  end
+  return reply
+end
+
+-- The lease of a run holding the lock together that is this run's already
+-- (handed over while it waited), renewed from this call; nil when none.
+local function held_together()
+  local record = redis.call('HGET', HOLDERS, me)
+  if not (record and redis.call('ZSCORE', LEASES, me)) then
+    return nil
+  end
+  redis.call('ZADD', LEASES, int(now_ms + tonumber(ttl)), me)
+  expire_leases()
+  forget(me)
+  local held = cjson.decode(record)
+  return acquired(held.fence, held.slot)
+end
+
 before = front()
 drop_expired()
+if drop_expired_leases() then
+  -- Places of holders that died: to those first in line.
+  admit(me)
+end
+if together(mine) then
+  local reply = held_together()
+  if reply then
+    return reply
+  end
+end
 local lease = redis.call('GET', LEASE)
 if lease == me then
   -- This run's already: a release handed it over (while the run was not
@@ -133,9 +191,9 @@ if lease == me then
     forget(me)
   else
     -- Its holder record is gone, and with it the fencing token: a new one.
-    fence = grant(me, ttl, ARGV[3], ARGV[4], ARGV[5])
+    fence = grant(me, mine)
   end
-  return {'kind', 'acquired', 'fence', fence, 'replicas', online_replicas()}
+  return acquired(fence, nil)
 end
 local record = redis.call('HGET', WAITERS, me)
 if record then
@@ -145,29 +203,46 @@ if record then
     return {'kind', 'superseded', 'by', by}
   end
 end
+local theirs = agreed_slots()
+if theirs and theirs ~= mine.slots then
+  announce(before, me)
+  return {'kind', 'mismatch', 'slots', theirs}
+end
 local arrival
 local first, first_deadline = first_waiter()
-if waits and (lease or (first and first ~= me)) then
+local free = admissible(mine)
+if waits and (not free or (first and first ~= me)) then
   arrival = join()
   -- Back at an earlier place, it may be first now; a newer --supersede run
   -- may have taken the first one's place.
   first, first_deadline = first_waiter()
 end
-if not lease and (not first or first == me) then
+if free and (not first or first == me) then
   local done = recorded()
   if done then
     return skip(done)
   end
-  local fence = grant(me, ttl, ARGV[3], ARGV[4], ARGV[5])
+  local fence, slot = grant(me, mine)
+  if together(mine) then
+    -- Runs behind this one may hold it beside it.
+    admit(nil)
+  end
   announce(before, me)
-  return {'kind', 'acquired', 'fence', fence, 'replicas', online_replicas()}
+  return acquired(fence, slot)
 end
 announce(before, me)
-local pttl = redis.call('PTTL', LEASE)
+local pttl = time_left()
 local waiting = redis.call('ZCARD', QUEUE)
 local holder = redis.call('HGETALL', HOLDER)
+local holding = redis.call('ZCARD', LEASES)
+if #holder == 0 and holding > 0 then
+  -- The one whose lease runs out first.
+  local id = redis.call('ZRANGE', LEASES, 0, 0)[1]
+  holder = holder_fields(id, redis.call('HGET', HOLDERS, id))
+end
 if not waits then
-  return {'kind', 'busy', 'pttl', pttl, 'waiting', waiting, 'holder', holder}
+  return {'kind', 'busy', 'pttl', pttl, 'waiting', waiting, 'holder', holder,
+    'holding', holding}
 end
 local retry = -1
 if first == me then
@@ -178,4 +253,4 @@ elseif first_deadline then
   retry = first_deadline - now_ms
 end
 return {'kind', 'queued', 'pttl', pttl, 'waiting', waiting, 'holder', holder,
-  'arrival', arrival, 'retry', retry}
+  'holding', holding, 'arrival', arrival, 'retry', retry}

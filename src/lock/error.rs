@@ -95,6 +95,8 @@ impl fmt::Display for Foreign {
             Part::Waiters => "the records of a lockrun wait queue",
             Part::Supersedable => "a lockrun wait queue's --supersede runs",
             Part::Done => "a lockrun --once-per success record",
+            Part::Leases => "the leases of a lockrun lock held together",
+            Part::Holders => "the holder records of a lockrun lock held together",
         };
         write!(
             f,

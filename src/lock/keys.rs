@@ -20,6 +20,8 @@ pub(crate) struct Keys {
     pub(crate) waiters: String,
     pub(crate) supersedable: String,
     pub(crate) done: String,
+    pub(crate) leases: String,
+    pub(crate) holders: String,
 }
 
 /// The keys of a lock, by what lockrun keeps in them.
@@ -38,6 +40,11 @@ pub(crate) enum Part {
     Supersedable,
     /// The success a `--once-per` run recorded, until its period ends.
     Done,
+    /// When the lease of each run holding the lock together (`--slots`,
+    /// `--shared`) runs out.
+    Leases,
+    /// Each of those runs' holder record.
+    Holders,
 }
 
 impl Keys {
@@ -51,6 +58,8 @@ impl Keys {
             waiters: format!("{lock}:waiters"),
             supersedable: format!("{lock}:supersedable"),
             done: format!("{lock}:done"),
+            leases: format!("{lock}:leases"),
+            holders: format!("{lock}:holders"),
             lock,
             name: name.to_owned(),
         }
@@ -58,7 +67,7 @@ impl Keys {
 
     /// Every key with what it holds, in the order `lock/queue.lua` expects
     /// them as KEYS.
-    fn parts(&self) -> [(&str, Part); 8] {
+    fn parts(&self) -> [(&str, Part); 10] {
         [
             (&self.lock, Part::Lease),
             (&self.holder, Part::Holder),
@@ -68,6 +77,8 @@ impl Keys {
             (&self.waiters, Part::Waiters),
             (&self.supersedable, Part::Supersedable),
             (&self.done, Part::Done),
+            (&self.leases, Part::Leases),
+            (&self.holders, Part::Holders),
         ]
     }
 
@@ -102,9 +113,9 @@ impl Keys {
 }
 
 /// What follows `P{NAME}` in each key of lock NAME, as `Keys::new` names
-/// them: the lease, then the holder, the fence, the line's keys and the
-/// recorded success.
-const SUFFIXES: [&str; 8] = [
+/// them: the lease, then the holder, the fence, the line's keys, the
+/// recorded success and the leases held together.
+const SUFFIXES: [&str; 10] = [
     "",
     ":holder",
     ":fence",
@@ -113,6 +124,8 @@ const SUFFIXES: [&str; 8] = [
     ":waiters",
     ":supersedable",
     ":done",
+    ":leases",
+    ":holders",
 ];
 
 /// The `SCAN` pattern for every key of the locks under `prefix` whose name
@@ -191,6 +204,8 @@ mod tests {
             (&keys.waiters, Part::Waiters),
             (&keys.supersedable, Part::Supersedable),
             (&keys.done, Part::Done),
+            (&keys.leases, Part::Leases),
+            (&keys.holders, Part::Holders),
         ] {
             assert_eq!(keys.part_of(key), part, "{key}");
         }

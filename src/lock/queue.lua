@@ -8,6 +8,13 @@
 -- KEYS[7] supersedable: waiter id -> arrival, for waiters that gave --supersede
 -- KEYS[8] done: the last success of a --once-per run (a hash), until its
 --         period ends (PEXPIREAT)
+-- KEYS[9] leases: holder token -> when its lease runs out (server time in ms),
+--         for runs that hold the lock together (--slots above 1, --shared);
+--         a run that holds it alone has KEYS[1] and KEYS[2] instead
+-- KEYS[10] holders: holder token -> its record (JSON), for the same runs
+-- Runs of one lock agree on their number of slots while any holds or waits
+-- (acquire.lua), so the holders together are all --shared runs or all runs
+-- of N slots.
 -- A waiter's id is its run's lock token, so a lease handed over is already
 -- the waiter's. Each waiter listens on the channel KEYS[1]:wake:<id>: a
 -- channel is not a key, so one per waiter keeps every script within its KEYS.
@@ -19,11 +26,12 @@ if redis.replicate_commands then
 end
 local LEASE, HOLDER, FENCE = KEYS[1], KEYS[2], KEYS[3]
 local QUEUE, PLACES, WAITERS, SUPERSEDABLE = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local DONE = KEYS[8]
+local DONE, LEASES, HOLDERS = KEYS[8], KEYS[9], KEYS[10]
 -- The type lockrun keeps in each key, for guard.lua's wrong_type: a script
 -- stops before it touches any of them while one holds someone else's data.
 local OURS = {{LEASE, 'string'}, {HOLDER, 'hash'}, {FENCE, 'string'}, {QUEUE, 'zset'},
-  {PLACES, 'zset'}, {WAITERS, 'hash'}, {SUPERSEDABLE, 'zset'}, {DONE, 'hash'}}
+  {PLACES, 'zset'}, {WAITERS, 'hash'}, {SUPERSEDABLE, 'zset'}, {DONE, 'hash'},
+  {LEASES, 'zset'}, {HOLDERS, 'hash'}}
 
 local now_us, now_ms
 do
@@ -78,67 +86,200 @@ local function first_waiter()
   end
 end
 
--- Gives the lease to `id` and hands out the next fencing token.
-local function grant(id, ttl, host, pid, command)
-  redis.call('SET', LEASE, id, 'PX', ttl)
-  -- A token is at least the server clock in microseconds and always above
-  -- the last one stored, so it keeps growing even after Redis lost every key.
+-- The next fencing token: at least the server clock in microseconds and
+-- always above the last one stored, so it keeps growing even after Redis
+-- lost every key. One counter for every holder of the lock, whatever its
+-- slot, so tokens grow in the order of the grants.
+local function next_fence()
   local fence = int(math.max((tonumber(redis.call('GET', FENCE)) or 0) + 1, now_us))
   redis.call('SET', FENCE, fence)
-  redis.call('DEL', HOLDER)
-  redis.call('HSET', HOLDER, 'host', host, 'pid', pid, 'command', command,
-    'acquired_us', int(now_us), 'fence', fence)
-  redis.call('PEXPIRE', HOLDER, ttl)
-  forget(id)
   return fence
 end
 
--- Tells the first waiter that it is first, and how long the lease it waits
--- for has left (-2: free now), so that it notices a holder that dies
--- without releasing: only the first waiter needs to know, and only when it
--- would not look in time anyway: when the lease is free, or runs out before
--- the waiter's next refresh of its place. Skipped when that waiter was
--- first already before this call (`before`: it knows) or is the caller
--- (`except`: the reply tells it).
+-- How a run asks to hold the lock: `run` is its waiter record, or the
+-- caller's arguments; slots 1 and not shared is alone.
+local function together(run)
+  return run.shared or run.slots > 1
+end
+
+-- A waiter's record as a run to admit.
+local function run_of(waiter)
+  return {ttl = waiter.ttl, host = waiter.host, pid = waiter.pid, command = waiter.command,
+    slots = tonumber(waiter.slots) or 1, shared = waiter.shared == true}
+end
+
+-- Whether `run` may hold the lock now, beside whoever holds it: a run alone
+-- when nobody does, a --shared run when nobody holds it alone, one of N
+-- slots while fewer than N hold it.
+local function admissible(run)
+  if redis.call('GET', LEASE) then
+    return false
+  end
+  if run.shared then
+    return true
+  end
+  return redis.call('ZCARD', LEASES) < run.slots
+end
+
+-- The leases held together expire with the latest of them: holders that
+-- all died leave nothing behind.
+local function expire_leases()
+  local latest = redis.call('ZRANGE', LEASES, -1, -1, 'WITHSCORES')[2]
+  if latest then
+    redis.call('PEXPIREAT', LEASES, latest)
+    redis.call('PEXPIREAT', HOLDERS, latest)
+  end
+end
+
+-- Leases held together whose time ran out: their holders stopped renewing
+-- (dead, or cut off from Redis). Returns whether any went, freeing places.
+local function drop_expired_leases()
+  local gone = redis.call('ZRANGEBYSCORE', LEASES, '-inf', '(' .. int(now_ms))
+  for _, id in ipairs(gone) do
+    redis.call('ZREM', LEASES, id)
+    redis.call('HDEL', HOLDERS, id)
+  end
+  return #gone > 0
+end
+
+-- The lowest slot of `slots` that no holder has.
+local function free_slot(slots)
+  local taken = {}
+  local records = redis.call('HGETALL', HOLDERS)
+  for i = 2, #records, 2 do
+    local slot = cjson.decode(records[i]).slot
+    if slot then
+      taken[slot] = true
+    end
+  end
+  for slot = 0, slots - 1 do
+    if not taken[slot] then
+      return slot
+    end
+  end
+  return nil
+end
+
+-- Gives `id` a lease and the next fencing token, and takes it out of line;
+-- returns the token and, for one of N slots, its slot.
+local function grant(id, run)
+  local fence = next_fence()
+  forget(id)
+  if together(run) then
+    local slot = nil
+    if not run.shared then
+      slot = free_slot(run.slots)
+    end
+    redis.call('ZADD', LEASES, int(now_ms + tonumber(run.ttl)), id)
+    redis.call('HSET', HOLDERS, id, cjson.encode({host = run.host, pid = run.pid,
+      command = run.command, acquired_us = int(now_us), fence = fence, slot = slot,
+      slots = run.slots, shared = run.shared}))
+    expire_leases()
+    return fence, slot
+  end
+  redis.call('SET', LEASE, id, 'PX', run.ttl)
+  redis.call('DEL', HOLDER)
+  redis.call('HSET', HOLDER, 'host', run.host, 'pid', run.pid, 'command', run.command,
+    'acquired_us', int(now_us), 'fence', fence)
+  redis.call('PEXPIRE', HOLDER, run.ttl)
+  return fence, nil
+end
+
+-- A record of a run holding the lock together, as the name-value fields of
+-- a holder record (KEYS[2]), with its token and slot.
+local function holder_fields(id, record)
+  local held = cjson.decode(record)
+  local fields = {'token', id, 'shared', held.shared and '1' or '0'}
+  for _, name in ipairs({'host', 'pid', 'command', 'acquired_us', 'fence', 'slot', 'slots',
+      'finished_us'}) do
+    if held[name] ~= nil then
+      fields[#fields + 1] = name
+      fields[#fields + 1] = tostring(held[name])
+    end
+  end
+  return fields
+end
+
+-- How long until the lock may free up without a release: the lease of a run
+-- holding it alone, else the soonest of the leases held together; -2 when
+-- nobody holds it.
+local function time_left()
+  local pttl = redis.call('PTTL', LEASE)
+  if pttl ~= -2 then
+    return pttl
+  end
+  local soonest = redis.call('ZRANGE', LEASES, 0, 0, 'WITHSCORES')[2]
+  if soonest then
+    return math.max(tonumber(soonest) - now_ms, 0)
+  end
+  return -2
+end
+
+-- Tells the first waiter that it is first, and how long the lock it waits
+-- for may stay taken (-2: free now, or free for it), so that it notices a
+-- holder that dies without releasing: only the first waiter needs to know,
+-- and only when it would not look in time anyway: when the lock is free,
+-- or may free up before the waiter's next refresh of its place. Skipped
+-- when that waiter was first already before this call (`before`: it knows)
+-- or is the caller (`except`: the reply tells it).
 local function announce(before, except)
   local id = first_waiter()
   if not id or id == before or id == except then
     return
   end
-  local pttl = redis.call('PTTL', LEASE)
   local record = redis.call('HGET', WAITERS, id)
-  local refresh = record and tonumber(cjson.decode(record).refresh)
+  local waiter = record and cjson.decode(record)
+  local pttl = time_left()
+  if waiter and pttl ~= -2 and admissible(run_of(waiter)) then
+    pttl = -2
+  end
+  local refresh = waiter and tonumber(waiter.refresh)
   if pttl == -2 or (pttl >= 0 and not (refresh and refresh <= pttl)) then
     redis.call('PUBLISH', channel(id), 'first ' .. pttl)
   end
 end
 
--- The lease, just freed, goes straight to the first live waiter: its wake-up
--- message carries the fencing token, so it starts without another call. A
--- waiter that said it listens but that nobody listens for has died (its
--- process ended and the kernel closed its sockets): it is skipped before
--- anything is granted, for a grant once announced is never taken back. A
--- waiter listens on the server that runs this script: the one server, the
--- primary, or the cluster node that owns the lock's slot.
-local function hand_off()
+-- The lock, as far as it is free, goes straight to the runs first in line,
+-- in order: the first, and after it each next one that may hold it beside
+-- those (a place freed for one of N slots, a group of --shared runs), until
+-- one must wait; never past `stop` (the caller, whom its reply tells). Each
+-- is told on its own channel, with its fencing token (and slot), so it
+-- starts without another call. A waiter that said it listens but that
+-- nobody listens for has died (its process ended and the kernel closed its
+-- sockets): it is skipped before anything is granted, for a grant once
+-- announced is never taken back. A waiter listens on the server that runs
+-- this script: the one server, the primary, or the cluster node that owns
+-- the lock's slot.
+local function admit(stop)
   while true do
     local id = first_waiter()
-    if not id then
+    if not id or id == stop then
       return
     end
     local record = redis.call('HGET', WAITERS, id)
     local waiter = record and cjson.decode(record)
-    if waiter and waiter.listening
-        and redis.call('PUBSUB', 'NUMSUB', channel(id))[2] == 0 then
-      waiter = nil
-    end
-    if waiter then
-      local fence = grant(id, waiter.ttl, waiter.host, waiter.pid, waiter.command)
-      -- One that is not listening yet (it polls) finds the lease its own
-      -- at its next attempt.
-      redis.call('PUBLISH', channel(id), 'granted ' .. fence)
+    local run = waiter and run_of(waiter)
+    if run and not admissible(run) then
       return
     end
-    forget(id)
+    if waiter and waiter.listening
+        and redis.call('PUBSUB', 'NUMSUB', channel(id))[2] == 0 then
+      run = nil
+    end
+    if run then
+      local fence, slot = grant(id, run)
+      -- One that is not listening yet (it polls) finds the lease its own
+      -- at its next attempt.
+      local message = 'granted ' .. fence
+      if slot then
+        message = message .. ' ' .. slot
+      end
+      redis.call('PUBLISH', channel(id), message)
+      if not together(run) then
+        return
+      end
+    else
+      forget(id)
+    end
   end
 end

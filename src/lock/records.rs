@@ -9,16 +9,48 @@ use std::time::Duration;
 /// The longest command line recorded as the holder.
 const MAX_COMMAND_CHARS: usize = 200;
 
-/// Who is asking for the lock, as recorded next to it.
+/// Who is asking for the lock, and how it would hold it, as recorded next
+/// to it.
 #[derive(Clone, Debug)]
 pub(crate) struct Me {
     pub(crate) host: String,
     pub(crate) pid: u32,
     pub(crate) command: String,
+    pub(crate) share: Share,
+}
+
+/// With whom a run holds the lock.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Share {
+    /// Alone: the default, and `--slots 1`.
+    #[default]
+    Alone,
+    /// With any number of other `--shared` runs, and nobody who holds it
+    /// alone.
+    Shared,
+    /// In one of this many slots (`--slots N`, N above 1).
+    Slots(u32),
+}
+
+impl Share {
+    /// The number of slots, as runs of one lock must agree on it: 1 for a
+    /// run alone or shared.
+    pub(crate) fn slots(self) -> u32 {
+        match self {
+            Share::Slots(n) => n,
+            Share::Alone | Share::Shared => 1,
+        }
+    }
+
+    /// Whether the lease is one of those held together, kept apart from the
+    /// lease of a run alone.
+    pub(crate) fn together(self) -> bool {
+        self != Share::Alone
+    }
 }
 
 impl Me {
-    pub(crate) fn new(command: &[OsString]) -> Self {
+    pub(crate) fn new(command: &[OsString], share: Share) -> Self {
         let host = nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())
@@ -35,6 +67,7 @@ impl Me {
             host,
             pid: std::process::id(),
             command: line,
+            share,
         }
     }
 }
@@ -76,6 +109,17 @@ pub(crate) struct Holder {
     /// How many replicas acknowledged the lease, when the holder asked
     /// for acknowledgement (`--replica-acks`).
     pub(crate) replicas_acked: Option<u32>,
+    /// Its lease's token: shown only to the operator, who may name it to
+    /// `release --force --holder`.
+    pub(crate) token: Option<String>,
+    /// Its slot, with `--slots`.
+    pub(crate) slot: Option<u32>,
+    /// The `--slots` of a run holding it together.
+    pub(crate) slots: Option<u32>,
+    /// Whether it holds the lock with other `--shared` runs.
+    pub(crate) shared: bool,
+    /// Time left of a lease held together, as `lockrun status` saw it.
+    pub(crate) left_ms: Option<u64>,
 }
 
 impl Holder {
@@ -97,6 +141,11 @@ impl Holder {
             fence: number("fence").unwrap_or(0),
             finished_us: number("finished_us"),
             replicas_acked: number("replicas_acked").and_then(|n| u32::try_from(n).ok()),
+            token: fields.get("token").cloned(),
+            slot: number("slot").and_then(|n| u32::try_from(n).ok()),
+            slots: number("slots").and_then(|n| u32::try_from(n).ok()),
+            shared: fields.get("shared").is_some_and(|v| v == "1"),
+            left_ms: number("left"),
         })
     }
 
@@ -118,6 +167,9 @@ pub(crate) struct Taken {
     pub(crate) holder: Option<Holder>,
     /// Runs waiting in line (this one included once it has a place).
     pub(crate) waiting: u64,
+    /// How many runs hold it together (`--slots`, `--shared`); 0 when one
+    /// holds it alone, or nobody.
+    pub(crate) holding: u64,
 }
 
 impl Taken {
@@ -129,6 +181,7 @@ impl Taken {
             left: None,
             holder: None,
             waiting: 0,
+            holding: 0,
         }
     }
 }
@@ -147,6 +200,10 @@ pub(crate) struct Waiter {
     pub(crate) arrived_us: u64,
     /// Whether it gave `--supersede`.
     pub(crate) supersede: bool,
+    /// Whether it gave `--shared`.
+    pub(crate) shared: bool,
+    /// Its `--slots`; absent in a record of a run alone.
+    pub(crate) slots: Option<u32>,
 }
 
 impl Waiter {
@@ -199,8 +256,7 @@ mod tests {
                 command: "job".into(),
                 acquired_us: 7,
                 fence: 9,
-                finished_us: None,
-                replicas_acked: None,
+                ..Holder::default()
             })
         );
         assert_eq!(Holder::from_fields(&HashMap::new()), None);
@@ -220,6 +276,7 @@ mod tests {
                 command: "deploy.sh".into(),
                 arrived_us: 1_732_924_800_123_456,
                 supersede: true,
+                ..Waiter::default()
             }
         );
         assert_eq!(Waiter::from_record("1", "not json").arrived_us, 1);

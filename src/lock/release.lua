@@ -10,6 +10,8 @@
 --         server's clock
 -- Returns {outcome='deleted'}, {outcome='kept'} (for ARGV[2] ms) or
 -- {outcome='not_ours'}, as name-value pairs.
+-- A run holding the lock together (--slots, --shared) gives up its own lease
+-- in KEYS[9]; the places it frees go to the runs first in line.
 local me = ARGV[1]
 local keep = tonumber(ARGV[2])
 -- A key of another type in the lease's place (GET would fail on it) is not
@@ -41,8 +43,31 @@ end
 local before = front()
 forget(me)
 drop_expired()
+drop_expired_leases()
 if not ours then
+  local record = redis.call('HGET', HOLDERS, me)
+  local held_together = record and redis.call('ZSCORE', LEASES, me)
+  if held_together then
+    if keep > 0 then
+      local held = cjson.decode(record)
+      held.finished_us = int(now_us)
+      redis.call('HSET', HOLDERS, me, cjson.encode(held))
+      redis.call('ZADD', LEASES, int(now_ms + keep), me)
+      expire_leases()
+      announce(nil, me)
+      return {'outcome', 'kept'}
+    end
+    redis.call('ZREM', LEASES, me)
+    redis.call('HDEL', HOLDERS, me)
+    expire_leases()
+  end
+  -- Whatever this run leaves (a lease held together, a place first in
+  -- line) may let the runs now first in line in.
+  admit(nil)
   announce(before, me)
+  if held_together then
+    return {'outcome', 'deleted'}
+  end
   return {'outcome', 'not_ours'}
 end
 -- Only while the lease is ours: a run that lost it records nothing.
@@ -71,6 +96,6 @@ if keep > 0 then
   return {'outcome', 'kept'}
 end
 redis.call('DEL', LEASE, HOLDER)
-hand_off()
+admit(nil)
 announce(before, me)
 return {'outcome', 'deleted'}

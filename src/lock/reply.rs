@@ -3,6 +3,7 @@
 //! 'fence', 7, ...}`), so that a field a script adds cannot shift another,
 //! and a script stopped by `lock/guard.lua` says so the same way for all.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::{FromRedisValue, ParsingError, Value};
@@ -53,7 +54,15 @@ impl Fields {
             left: self.millis("pttl")?,
             holder: self.holder()?,
             waiting: self.get("waiting")?,
+            // Absent from a server still running an older script.
+            holding: self.get("holding").unwrap_or(0),
         })
+    }
+
+    /// Holder records in a list, each as name-value pairs.
+    fn holders(&self, name: &str) -> Result<Vec<Holder>, ParsingError> {
+        let records: Vec<HashMap<String, String>> = self.get(name)?;
+        Ok(records.iter().filter_map(Holder::from_fields).collect())
     }
 }
 
@@ -100,6 +109,8 @@ pub(super) enum Acquire {
     Acquired {
         fence: u64,
         replicas: i64,
+        /// With `--slots`, the slot this run holds.
+        slot: Option<u32>,
     },
     Busy(Taken),
     Queued {
@@ -117,6 +128,11 @@ pub(super) enum Acquire {
     },
     /// `--once-per`: the job succeeded this period; nothing was taken.
     Done(Done),
+    /// The lock's holders and waiters agreed on this many slots, and this
+    /// run asked for another number; nothing was taken.
+    Mismatch {
+        slots: u32,
+    },
 }
 
 impl Reply for Acquire {
@@ -126,6 +142,7 @@ impl Reply for Acquire {
             "acquired" => Acquire::Acquired {
                 fence: fields.get("fence")?,
                 replicas: fields.get("replicas")?,
+                slot: fields.get("slot").ok(),
             },
             "busy" => Acquire::Busy(fields.taken()?),
             "queued" => Acquire::Queued {
@@ -140,6 +157,9 @@ impl Reply for Acquire {
                 uptime_secs: fields.get("uptime")?,
             },
             "done" => Acquire::Done(fields.done()?.ok_or("an empty success record")?),
+            "mismatch" => Acquire::Mismatch {
+                slots: fields.get("slots")?,
+            },
             other => return Err(format!("unknown kind {other:?}").into()),
         })
     }
@@ -204,6 +224,8 @@ pub(super) struct Status {
     pub(super) waiters: Vec<(String, String)>,
     /// The success a `--once-per` run recorded for this period.
     pub(super) done: Option<Done>,
+    /// The runs holding the lock together, each with its lease's time left.
+    pub(super) together: Vec<Holder>,
 }
 
 impl Reply for Status {
@@ -211,29 +233,29 @@ impl Reply for Status {
     fn decode(fields: &Fields) -> Result<Self, ParsingError> {
         Ok(Status {
             pttl: fields.get("pttl")?,
-            holder: fields.holder()?,
+            holder: fields.holder()?.map(|holder| Holder {
+                token: fields.get::<String>("lease").ok().filter(|t| !t.is_empty()),
+                ..holder
+            }),
             now_us: fields.get("now_us")?,
             fence: fields.get::<String>("fence")?.parse().ok(),
             waiters: fields.get("waiters")?,
             // Absent from a server still running an older script.
             done: fields.done().ok().flatten(),
+            together: fields.holders("together").unwrap_or_default(),
         })
     }
 }
 
-/// `lock/force_release.lua`: the holder record removed with the lease, if
-/// there was a lease, and whether a recorded success was cleared.
-pub(super) struct ForceRelease(pub(super) Option<Holder>, pub(super) bool);
+/// `lock/force_release.lua`: the holder records removed (each with its
+/// token), and whether a recorded success was cleared.
+pub(super) struct ForceRelease(pub(super) Vec<Holder>, pub(super) bool);
 
 impl Reply for ForceRelease {
     const SCRIPT: &'static str = "force-release";
     fn decode(fields: &Fields) -> Result<Self, ParsingError> {
-        let removed = fields.get::<i64>("removed")? == 1;
         let cleared = fields.get::<i64>("cleared").is_ok_and(|n| n == 1);
-        Ok(ForceRelease(
-            removed.then(|| fields.holder().ok().flatten().unwrap_or_default()),
-            cleared,
-        ))
+        Ok(ForceRelease(fields.holders("holders")?, cleared))
     }
 }
 
@@ -261,8 +283,11 @@ mod tests {
             ("fence", bulk("1732924800123456")),
             ("kind", bulk("acquired")),
         ]);
-        let Ok(Guarded::Done(Acquire::Acquired { fence, replicas })) =
-            Guarded::<Acquire>::from_redis_value(reply)
+        let Ok(Guarded::Done(Acquire::Acquired {
+            fence,
+            replicas,
+            slot: None,
+        })) = Guarded::<Acquire>::from_redis_value(reply)
         else {
             panic!("an acquired reply");
         };

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::error::{Foreign, LockError};
 use super::keys::{Keys, Token};
-use super::records::{Holder, Me, Waiter};
+use super::records::{Holder, Me, Share, Waiter};
 use super::reply::{self, Guarded, Released, Reply};
 use super::script::{
     Call, Lua, ACKED, ACQUIRE, FORCE_RELEASE, RAISE_FENCE, RELEASE, RENEW, STATUS, VOTE,
@@ -57,6 +57,9 @@ pub(crate) struct Server {
     acked: Option<u32>,
     /// `--once-per`: the acquire script checks for a recorded success.
     pub(super) once_per: bool,
+    /// Whether this run's lease is one held together (`--slots`,
+    /// `--shared`), as its first acquire call said.
+    together: bool,
 }
 
 /// A write that replicas may have to acknowledge: how many the node that
@@ -90,6 +93,7 @@ impl Server {
             fence: Cell::new(None),
             acked: None,
             once_per: false,
+            together: false,
         }
     }
 
@@ -140,6 +144,7 @@ impl Server {
         min_uptime: Option<Duration>,
     ) -> Result<Attempt, LockError> {
         let call = self.acquire_call(ttl, me, mode, min_uptime);
+        self.together = me.share.together();
         let sent = BootInstant::now();
         let started = Instant::now();
         self.first_sent.get_or_insert(sent);
@@ -152,16 +157,20 @@ impl Server {
                 return Err(LockError::Foreign(foreign));
             }
             // The one-key-at-a-time path cannot check a recorded success
-            // atomically with taking the lease: a --once-per run waits for
-            // the slot to settle, as for any TRYAGAIN.
-            Err(err) if split::migrating(&err) && !self.once_per => {
+            // atomically with taking the lease, nor count the holders of a
+            // lock held together: such a run waits for the slot to settle,
+            // as for any TRYAGAIN.
+            Err(err) if split::migrating(&err) && !self.once_per && !self.together => {
                 self.acquire_split(ttl, me, sent).await?
             }
             other => self.attempt(other?, sent, started)?,
         };
         self.in_redis = !matches!(
             attempt,
-            Attempt::Busy(_) | Attempt::Superseded { .. } | Attempt::Done(_)
+            Attempt::Busy(_)
+                | Attempt::Superseded { .. }
+                | Attempt::Done(_)
+                | Attempt::Mismatch { .. }
         );
         if let Attempt::Acquired(grant) = &attempt {
             self.fence.set(Some(grant.fence));
@@ -187,9 +196,11 @@ impl Server {
         started: Instant,
     ) -> Result<(Attempt, Written), LockError> {
         let (attempt, replicas) = match reply {
-            reply::Acquire::Acquired { fence, replicas } => {
-                (Attempt::Acquired(Grant { fence, sent }), replicas)
-            }
+            reply::Acquire::Acquired {
+                fence,
+                replicas,
+                slot,
+            } => (Attempt::Acquired(Grant { fence, sent, slot }), replicas),
             reply::Acquire::Busy(taken) => (Attempt::Busy(taken), 0),
             reply::Acquire::Queued {
                 taken,
@@ -201,6 +212,7 @@ impl Server {
             }
             reply::Acquire::Superseded { by } => (Attempt::Superseded { by }, 0),
             reply::Acquire::Done(done) => (Attempt::Done(done), 0),
+            reply::Acquire::Mismatch { slots } => (Attempt::Mismatch { slots }, 0),
             reply::Acquire::Restarted { uptime_secs } => {
                 self.in_redis = false;
                 return Err(LockError::Restarted {
@@ -250,7 +262,9 @@ impl Server {
             .arg(u8::from(listening))
             .arg(u8::from(supersede))
             .arg(millis(refresh))
-            .arg(u8::from(self.once_per));
+            .arg(u8::from(self.once_per))
+            .arg(me.share.slots())
+            .arg(u8::from(me.share == Share::Shared));
         if let Some(uptime) = min_uptime {
             // Whole seconds, as Redis counts its uptime; rounded up.
             call.arg(uptime.as_secs() + u64::from(uptime.subsec_nanos() > 0));
@@ -264,14 +278,14 @@ impl Server {
     /// `None` when replicas must acknowledge the lease first: then the next
     /// acquire call confirms it (the script finds it is ours already) and
     /// waits for them, as for a lease this run took itself.
-    pub(super) fn handed_over(&self, fence: u64) -> Option<Grant> {
+    pub(super) fn handed_over(&self, fence: u64, slot: Option<u32>) -> Option<Grant> {
         self.fence.set(Some(fence));
         // A --once-per run confirms the lease, which checks for the success
         // its last holder may just have recorded.
         if self.acks != ReplicaAcks::Count(0) || self.once_per {
             return None;
         }
-        self.first_sent.map(|sent| Grant { fence, sent })
+        self.first_sent.map(|sent| Grant { fence, sent, slot })
     }
 
     /// Raises this server's fence counter to at least `to`.
@@ -288,13 +302,19 @@ impl Server {
     /// acknowledged is an error, like one Redis never answered.
     pub(super) async fn renew(&mut self, ttl: Duration) -> Result<bool, LockError> {
         let mut call = RENEW.call();
-        call.key(&self.keys.lock)
-            .key(&self.keys.holder)
-            .arg(self.token.as_str())
-            .arg(millis(ttl));
+        call.key(&self.keys.lock).key(&self.keys.holder);
+        if self.together {
+            call.key(&self.keys.leases).key(&self.keys.holders);
+        }
+        call.arg(self.token.as_str()).arg(millis(ttl));
+        if self.together {
+            call.arg(1);
+        }
         let started = Instant::now();
         let reply: reply::Renew = match self.invoke(&call).await {
-            Err(err) if split::migrating(&err) => return self.renew_split(ttl).await,
+            Err(err) if split::migrating(&err) && !self.together => {
+                return self.renew_split(ttl).await
+            }
             other => other?,
         };
         if !reply.renewed {
@@ -380,7 +400,9 @@ impl Server {
         // One key at a time nothing is recorded: the success may run again
         // (docs/guarantees.md).
         let released = match self.invoke(&call).await {
-            Err(err) if split::migrating(&err) => self.release_split(keep_for).await?,
+            Err(err) if split::migrating(&err) && !self.together => {
+                self.release_split(keep_for).await?
+            }
             other => other?,
         };
         self.in_redis = false;
@@ -419,6 +441,7 @@ impl Server {
             now_us: reply.now_us,
             last_fence: reply.fence,
             done: reply.done,
+            together: reply.together,
             waiters: reply
                 .waiters
                 .iter()
@@ -438,13 +461,22 @@ impl Server {
         self.keys = keys;
     }
 
-    /// Removes the lock whoever holds it, handing it to the first waiter.
-    /// Returns the removed holder record, `None` when there was no lock.
-    pub(super) async fn force_release(&mut self) -> Result<(Option<Holder>, bool), LockError> {
+    /// Removes the lock whoever holds it (or only the holder with token
+    /// `only`), handing what it frees to the first waiters. Returns the
+    /// removed holder records and whether a recorded success was cleared.
+    pub(super) async fn force_release(
+        &mut self,
+        only: Option<&str>,
+    ) -> Result<(Vec<Holder>, bool), LockError> {
         let mut call = FORCE_RELEASE.call();
         self.keys.add_to(&mut call);
+        call.arg(only.unwrap_or(""));
         match self.invoke::<reply::ForceRelease>(&call).await {
-            Err(err) if split::migrating(&err) => Ok((self.force_release_split().await?, false)),
+            // One key at a time, only a holder alone can be removed.
+            Err(err) if split::migrating(&err) && only.is_none() => Ok((
+                self.force_release_split().await?.into_iter().collect(),
+                false,
+            )),
             Ok(reply::ForceRelease(holder, cleared)) => Ok((holder, cleared)),
             Err(err) => Err(err),
         }

@@ -2,9 +2,11 @@
 -- nothing. Unlike the other scripts it lists the whole queue, O(N): an
 -- operator asked for all of it.
 -- KEYS as in queue.lua
--- Returns name-value pairs: {pttl, holder={fields...}, now_us=server time,
+-- Returns name-value pairs: {pttl, holder={fields...}, lease=its token or '', now_us=server time,
 --          fence=last fence or '', waiters={arrival, record, ...} of live
---          waiters in order, done={fields...} of the recorded success},
+--          waiters in order, done={fields...} of the recorded success,
+--          together={{fields...}, ...} of the live runs holding it together,
+--          each with its token and 'left' (ms of its lease)},
 -- or wrong_type's reply (guard.lua) when a key is not lockrun's.
 local wrong = wrong_type(OURS)
 if wrong then
@@ -24,5 +26,17 @@ local pttl = redis.call('PTTL', LEASE)
 local holder = redis.call('HGETALL', HOLDER)
 local fence = redis.call('GET', FENCE) or ''
 local done = redis.call('HGETALL', DONE)
-return {'pttl', pttl, 'holder', holder, 'now_us', int(now_us), 'fence', fence, 'waiters', waiters,
-  'done', done}
+local together = {}
+local leases = redis.call('ZRANGE', LEASES, 0, -1, 'WITHSCORES')
+for i = 1, #leases, 2 do
+  local left = tonumber(leases[i + 1]) - now_ms
+  local record = redis.call('HGET', HOLDERS, leases[i])
+  if left >= 0 and record then
+    local fields = holder_fields(leases[i], record)
+    fields[#fields + 1] = 'left'
+    fields[#fields + 1] = int(left)
+    together[#together + 1] = fields
+  end
+end
+return {'pttl', pttl, 'holder', holder, 'lease', redis.call('GET', LEASE) or '', 'now_us', int(now_us), 'fence', fence, 'waiters', waiters,
+  'done', done, 'together', together}

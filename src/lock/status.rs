@@ -33,11 +33,25 @@ pub(crate) struct Status {
     pub(crate) waiters: Vec<Waiter>,
     /// The success a `--once-per` run recorded for this period.
     pub(crate) done: Option<Done>,
+    /// The runs holding the lock together (`--slots`, `--shared`), each with
+    /// its token and time left; their lease is not `occupancy`.
+    pub(crate) together: Vec<Holder>,
 }
 
 impl Status {
     fn is_held(&self) -> bool {
-        self.occupancy != Occupancy::Free
+        self.occupancy != Occupancy::Free || !self.together.is_empty()
+    }
+
+    /// The number of slots that the holders and waiters agreed on: 1 for a
+    /// run alone or shared; `None` when nobody holds or waits.
+    pub(crate) fn slots(&self) -> Option<u32> {
+        if self.occupancy != Occupancy::Free {
+            return Some(1);
+        }
+        let holder = self.together.first().map(|h| h.slots);
+        let waiter = self.waiters.first().map(|w| w.slots);
+        holder.or(waiter).map(|slots| slots.unwrap_or(1))
     }
 
     /// Whether `self` and `other` show the same acquisition; two holders
@@ -130,6 +144,7 @@ mod tests {
             done: None,
             last_fence: holder.map(|(_, fence)| fence),
             waiters: Vec::new(),
+            together: Vec::new(),
         }
     }
 

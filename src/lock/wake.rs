@@ -9,8 +9,9 @@ use futures_util::StreamExt;
 /// What a waiting run is told on its wake-up channel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Wake {
-    /// A release handed this run the lease, with this fencing token.
-    Granted(u64),
+    /// A release handed this run the lease, with this fencing token (and,
+    /// with `--slots`, this slot).
+    Granted(u64, Option<u32>),
     /// This run is first in line now, and the lease it waits for has this
     /// long left (`None`: no expiry; zero: free now).
     First(Option<Duration>),
@@ -24,7 +25,15 @@ impl Wake {
         // finds out what happened.
         let now = Wake::First(Some(Duration::ZERO));
         match payload.split_once(' ') {
-            Some(("granted", fence)) => fence.parse().map_or(now, Wake::Granted),
+            Some(("granted", grant)) => {
+                let (fence, slot) = match grant.split_once(' ') {
+                    Some((fence, slot)) => (fence, slot.parse().ok()),
+                    None => (grant, None),
+                };
+                fence
+                    .parse()
+                    .map_or(now, |fence| Wake::Granted(fence, slot))
+            }
             Some(("first", pttl)) => match pttl.parse::<i64>() {
                 Ok(-1) => Wake::First(None),
                 Ok(ms) => Wake::First(Some(Duration::from_millis(
@@ -63,8 +72,9 @@ mod tests {
     fn wake_messages_parse_and_anything_else_means_look_now() {
         assert_eq!(
             Wake::parse("granted 1732924800123456"),
-            Wake::Granted(1_732_924_800_123_456)
+            Wake::Granted(1_732_924_800_123_456, None)
         );
+        assert_eq!(Wake::parse("granted 17 2"), Wake::Granted(17, Some(2)));
         assert_eq!(
             Wake::parse("first 1500"),
             Wake::First(Some(Duration::from_millis(1500)))

@@ -173,6 +173,7 @@ impl Server {
                         .map(Duration::from_millis),
                     holder: holder.ok().and_then(|found| found.holder),
                     waiting: 0,
+                    holding: 0,
                 };
                 return Ok((Attempt::Busy(busy), Self::written(&lease, started)));
             }
@@ -189,7 +190,14 @@ impl Server {
             _ => self.grant_split(&ttl, me).await?,
         };
         let written = Self::written(&lease, started);
-        Ok((Attempt::Acquired(Grant { fence, sent }), written))
+        Ok((
+            Attempt::Acquired(Grant {
+                fence,
+                sent,
+                slot: None,
+            }),
+            written,
+        ))
     }
 
     /// The next fencing token and the holder record, for a lease just taken.
@@ -213,8 +221,9 @@ impl Server {
             now_us: lease.now_us,
             fence: fence.fence,
             waiters: Vec::new(),
-            // Not read one key at a time: status leaves it out meanwhile.
+            // Not read one key at a time: status leaves them out meanwhile.
             done: None,
+            together: Vec::new(),
         })
     }
 
