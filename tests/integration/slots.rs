@@ -268,7 +268,7 @@ fn slots_mismatched_n_exits_64_names_both_numbers_and_changes_nothing() {
         assert_eq!(ran.code, Some(64), "{args:?}: {}", ran.stderr);
         let line = ran.one_line();
         assert!(
-            line.contains(&format!("'{NAME}'")) && line.contains("--slots 5"),
+            line.contains(NAME) && line.contains("--slots 5"),
             "{args:?}: {line}"
         );
         if args.first() == Some(&"--slots") {

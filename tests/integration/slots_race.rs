@@ -32,6 +32,10 @@ const TIMING: [&str; 8] = [
 ];
 const TTL: Duration = Duration::from_secs(1);
 
+/// The time between two rounds of faults: lets the runs move on between
+/// them; nothing waits on it.
+const PACE: Duration = Duration::from_millis(350);
+
 /// How long each job stays inside.
 const JOB: &str = "0.5";
 
@@ -80,7 +84,7 @@ fn slots_and_shared_runs_keep_their_limits_while_holders_and_redis_fail() {
         frozen: Vec::new(),
         were_frozen: Vec::new(),
     };
-    for at in 0..24 {
+    for at in 0..32 {
         let key = at % 2;
         let (kind, args): (&str, &[&str]) = match (key, at / 2 % 3) {
             (0, _) => ("slot", &["--slots", "3"]),
@@ -123,7 +127,9 @@ fn slots_and_shared_runs_keep_their_limits_while_holders_and_redis_fail() {
         match pick(6) {
             fault @ 0..=3 => {
                 let key = fault % 2;
+                // Nobody holds that key at the moment: no fault this round.
                 let Some((entry, at)) = race.holder(&dirs, key, pick(3)) else {
+                    std::thread::sleep(PACE);
                     continue;
                 };
                 // Taken out of the log before the signal: from then on, what
@@ -160,8 +166,7 @@ fn slots_and_shared_runs_keep_their_limits_while_holders_and_redis_fail() {
             }
             _ => {}
         }
-        // Pacing: lets the runs move on between faults; nothing waits on it.
-        std::thread::sleep(Duration::from_millis(350));
+        std::thread::sleep(PACE);
     }
     for &(at, _, _) in &race.frozen {
         let _ = kill(race.runs[at].pid(), Signal::SIGCONT);

@@ -129,7 +129,11 @@ impl Server {
     pub(super) fn shared_holder_token(&self, lock: &str, pid: i32) -> Option<String> {
         holder_records(self, &format!("{lock}:holders"))
             .into_iter()
-            .find(|(_, record)| record["pid"].as_i64() == Some(i64::from(pid)))
+            .find(|(_, record)| {
+                // A number, or the decimal digits in a string.
+                let field = &record["pid"];
+                field.as_i64() == Some(i64::from(pid)) || field.as_str() == Some(&pid.to_string())
+            })
             .map(|(token, _)| token)
     }
 
