@@ -186,7 +186,7 @@ impl RunConfig {
             min_hold: bounded_if_given("--min-hold", positive("--min-hold", args.min_hold)?)?,
             once_per: bounded_if_given("--once-per", positive("--once-per", args.once_per)?)?,
             share,
-            slotted: args.slots.is_some(),
+            slotted: args.slots.is_some() && !args.shared,
             timeout: bounded_if_given("--timeout", positive("--timeout", args.timeout)?)?,
             metrics_file: args.metrics_file,
             verbosity,

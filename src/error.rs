@@ -332,7 +332,7 @@ mod tests {
                 acquired_us: finished - 1_000_000,
                 fence: 1,
                 finished_us: Some(finished),
-                replicas_acked: None,
+                ..Holder::default()
             }),
             command: "./invoice.sh".into(),
             waited: None,

@@ -65,11 +65,10 @@ async fn run_steps(
             return Err(err);
         }
     };
-    let mut acquired = Event::info("acquired").with("fencing_token", grant.fence);
-    if config.slotted {
-        acquired = acquired.with("slot", grant.slot.unwrap_or(0));
-    }
-    let acquired = acquired
+    let slot = config.slotted.then(|| grant.slot.unwrap_or(0));
+    let acquired = Event::info("acquired")
+        .with("fencing_token", grant.fence)
+        .with("slot", slot)
         .with_ms("waited_ms", asked.elapsed())
         .with("command_pid", child.group().as_raw());
     report.verbose(
@@ -269,6 +268,7 @@ fn start(config: &RunConfig, grant: Grant) -> Result<(Child, tokio::signal::unix
         Some(grant.fence.to_string().into()),
     ));
     if config.slotted {
+        // `--slots 1` is the lock alone, which has no slot of its own.
         let slot = grant.slot.unwrap_or(0);
         env.push(("LOCKRUN_SLOT", Some(slot.to_string().into())));
     }

@@ -95,6 +95,8 @@ mod tests {
             members: Vec::new(),
             majority_agrees: None,
             done: None,
+            slots: None,
+            holders: Vec::new(),
         }
     }
 
@@ -122,6 +124,8 @@ mod tests {
             queued_at_ms: 0,
             waited_ms: 0,
             supersede: false,
+            shared: false,
+            slots: 1,
         });
         assert!(in_use(&waited));
         assert_eq!(line(&waited), "job: free (last fencing token 7), 1 waiting");

@@ -232,7 +232,7 @@ mod tests {
     #[test]
     fn long_commands_are_truncated() {
         let long = vec![OsString::from("x".repeat(500))];
-        let me = Me::new(&long);
+        let me = Me::new(&long, Share::Alone);
         assert_eq!(me.command.chars().count(), MAX_COMMAND_CHARS);
         assert!(me.command.ends_with("..."));
     }

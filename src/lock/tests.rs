@@ -41,6 +41,7 @@ fn the_most_telling_answer_shows_a_holder() {
     let grant = Attempt::Acquired(Grant {
         fence: 1,
         sent: BootInstant::now(),
+        slot: None,
     });
     let found = most_telling(vec![
         Attempt::Busy(taken(false)),
@@ -54,6 +55,7 @@ fn the_most_telling_answer_shows_a_holder() {
     let found = most_telling(vec![Attempt::Acquired(Grant {
         fence: 1,
         sent: BootInstant::now(),
+        slot: None,
     })]);
     assert!(matches!(found, Attempt::Busy(_)), "{found:?}");
 }

@@ -137,6 +137,7 @@ fn busy_event(level: Level, busy: &Busy) -> Event {
         .with("holder", holder)
         .with("lease_left_ms", busy.left.map(ms))
         .with("waiting", busy.waiting)
+        .with("holding", busy.holding)
         .with("waited_ms", busy.waited.map(ms))
         .with("superseded_by", busy.superseded_by.clone())
 }
@@ -226,6 +227,7 @@ mod tests {
             left: Some(Duration::from_millis(1500)),
             holder: None,
             waiting: 2,
+            holding: 0,
             superseded_by: None,
             command: "true".into(),
             waited: None,
@@ -241,6 +243,7 @@ mod tests {
                 "holder",
                 "lease_left_ms",
                 "waiting",
+                "holding",
                 "waited_ms",
                 "superseded_by",
                 "exit_status"

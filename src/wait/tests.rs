@@ -7,7 +7,7 @@ use futures_util::stream::{self, StreamExt};
 
 use super::*;
 use crate::clock::BootInstant;
-use crate::lock::{LockError, Taken};
+use crate::lock::{LockError, Share, Taken};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -43,6 +43,7 @@ impl Says {
             Acquired => Ok(Attempt::Acquired(Grant {
                 fence: 7,
                 sent: BootInstant::now(),
+                slot: None,
             })),
             ShortOfMajority => Err(LockError::Restarted {
                 server: "redis://a".into(),
@@ -108,10 +109,11 @@ impl Contended for Scripted {
         self.wakes.take().map(Ok)
     }
 
-    fn handed_over(&self, fence: u64) -> Option<Grant> {
+    fn handed_over(&self, fence: u64, _slot: Option<u32>) -> Option<Grant> {
         Some(Grant {
             fence,
             sent: BootInstant::now() - self.asked_ago,
+            slot: None,
         })
     }
 
@@ -125,7 +127,7 @@ impl Contended for Scripted {
 }
 
 async fn wait_on(lock: &mut Scripted, wait: Option<Wait>) -> Result<Attempt, LockError> {
-    let me = Me::new(&["job".into()]);
+    let me = Me::new(&["job".into()], Share::Alone);
     let report = Report::default().as_loud_as(crate::report::Verbosity::Quiet);
     acquire(lock, timing(), &me, wait, false, report).await
 }
