@@ -568,3 +568,152 @@ fn slots_2_through_a_cluster_url() {
         cluster.node(owner).slot_holders(NAME).len()
     });
 }
+
+/// The events lockrun wrote with `--log-format json`, one JSON object a line.
+fn json_events(stderr: &str) -> Vec<serde_json::Value> {
+    stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect()
+}
+
+#[test]
+fn slots_acquired_event_says_the_slot() {
+    let redis = Server::start();
+    let _first = slot_holder(&redis, "3", "10s");
+    let ran = redis
+        .lockrun(NAME)
+        .args(["--slots", "3", "--log-format", "json", "-v"])
+        .command(["true"])
+        .run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let events = json_events(&ran.stderr);
+    let acquired = events
+        .iter()
+        .find(|event| event["event"] == "acquired")
+        .unwrap_or_else(|| panic!("no acquired event: {}", ran.stderr));
+    assert_eq!(acquired["slot"], 1, "{acquired}");
+
+    // Without --slots: no slot to tell (absent, or null).
+    let ran = redis
+        .lockrun("plain")
+        .args(["--log-format", "json", "-v"])
+        .command(["true"])
+        .run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let events = json_events(&ran.stderr);
+    let acquired = events
+        .iter()
+        .find(|event| event["event"] == "acquired")
+        .unwrap_or_else(|| panic!("no acquired event: {}", ran.stderr));
+    assert!(acquired["slot"].is_null(), "{acquired}");
+}
+
+#[test]
+fn slots_min_hold_keeps_that_runs_place_only() {
+    let redis = Server::start();
+    let ran = redis
+        .lockrun(NAME)
+        .args(["--slots", "2", "--min-hold", "60s"])
+        .command(["true"])
+        .run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    // Its place is kept, finished; the other one is free.
+    let holders = redis.slot_holders(NAME);
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    let mut other = slot_holder(&redis, "2", "10s");
+    assert_eq!(other.slot(), Some(1), "slot 0 is kept");
+    let busy = redis
+        .lockrun(NAME)
+        .args(["--slots", "2"])
+        .command(["true"])
+        .run();
+    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    let (code, json) = status_json(&redis);
+    assert_eq!(code, Some(0), "{json}");
+    let listed = json["holders"].as_array().expect("holders");
+    let kept = listed
+        .iter()
+        .find(|entry| entry["slot"] == 0)
+        .unwrap_or_else(|| panic!("slot 0 not listed: {json}"));
+    assert!(kept["finished_at_ms"].is_u64(), "{kept}");
+    let live = listed
+        .iter()
+        .find(|entry| entry["slot"] == 1)
+        .unwrap_or_else(|| panic!("slot 1 not listed: {json}"));
+    assert!(live["finished_at_ms"].is_null(), "{live}");
+    finish(&mut other);
+    // Once the live one has left, its place is free again; the kept one stays.
+    let again = redis
+        .lockrun(NAME)
+        .args(["--slots", "2"])
+        .command(["sh", "-c", r#"echo "$LOCKRUN_SLOT""#])
+        .run();
+    assert_eq!(
+        (again.code, again.stdout.trim()),
+        (Some(0), "1"),
+        "{}",
+        again.stderr
+    );
+    let released = redis
+        .lockrun(NAME)
+        .subcommand("release")
+        .arg("--force")
+        .run();
+    assert_eq!(released.code, Some(0), "{}", released.stderr);
+    redis.assert_only_fence(NAME);
+}
+
+#[test]
+fn slots_timeout_stops_the_command_and_frees_its_place() {
+    let redis = Server::start();
+    let mut holder = slot_holder(&redis, "2", "10s");
+    let mut timed = redis
+        .lockrun(NAME)
+        .args(["--slots", "2", "--timeout", "4s"])
+        .command(["sleep", "30"])
+        .stderr(Stdio::null())
+        .spawn();
+    assert!(
+        eventually(PATIENCE, || redis.slot_holders(NAME).len() == 2),
+        "the timed run never took the second slot"
+    );
+    let mut waiter = slot_waiter(&redis, "2", "10s");
+    assert_eq!(timed.wait().code(), Some(124));
+    // The timed-out run's place goes to the waiter.
+    waiter.until_entered();
+    assert_eq!(waiter.slot(), Some(1));
+    finish(&mut holder);
+    finish_waiter(&mut waiter);
+    redis.assert_only_fence(NAME);
+}
+
+#[test]
+fn slots_keys_expire_with_the_latest_lease() {
+    let redis = Server::start();
+    let short = slot_holder(&redis, "2", "3s");
+    let mut long = slot_holder(&redis, "2", "20s");
+    let pttl = |suffix: &str| -> i64 {
+        redis
+            .query(redis::cmd("PTTL").arg(format!("lockrun:{{{NAME}}}:{suffix}")))
+            .expect("PTTL")
+    };
+    // Both new keys last as long as the latest lease, no longer.
+    for suffix in ["leases", "holders"] {
+        let left = pttl(suffix);
+        assert!(left > 3_000 && left <= 20_000, "{suffix}: {left} ms");
+    }
+    let leases = redis.slot_leases(NAME);
+    let latest = leases.values().max().copied().expect("leases");
+    assert_eq!(leases.len(), 2, "{leases:?}");
+    assert!(latest > leases[&short.token], "{leases:?}");
+    finish(&mut long);
+    drop(short);
+    // A dead set of holders leaves nothing behind but the fencing counter.
+    assert!(
+        eventually(PATIENCE, || redis.keys().len() == 1),
+        "left behind: {:?}",
+        redis.keys()
+    );
+    redis.assert_only_fence(NAME);
+}
