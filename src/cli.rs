@@ -121,6 +121,8 @@ pub(crate) enum Action {
 
 /// Flags of `lockrun [OPTIONS] --key NAME -- COMMAND...`.
 #[derive(Debug, Args)]
+// A command line's switches are bools; clap reads each into its own field.
+#[allow(clippy::struct_excessive_bools)]
 pub(crate) struct RunArgs {
     /// Lock name; runs that share it never overlap
     ///
