@@ -310,7 +310,7 @@ fn once_per_and_slots_runs_wait_for_the_slot_to_settle() {
             .key(NAME)
             .args(share)
             .args(["--redis-timeout", "1s"])
-            .touch(&dir.path().join("together"))
+            .touch(dir.path().join("together"))
             .run();
         assert_eq!(together.code, Some(69), "{share:?}: {}", together.stderr);
         together.assert_stderr_has("cluster slot is being migrated");
@@ -321,7 +321,7 @@ fn once_per_and_slots_runs_wait_for_the_slot_to_settle() {
     let settled = Lockrun::via(&url)
         .key(NAME)
         .args(["--slots", "2"])
-        .touch(&dir.path().join("settled"))
+        .touch(dir.path().join("settled"))
         .run();
     assert_eq!(settled.code, Some(0), "{}", settled.stderr);
     let first = once(&dir.path().join("first"));
