@@ -49,7 +49,7 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-k -w -q -v -h -V --key --redis --redis-password-file --redis-ca-file --prefix --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --supersede --busy-exit-code --min-hold --once-per --timeout --metrics-file --quiet --verbose --log-format --help --version status release list"
+            opts="-k -w -q -v -h -V --key --redis --redis-password-file --redis-ca-file --prefix --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --supersede --slots --shared --busy-exit-code --min-hold --once-per --timeout --metrics-file --quiet --verbose --log-format --help --version status release list"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -153,6 +153,13 @@ _lockrun() {
                     return 0
                     ;;
                 -w)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --slots)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -272,7 +279,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__release)
-            opts="-k -h --key --redis --redis-password-file --redis-ca-file --prefix --force --help"
+            opts="-k -h --key --redis --redis-password-file --redis-ca-file --prefix --force --holder --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -330,6 +337,13 @@ _lockrun() {
                     return 0
                     ;;
                 --prefix)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --holder)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace

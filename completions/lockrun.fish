@@ -2,7 +2,7 @@
 # Regenerate with: LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n k/key= redis= redis-password-file= redis-ca-file= prefix= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede busy-exit-code= min-hold= once-per= timeout= metrics-file= q/quiet v/verbose log-format= h/help V/version
+    string join \n k/key= redis= redis-password-file= redis-ca-file= prefix= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede slots= shared busy-exit-code= min-hold= once-per= timeout= metrics-file= q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -39,6 +39,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-timeout -d 'Time 
 complete -c lockrun -n "__fish_lockrun_needs_command" -l replica-acks -d 'Replicas that must have the lease before it counts: N, or all [default: all with redis+sentinel:// and redis+cluster://, else 0]' -r
 complete -c lockrun -n "__fish_lockrun_needs_command" -l kill-grace -d 'Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -s w -l wait -d 'Wait this long for a held lock, or "forever" [default: no wait]' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l slots -d 'Let up to N runs of the key hold it at once, each in its own slot' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l busy-exit-code -d 'Exit status when the lock is busy; 0 skips silently' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the lock at least this long after acquiring it' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l once-per -d 'Run the command at most once per this period: skip it after a success' -r -f
@@ -47,6 +48,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l metrics-file -d 'Keep P
 complete -c lockrun -n "__fish_lockrun_needs_command" -l log-format -d 'How lockrun writes its lines on stderr: text or json' -r -f -a "text\t''
 json\t''"
 complete -c lockrun -n "__fish_lockrun_needs_command" -l supersede -d 'Give up the place in line to a newer run with --supersede'
+complete -c lockrun -n "__fish_lockrun_needs_command" -l shared -d 'Hold the lock together with other --shared runs, as readers do'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s q -l quiet -d 'Print nothing when the lock is busy'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s v -l verbose -d 'Log each acquire, renewal and release to stderr'
 complete -c lockrun -n "__fish_lockrun_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -66,6 +68,7 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis -d 'Re
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l prefix -d 'Prefix of every Redis key' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l holder -d 'Remove only the holder with this token (from lockrun status)' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Really remove a lock that another run may hold'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis -d 'Redis URL' -r -f

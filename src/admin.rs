@@ -336,6 +336,38 @@ fn describe(holder: &Holder) -> String {
 
 fn status_text(json: &StatusJson) -> String {
     let mut text = holder_text(json);
+    members_text(json, &mut text);
+    if let Some(done) = &json.done {
+        let _ = write!(text, "\n  {}", done_text(done));
+    }
+    if !json.waiters.is_empty() {
+        let _ = write!(
+            text,
+            "\n  {} waiting, first come first:",
+            json.waiters.len()
+        );
+    }
+    for (n, w) in json.waiters.iter().enumerate() {
+        let _ = write!(
+            text,
+            "\n  {}. {} pid {}, waiting {}{}: {}",
+            n + 1,
+            w.host,
+            w.pid,
+            show(Duration::from_millis(w.waited_ms)),
+            match (w.supersede, w.shared) {
+                (true, _) => " (--supersede)",
+                (false, true) => " (--shared)",
+                (false, false) => "",
+            },
+            w.command
+        );
+    }
+    text
+}
+
+/// A quorum's members, one line each, after whether a majority agrees.
+fn members_text(json: &StatusJson, text: &mut String) {
     if let Some(agrees) = json.majority_agrees {
         let _ = write!(
             text,
@@ -370,33 +402,6 @@ fn status_text(json: &StatusJson) -> String {
         };
         let _ = write!(text, "\n  {}: {view}", member.redis);
     }
-    if let Some(done) = &json.done {
-        let _ = write!(text, "\n  {}", done_text(done));
-    }
-    if !json.waiters.is_empty() {
-        let _ = write!(
-            text,
-            "\n  {} waiting, first come first:",
-            json.waiters.len()
-        );
-    }
-    for (n, w) in json.waiters.iter().enumerate() {
-        let _ = write!(
-            text,
-            "\n  {}. {} pid {}, waiting {}{}: {}",
-            n + 1,
-            w.host,
-            w.pid,
-            show(Duration::from_millis(w.waited_ms)),
-            match (w.supersede, w.shared) {
-                (true, _) => " (--supersede)",
-                (false, true) => " (--shared)",
-                (false, false) => "",
-            },
-            w.command
-        );
-    }
-    text
 }
 
 /// A recorded success, as `status` and `list` say it.

@@ -238,7 +238,10 @@ local holding = redis.call('ZCARD', LEASES)
 if #holder == 0 and holding > 0 then
   -- The one whose lease runs out first.
   local id = redis.call('ZRANGE', LEASES, 0, 0)[1]
-  holder = holder_fields(id, redis.call('HGET', HOLDERS, id))
+  local record = redis.call('HGET', HOLDERS, id)
+  if record then
+    holder = holder_fields(id, record)
+  end
 end
 if not waits then
   return {'kind', 'busy', 'pttl', pttl, 'waiting', waiting, 'holder', holder,

@@ -196,6 +196,36 @@ fn release_force(server: &Server, user: &str, key: &str) -> Result<(), Broken> {
     for waiter in &mut waiters {
         assert_eq!(waiter.wait().code(), Some(0));
     }
+    // A lock held together: the places freed go to the waiter.
+    let together = format!("{key}-slots");
+    let _holders = [0, 1].map(|_| {
+        server
+            .lockrun(&together)
+            .args(["--slots", "2"])
+            .command(["sleep", "60"])
+            .stderr(Stdio::null())
+            .spawn()
+    });
+    let leases = format!("lockrun:{{{together}}}:leases");
+    let held = eventually(PATIENCE, || {
+        server.query::<usize>(redis::cmd("ZCARD").arg(&leases)) == Ok(2)
+    });
+    assert!(held, "the two --slots 2 holders never held {together}");
+    let mut waiter = server
+        .lockrun(&together)
+        .args(["--slots", "2", "--wait", "30s"])
+        .command(["true"])
+        .stderr(Stdio::null())
+        .spawn();
+    let listening = eventually(PATIENCE, || listening(server, &together) == 1);
+    assert!(listening, "the waiter for the slots never listened in line");
+    let ran = as_user(server, user)
+        .subcommand("release")
+        .key(&together)
+        .arg("--force")
+        .run();
+    check("release --force", &ran, 0)?;
+    assert_eq!(waiter.wait().code(), Some(0));
     Ok(())
 }
 

@@ -282,11 +282,12 @@ fn held_on_the_target(slot: &Move<'_>, url: &str, dir: &Path, fence: u64) -> u64
         .expect("the waiter's fencing token")
 }
 
-/// `--once-per` does not take the lock one key at a time, which could not
-/// check the recorded success atomically with the grant: while the slot is
-/// half-way it is refused as any TRYAGAIN is (69), and runs once it settles.
+/// `--once-per`, `--slots` and `--shared` do not take the lock one key at a
+/// time, which could neither check the recorded success atomically with
+/// the grant nor count the holders: while the slot is half-way they are
+/// refused as any TRYAGAIN is (69), and run once it settles.
 #[test]
-fn a_once_per_run_waits_for_the_slot_to_settle() {
+fn once_per_and_slots_runs_wait_for_the_slot_to_settle() {
     let cluster = Cluster::start();
     let url = cluster.url_via(&cluster.primaries());
     let dir = scratch();
@@ -304,8 +305,25 @@ fn a_once_per_run_waits_for_the_slot_to_settle() {
     assert_eq!(refused.code, Some(69), "{}", refused.stderr);
     refused.assert_stderr_has("cluster slot is being migrated");
     assert!(!dir.path().join("refused").exists(), "ran mid-migration");
+    for share in [&["--slots", "2"][..], &["--shared"]] {
+        let together = Lockrun::via(&url)
+            .key(NAME)
+            .args(share)
+            .args(["--redis-timeout", "1s"])
+            .touch(dir.path().join("together"))
+            .run();
+        assert_eq!(together.code, Some(69), "{share:?}: {}", together.stderr);
+        together.assert_stderr_has("cluster slot is being migrated");
+        assert!(!dir.path().join("together").exists(), "ran mid-migration");
+    }
     slot.keys(&[FENCE]);
     slot.finish();
+    let settled = Lockrun::via(&url)
+        .key(NAME)
+        .args(["--slots", "2"])
+        .touch(dir.path().join("settled"))
+        .run();
+    assert_eq!(settled.code, Some(0), "{}", settled.stderr);
     let first = once(&dir.path().join("first"));
     assert_eq!(first.code, Some(0), "{}", first.stderr);
     assert!(dir.path().join("first").exists());

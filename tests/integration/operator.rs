@@ -42,11 +42,13 @@ fn status_reports_holder_and_free_lock() {
             "done",
             "held",
             "holder",
+            "holders",
             "key",
             "last_fencing_token",
             "redis_key",
             "redis_node",
             "replicas_acknowledged",
+            "slots",
             "ttl_left_ms",
             "waiters"
         ]
