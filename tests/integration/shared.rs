@@ -37,6 +37,12 @@ fn waiter(redis: &Server, shared: bool) -> Waiter {
         .wait_in_line(redis, NAME)
 }
 
+fn status_json(redis: &Server) -> serde_json::Value {
+    let ran = redis.lockrun(NAME).subcommand("status").arg("--json").run();
+    assert_eq!(ran.code, Some(0), "held: {}", ran.stderr);
+    serde_json::from_str(&ran.stdout).expect("JSON")
+}
+
 #[track_caller]
 fn finish(holder: &mut Holder) {
     holder.go();
@@ -71,9 +77,7 @@ fn shared_runs_hold_the_key_together() {
     assert_eq!(busy.stderr.lines().count(), 1, "{}", busy.stderr);
     assert!(!dir.path().join("ran").exists());
 
-    let ran = redis.lockrun(NAME).subcommand("status").arg("--json").run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("JSON");
+    let json = status_json(&redis);
     assert_eq!(json["held"], true, "{json}");
     assert_eq!(json["slots"], 1, "{json}");
     assert!(json["holder"].is_null(), "{json}");
@@ -111,6 +115,15 @@ fn shared_an_exclusive_run_waits_for_every_shared_holder_and_then_runs_alone() {
     let mut late = waiter(&redis, true);
     assert_eq!(redis.in_line(NAME), 2);
     assert!(!exclusive.entered() && !late.entered());
+    let json = status_json(&redis);
+    let kinds: Vec<(&serde_json::Value, &serde_json::Value)> = json["waiters"]
+        .as_array()
+        .expect("waiters")
+        .iter()
+        .map(|w| (&w["shared"], &w["slots"]))
+        .collect();
+    let (yes, no, one) = (true.into(), false.into(), 1.into());
+    assert_eq!(kinds, [(&no, &one), (&yes, &one)], "{json}");
 
     finish(&mut first);
     assert!(
@@ -127,6 +140,16 @@ fn shared_an_exclusive_run_waits_for_every_shared_holder_and_then_runs_alone() {
     assert!(redis.is_locked(NAME), "the exclusive lease");
     assert!(redis.slot_holders(NAME).is_empty());
     assert!(!late.entered(), "entered beside the exclusive run");
+    // The exclusive holder is `holder`, and one of `holders` too.
+    let json = status_json(&redis);
+    let token = redis.lock_value(NAME).expect("the exclusive lease");
+    assert_eq!(json["holder"]["fencing_token"], exclusive.fence(), "{json}");
+    let listed = json["holders"].as_array().expect("holders");
+    assert_eq!(listed.len(), 1, "{json}");
+    assert_eq!(listed[0]["token"], token.as_str(), "{json}");
+    assert_eq!(listed[0]["shared"], false, "{json}");
+    assert!(listed[0]["slot"].is_null(), "{json}");
+    assert_eq!(listed[0]["fencing_token"], exclusive.fence(), "{json}");
     let busy = redis.lockrun(NAME).arg("--shared").command(["true"]).run();
     assert_eq!(busy.code, Some(75), "{}", busy.stderr);
 
