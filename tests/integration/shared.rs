@@ -43,18 +43,6 @@ fn status_json(redis: &Server) -> serde_json::Value {
     serde_json::from_str(&ran.stdout).expect("JSON")
 }
 
-#[track_caller]
-fn finish(holder: &mut Holder) {
-    holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
-}
-
-#[track_caller]
-fn finish_waiter(waiter: &mut Waiter) {
-    waiter.go();
-    assert_eq!(waiter.run.wait().code(), Some(0), "{}", waiter.stderr());
-}
-
 #[test]
 fn shared_runs_hold_the_key_together() {
     let redis = Server::start();
@@ -99,7 +87,7 @@ fn shared_runs_hold_the_key_together() {
     }
 
     for holder in &mut holders {
-        finish(holder);
+        holder.finish();
     }
     redis.assert_only_fence(NAME);
 }
@@ -125,7 +113,7 @@ fn shared_an_exclusive_run_waits_for_every_shared_holder_and_then_runs_alone() {
     let (yes, no, one) = (true.into(), false.into(), 1.into());
     assert_eq!(kinds, [(&no, &one), (&yes, &one)], "{json}");
 
-    finish(&mut first);
+    first.finish();
     assert!(
         eventually(PATIENCE, || redis.slot_holders(NAME).len() == 1),
         "the first shared holder's place stayed"
@@ -133,7 +121,7 @@ fn shared_an_exclusive_run_waits_for_every_shared_holder_and_then_runs_alone() {
     assert!(!exclusive.entered(), "entered beside a shared holder");
     assert!(!late.entered(), "overtook the exclusive run");
 
-    finish(&mut second);
+    second.finish();
     exclusive.until_entered();
     assert!(exclusive.slot().is_none());
     assert!(exclusive.fence() > second.fence());
@@ -153,10 +141,10 @@ fn shared_an_exclusive_run_waits_for_every_shared_holder_and_then_runs_alone() {
     let busy = redis.lockrun(NAME).arg("--shared").command(["true"]).run();
     assert_eq!(busy.code, Some(75), "{}", busy.stderr);
 
-    finish_waiter(&mut exclusive);
+    exclusive.finish();
     late.until_entered();
     assert!(late.fence() > exclusive.fence());
-    finish_waiter(&mut late);
+    late.finish();
     redis.assert_only_fence(NAME);
 }
 
@@ -246,13 +234,13 @@ fn shared_waiters_at_the_head_of_the_line_are_admitted_together() {
     assert_eq!(redis.in_line(NAME), 1);
 
     for waiter in &mut group[..2] {
-        finish_waiter(waiter);
+        waiter.finish();
     }
     assert!(!next.entered(), "entered beside the last shared run");
-    finish_waiter(&mut group[2]);
+    group[2].finish();
     next.until_entered();
     assert!(next.fence() > fences[2]);
-    finish_waiter(&mut next);
+    next.finish();
     redis.assert_only_fence(NAME);
 }
 
@@ -290,6 +278,6 @@ fn shared_and_exclusive_release_force_frees_every_holder() {
     );
     // The freed key goes to the waiting exclusive run.
     exclusive.until_entered();
-    finish_waiter(&mut exclusive);
+    exclusive.finish();
     redis.assert_only_fence(NAME);
 }

@@ -29,19 +29,6 @@ fn slot_waiter(redis: &Server, n: &str, ttl: &str) -> Waiter {
         .wait_in_line(redis, NAME)
 }
 
-/// Ends `holder` with `go` and checks that it exited 0.
-#[track_caller]
-fn finish(holder: &mut Holder) {
-    holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
-}
-
-#[track_caller]
-fn finish_waiter(waiter: &mut Waiter) {
-    waiter.go();
-    assert_eq!(waiter.run.wait().code(), Some(0), "{}", waiter.stderr());
-}
-
 #[test]
 fn ten_runs_on_three_slots_never_more_than_three_inside() {
     let redis = Server::start();
@@ -111,7 +98,7 @@ fn slots_go_to_waiters_in_arrival_order_each_taking_the_place_freed() {
         assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
     }
     for waiter in &mut waiters {
-        finish_waiter(waiter);
+        waiter.finish();
     }
     redis.assert_only_fence(NAME);
 }
@@ -144,12 +131,12 @@ fn slots_place_of_a_sigkilled_holder_goes_to_the_next_waiter() {
     assert!(tokens.contains(&holders[0].token) && tokens.contains(&holders[2].token));
     assert_eq!(tokens.len(), 3, "{tokens:?}");
 
-    finish(&mut holders[0]);
+    holders[0].finish();
     later.until_entered();
     assert_eq!(later.slot(), Some(0));
-    finish(&mut holders[2]);
-    finish_waiter(&mut waiter);
-    finish_waiter(&mut later);
+    holders[2].finish();
+    waiter.finish();
+    later.finish();
     redis.assert_only_fence(NAME);
 }
 
@@ -191,9 +178,9 @@ fn slots_holder_paused_past_its_ttl_loses_its_place_and_its_command_is_stopped()
     assert!(!tokens.contains(&holders[2].token));
     assert!(holders[0].run.running() && holders[1].run.running());
 
-    finish(&mut holders[0]);
-    finish(&mut holders[1]);
-    finish_waiter(&mut waiter);
+    holders[0].finish();
+    holders[1].finish();
+    waiter.finish();
     redis.assert_only_fence(NAME);
 }
 
@@ -244,7 +231,7 @@ fn slots_a_full_house_is_busy_without_wait() {
     assert_eq!(ran.stderr.lines().count(), 1, "{}", ran.stderr);
     assert!(!dir.path().join("ran").exists());
     for holder in &mut holders {
-        finish(holder);
+        holder.finish();
     }
     redis.assert_only_fence(NAME);
 }
@@ -282,7 +269,7 @@ fn slots_mismatched_n_exits_64_names_both_numbers_and_changes_nothing() {
         assert!(!marker.exists(), "{args:?}: the command ran");
         assert_eq!(redis.snapshot(), before, "{args:?} changed Redis");
     }
-    finish(&mut holder);
+    holder.finish();
 
     // While a plain run holds and another waits, N is 1.
     let mut plain = redis.lockrun(NAME).args(["--ttl", "60s"]).hold_slot();
@@ -303,9 +290,9 @@ fn slots_mismatched_n_exits_64_names_both_numbers_and_changes_nothing() {
         "{line}"
     );
     assert_eq!(redis.snapshot(), before, "the refused run changed Redis");
-    finish(&mut plain);
+    plain.finish();
     waiting.until_entered();
-    finish_waiter(&mut waiting);
+    waiting.finish();
 
     // Once nobody holds or waits, a new N takes effect.
     redis.assert_only_fence(NAME);
@@ -313,7 +300,7 @@ fn slots_mismatched_n_exits_64_names_both_numbers_and_changes_nothing() {
     let slots: BTreeSet<Option<u32>> = holders.iter().map(Holder::slot).collect();
     assert_eq!(slots, BTreeSet::from([Some(0), Some(1), Some(2)]));
     for mut holder in holders {
-        finish(&mut holder);
+        holder.finish();
     }
     assert!(!marker.exists(), "a refused run ran its command");
 }
@@ -540,8 +527,8 @@ fn two_slots_via(url: &str, holders: impl Fn() -> usize) {
     waiter.until_entered();
     assert_eq!(waiter.slot(), first.slot());
     assert!(waiter.fence() > second.fence());
-    finish(&mut second);
-    finish_waiter(&mut waiter);
+    second.finish();
+    waiter.finish();
     assert!(
         eventually(PATIENCE, || holders() == 0),
         "holders left behind"
@@ -642,7 +629,7 @@ fn slots_min_hold_keeps_that_runs_place_only() {
         .find(|entry| entry["slot"] == 1)
         .unwrap_or_else(|| panic!("slot 1 not listed: {json}"));
     assert!(live["finished_at_ms"].is_null(), "{live}");
-    finish(&mut other);
+    other.finish();
     // Once the live one has left, its place is free again; the kept one stays.
     let again = redis
         .lockrun(NAME)
@@ -683,8 +670,8 @@ fn slots_timeout_stops_the_command_and_frees_its_place() {
     // The timed-out run's place goes to the waiter.
     waiter.until_entered();
     assert_eq!(waiter.slot(), Some(1));
-    finish(&mut holder);
-    finish_waiter(&mut waiter);
+    holder.finish();
+    waiter.finish();
     redis.assert_only_fence(NAME);
 }
 
@@ -707,7 +694,7 @@ fn slots_keys_expire_with_the_latest_lease() {
     let latest = leases.values().max().copied().expect("leases");
     assert_eq!(leases.len(), 2, "{leases:?}");
     assert!(latest > leases[&short.token], "{leases:?}");
-    finish(&mut long);
+    long.finish();
     drop(short);
     // A dead set of holders leaves nothing behind but the fencing counter.
     assert!(

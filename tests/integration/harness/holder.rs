@@ -137,6 +137,13 @@ impl Holder {
         std::fs::write(self.dir.path().join("go"), "").expect("write go");
     }
 
+    /// `go`, then checks that lockrun exited 0.
+    #[track_caller]
+    pub fn finish(&mut self) {
+        self.go();
+        assert_eq!(self.run.wait().code(), Some(0), "{}", self.stderr());
+    }
+
     /// What lockrun has written to its stderr so far.
     pub fn stderr(&self) -> String {
         read_log(&self.dir.path().join("stderr"))

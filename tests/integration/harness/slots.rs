@@ -91,6 +91,13 @@ impl Waiter {
     pub fn stderr(&self) -> String {
         read_log(&self.dir.path().join("stderr"))
     }
+
+    /// `go`, then checks that lockrun exited 0.
+    #[track_caller]
+    pub fn finish(&mut self) {
+        self.go();
+        assert_eq!(self.run.wait().code(), Some(0), "{}", self.stderr());
+    }
 }
 
 /// The `LOCKRUN_SLOT` that `HOLD_SLOT_UNTIL_GO` wrote in `dir`, once it is
