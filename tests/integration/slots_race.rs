@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 
 use crate::harness::*;
 
-/// The two keys, the inside log of each, and the limit each keeps.
+/// The two keys and the limit each keeps; each has an inside log of its own.
 const KEYS: [(&str, Limit); 2] = [
     ("wave", Limit::Slots(3)),
     ("data", Limit::SharedOrExclusive),
@@ -41,8 +41,6 @@ const JOB: &str = "0.5";
 
 struct Race {
     runs: Vec<Running>,
-    /// For each run, the key it is on (an index into `KEYS`).
-    keys: Vec<usize>,
     /// Runs the test SIGKILLed: they end without a status.
     killed: Vec<usize>,
     /// Runs the test froze, with their commands, until when.
@@ -79,7 +77,6 @@ fn slots_and_shared_runs_keep_their_limits_while_holders_and_redis_fail() {
     let dirs: Vec<&Path> = scratch_dirs.iter().map(|d| d.path()).collect();
     let mut race = Race {
         runs: Vec::new(),
-        keys: Vec::new(),
         killed: Vec::new(),
         frozen: Vec::new(),
         were_frozen: Vec::new(),
@@ -100,7 +97,6 @@ fn slots_and_shared_runs_keep_their_limits_while_holders_and_redis_fail() {
                 .stderr(Stdio::null())
                 .spawn(),
         );
-        race.keys.push(key);
     }
 
     // A small deterministic shuffle, as in the quorum race: the faults
