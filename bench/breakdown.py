@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Where one `lockrun -- true` spends its time, step by step.
+
+Run through bench/breakdown.sh, which builds lockrun first; or directly:
+
+    python3 bench/breakdown.py --lockrun target/release/lockrun [--runs 30]
+
+Starts a throwaway redis-server on a unix socket in a temporary directory
+(never the Redis on 6379), runs `lockrun --redis unix://... --key K -- true`
+and reports, each as a median over the runs:
+
+1. steps: strace -f -ttt, stopping only on a dozen system calls that mark
+   the steps (--seccomp-bpf: the other calls run at full speed), so that the
+   tracing adds only a few stops per run:
+     exec          execve of lockrun, in the kernel
+     loader        execve returned -> Rust's runtime starts (the poll() on
+                   fds 0-2 that std makes first): ld.so and libc start-up
+     std + args    -> the async runtime is built (epoll_create1): std's own
+                   start-up, argument parsing, settings
+     runtime       -> the Redis socket is opened: runtime, signal handlers,
+                   token
+     connect       -> the first command is written to Redis
+     acquire       -> its reply is read
+     to spawn      -> the command is cloned (fork or vfork)
+     spawn         -> the command's execve succeeded (in the child)
+     child runs    -> the command exits (`true`)
+     exit noticed  -> lockrun reaps it (wait4/waitid)
+     release       -> the release is written, and -> its reply is read
+     exit          -> lockrun's exit_group
+   Stopping at a traced call costs tens of microseconds, so each step is
+   longer than untraced; "wall" below is the untraced figure.
+2. wall, CPU time and page faults per run, untraced: perf stat (software
+   counters), lockrun alone (--no-inherit) and with its child;
+3. instructions per run of lockrun alone (its child not counted):
+   `perf stat -e instructions:u` where the CPU exposes it, else valgrind's
+   callgrind (deterministic to a few hundred instructions, so that changes
+   of 1 % show through the noise of a shared machine).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TRACED = ("execve,poll,epoll_create1,socket,connect,write,writev,sendto,"
+          "recvfrom,read,clone,clone3,vfork,wait4,waitid,exit_group")
+LINE = re.compile(r"^(\d+)\s+(\d+\.\d+)\s+(.*)$")
+CALL = re.compile(r"^(?:<\.\.\. )?(\w+)(?: resumed>|\()(.*)\)\s+=\s+(-?\d+|\?)(?:\s.*)?$")
+TOOK = re.compile(r"<(\d+\.\d+)>$")
+
+
+def start_redis(work):
+    sock = os.path.join(work, "redis.sock")
+    proc = subprocess.Popen(
+        ["redis-server", "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
+         "--save", "", "--appendonly", "no", "--dir", work],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sock)
+            s.sendall(b"PING\r\n")
+            if s.recv(16).startswith(b"+PONG"):
+                return proc, sock
+        except OSError:
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    sys.exit("breakdown: redis-server did not start")
+
+
+def parse_trace(path, lockrun):
+    """The step marks of one traced run, in ms since lockrun's execve."""
+    events = []  # (pid, start, end, name, args, ret); resumed calls at their end
+    with open(path) as f:
+        for raw in f:
+            m = LINE.match(raw.rstrip())
+            if not m or m.group(3).endswith("<unfinished ...>"):
+                continue
+            pid, t, rest = int(m.group(1)), float(m.group(2)), m.group(3)
+            c = CALL.match(rest)
+            if c:
+                took = TOOK.search(rest)
+                end = t + float(took.group(1)) if took else t
+                events.append((pid, t, end, c.group(1), c.group(2), c.group(3)))
+    first = next(e for e in events if e[3] == "execve" and e[4].startswith(f'"{lockrun}"'))
+    me = first[0]
+    mine = [e for e in events if e[0] == me]
+
+    def after(t, pred, among=mine):
+        return next(e for e in among if e[1] >= t and pred(e))
+
+    marks = {"exec": first[1], "loader": first[2]}
+    marks["std + args"] = after(first[2], lambda e: e[3] == "poll")[1]
+    marks["runtime"] = after(first[2], lambda e: e[3] == "epoll_create1")[1]
+    connect = after(marks["runtime"], lambda e: e[3] == "connect")
+    fd = connect[4].split(",")[0] + ","
+    marks["connect"] = after(marks["runtime"], lambda e: e[3] == "socket")[1]
+
+    def sent(e):
+        return e[3] in ("writev", "write", "sendto") and e[4].startswith(fd)
+
+    def read(e):
+        return e[3] in ("recvfrom", "read") and e[4].startswith(fd) and e[5] not in ("?", "-1", "0")
+
+    marks["acquire"] = after(connect[1], sent)[1]
+    marks["to spawn"] = after(marks["acquire"], read)[1]
+    spawn = after(marks["to spawn"], lambda e: e[3] in ("clone", "clone3", "vfork"))
+    child = int(spawn[5])
+    marks["spawn"] = spawn[1]
+    ran = after(spawn[1], lambda e: e[0] == child and e[3] == "execve" and e[5] == "0", events)
+    marks["child runs"] = ran[2]
+    marks["exit noticed"] = after(ran[2], lambda e: e[0] == child and e[3] == "exit_group", events)[1]
+    marks["release"] = after(spawn[1], lambda e: e[3] in ("wait4", "waitid") and e[5] == str(child))[2]
+    marks["exit"] = after(after(marks["release"], sent)[1], read)[1]
+    marks["end"] = after(marks["exit"], lambda e: e[3] == "exit_group")[1]
+    return {k: (v - first[1]) * 1000 for k, v in marks.items()}
+
+
+def steps(args, sock, work):
+    trace = os.path.join(work, "trace")
+    runs = []
+    for i in range(args.runs):
+        cmd = ["strace", "-f", "-ttt", "-T", "--seccomp-bpf", "-e", "trace=" + TRACED, "-o", trace,
+               args.lockrun, "--redis", "unix://" + sock, "--key", f"breakdown-{i}", "--", "true"]
+        subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL)
+        runs.append(parse_trace(trace, args.lockrun))
+    names = list(runs[0])
+    print(f"steps, median of {args.runs} traced runs (ms since lockrun's execve; step = to the next mark)")
+    print("| step | starts at | takes |")
+    print("|---|---:|---:|")
+    for here, there in zip(names, names[1:]):
+        at = statistics.median(r[here] for r in runs)
+        took = statistics.median(r[there] - r[here] for r in runs)
+        print(f"| {here} | {at:.3f} | {took:.3f} |")
+    print(f"| (traced total) | | {statistics.median(r['end'] for r in runs):.3f} |")
+
+
+def perf_stat(args, sock, inherit):
+    cmd = ["perf", "stat", "-x", ",", "-r", str(args.runs), "-e", "task-clock,page-faults"]
+    if not inherit:
+        cmd.append("--no-inherit")
+    cmd += [args.lockrun, "--redis", "unix://" + sock, "--key", "breakdown", "--", "true"]
+    out = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL).stderr
+    vals = {}
+    for line in out.splitlines():
+        f = line.split(",")
+        if len(f) > 2 and f[0] and f[0][0].isdigit():
+            vals[f[2]] = float(f[0])
+    return vals
+
+
+def wall(args, sock):
+    times = []
+    for _ in range(args.runs):
+        t = time.perf_counter()
+        subprocess.run([args.lockrun, "--redis", "unix://" + sock, "--key", "breakdown", "--", "true"],
+                       check=True, stdin=subprocess.DEVNULL)
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
+def instructions(args, sock):
+    cmd = [args.lockrun, "--redis", "unix://" + sock, "--key", "breakdown", "--", "true"]
+    out = ""
+    if shutil.which("perf"):
+        out = subprocess.run(["perf", "stat", "-x", ",", "--no-inherit", "-e", "instructions:u"] + cmd,
+                             capture_output=True, text=True).stderr
+    for line in out.splitlines():
+        f = line.split(",")
+        if len(f) > 2 and "instructions" in f[2] and f[0].isdigit():
+            return int(f[0]), "perf stat -e instructions:u"
+    if not shutil.which("valgrind"):
+        return None, "neither perf's instructions counter nor valgrind here"
+    counts = []
+    for _ in range(3):
+        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + cmd,
+                             capture_output=True, text=True).stderr
+        counts += [int(m.replace(",", "")) for m in re.findall(r"Collected : ([\d,]+)", out)]
+    return int(statistics.median(counts)), "valgrind --tool=callgrind, median of 3"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lockrun", required=True)
+    p.add_argument("--runs", type=int, default=30)
+    args = p.parse_args()
+    args.lockrun = os.path.abspath(args.lockrun)
+    with tempfile.TemporaryDirectory(prefix="lockrun-breakdown.") as work:
+        redis, sock = start_redis(work)
+        try:
+            if shutil.which("strace"):
+                steps(args, sock, work)
+            else:
+                print("steps: strace is not installed (apt-get install strace)")
+            print(f"\nwall, untraced, median of {args.runs}: {wall(args, sock):.3f} ms")
+            if shutil.which("perf"):
+                alone, both = perf_stat(args, sock, False), perf_stat(args, sock, True)
+                print(f"CPU time (task-clock), mean: lockrun {alone.get('task-clock', 0):.3f} ms, "
+                      f"with its child {both.get('task-clock', 0):.3f} ms")
+                print(f"page faults, mean: lockrun {alone.get('page-faults', 0):.0f}, "
+                      f"with its child {both.get('page-faults', 0):.0f}")
+            count, how = instructions(args, sock)
+            print(f"instructions per run, lockrun alone: {count:,} ({how})" if count else f"instructions: {how}")
+        finally:
+            redis.terminate()
+            redis.wait()
+
+
+if __name__ == "__main__":
+    main()
