@@ -9,9 +9,9 @@ Starts a throwaway redis-server on a unix socket in a temporary directory
 (never the Redis on 6379), runs `lockrun --redis unix://... --key K -- true`
 and reports, each as a median over the runs:
 
-1. steps: strace -f -ttt, stopping only on a dozen system calls that mark
-   the steps (--seccomp-bpf: the other calls run at full speed), so that the
-   tracing adds only a few stops per run:
+1. steps: perf trace (no ptrace stops: the traced processes run on), on
+   a dozen system calls that mark the steps; perf itself competes for the
+   CPU, so each step is longer than untraced ("wall" below is untraced):
      exec          execve of lockrun, in the kernel
      loader        execve returned -> Rust's runtime starts (the poll() on
                    fds 0-2 that std makes first): ld.so and libc start-up
@@ -22,13 +22,11 @@ and reports, each as a median over the runs:
      connect       -> the first command is written to Redis
      acquire       -> its reply is read
      to spawn      -> the command is cloned (fork or vfork)
-     spawn         -> the command's execve succeeded (in the child)
-     child runs    -> the command exits (`true`)
+     spawn         -> the command's execve succeeded
+     child runs    -> the command (`true`) exits
      exit noticed  -> lockrun reaps it (wait4/waitid)
      release       -> the release is written, and -> its reply is read
      exit          -> lockrun's exit_group
-   Stopping at a traced call costs tens of microseconds, so each step is
-   longer than untraced; "wall" below is the untraced figure.
 2. wall, CPU time and page faults per run, untraced: perf stat (software
    counters), lockrun alone (--no-inherit) and with its child;
 3. instructions per run of lockrun alone (its child not counted):
@@ -50,9 +48,11 @@ import time
 
 TRACED = ("execve,poll,epoll_create1,socket,connect,write,writev,sendto,"
           "recvfrom,read,clone,clone3,vfork,wait4,waitid,exit_group")
-LINE = re.compile(r"^(\d+)\s+(\d+\.\d+)\s+(.*)$")
-CALL = re.compile(r"^(?:<\.\.\. )?(\w+)(?: resumed>|\()(.*)\)\s+=\s+(-?\d+|\?)(?:\s.*)?$")
-TOOK = re.compile(r"<(\d+\.\d+)>$")
+# perf trace's lines: "START ( DURATION ms): COMM/PID CALL(ARGS) = RET", or
+# "... [continued]: CALL()) = RET" for a call other lines cut in two.
+LINE = re.compile(r"^\s*([\d.]+) \(\s*(?:([\d.]+) ms)?\s*\): (\S+)/(\d+) (.*)$")
+CALL = re.compile(r"^\s*(?:\.\.\. \[continued\]: )?(\w+)\((.*)\)\s+=\s*(\S*)")
+FD = re.compile(r"^fd: (\d+)")
 
 
 def start_redis(work):
@@ -77,19 +77,21 @@ def start_redis(work):
 
 def parse_trace(path, lockrun):
     """The step marks of one traced run, in ms since lockrun's execve."""
-    events = []  # (pid, start, end, name, args, ret); resumed calls at their end
+    events = []  # (pid, start, end, name, args, ret, comm)
     with open(path) as f:
         for raw in f:
             m = LINE.match(raw.rstrip())
-            if not m or m.group(3).endswith("<unfinished ...>"):
+            if not m or m.group(5).endswith("..."):
                 continue
-            pid, t, rest = int(m.group(1)), float(m.group(2)), m.group(3)
-            c = CALL.match(rest)
+            c = CALL.match(m.group(5))
             if c:
-                took = TOOK.search(rest)
-                end = t + float(took.group(1)) if took else t
-                events.append((pid, t, end, c.group(1), c.group(2), c.group(3)))
-    first = next(e for e in events if e[3] == "execve" and e[4].startswith(f'"{lockrun}"'))
+                start = float(m.group(1))
+                end = start + float(m.group(2) or 0)
+                events.append((int(m.group(4)), start, end, c.group(1), c.group(2), c.group(3),
+                               m.group(3)))
+    events.sort(key=lambda e: e[1])
+    name = os.path.basename(lockrun)[:15]
+    first = next(e for e in events if e[3] == "execve" and e[5] == "0" and e[6] == name)
     me = first[0]
     mine = [e for e in events if e[0] == me]
 
@@ -100,14 +102,18 @@ def parse_trace(path, lockrun):
     marks["std + args"] = after(first[2], lambda e: e[3] == "poll")[1]
     marks["runtime"] = after(first[2], lambda e: e[3] == "epoll_create1")[1]
     connect = after(marks["runtime"], lambda e: e[3] == "connect")
-    fd = connect[4].split(",")[0] + ","
+    fd = FD.match(connect[4]).group(1)
     marks["connect"] = after(marks["runtime"], lambda e: e[3] == "socket")[1]
 
+    def on_redis(e):
+        m = FD.match(e[4])
+        return m is not None and m.group(1) == fd
+
     def sent(e):
-        return e[3] in ("writev", "write", "sendto") and e[4].startswith(fd)
+        return e[3] in ("writev", "write", "sendto") and on_redis(e)
 
     def read(e):
-        return e[3] in ("recvfrom", "read") and e[4].startswith(fd) and e[5] not in ("?", "-1", "0")
+        return e[3] in ("recvfrom", "read") and on_redis(e) and e[5] not in ("", "?", "-1", "0")
 
     marks["acquire"] = after(connect[1], sent)[1]
     marks["to spawn"] = after(marks["acquire"], read)[1]
@@ -117,19 +123,24 @@ def parse_trace(path, lockrun):
     ran = after(spawn[1], lambda e: e[0] == child and e[3] == "execve" and e[5] == "0", events)
     marks["child runs"] = ran[2]
     marks["exit noticed"] = after(ran[2], lambda e: e[0] == child and e[3] == "exit_group", events)[1]
-    marks["release"] = after(spawn[1], lambda e: e[3] in ("wait4", "waitid") and e[5] == str(child))[2]
+    marks["release"] = after(spawn[1], lambda e: e[3] in ("wait4", "waitid")
+                             and e[5] == str(child))[2]
     marks["exit"] = after(after(marks["release"], sent)[1], read)[1]
     marks["end"] = after(marks["exit"], lambda e: e[3] == "exit_group")[1]
-    return {k: (v - first[1]) * 1000 for k, v in marks.items()}
+    return {k: v - first[1] for k, v in marks.items()}
 
 
 def steps(args, sock, work):
     trace = os.path.join(work, "trace")
     runs = []
     for i in range(args.runs):
-        cmd = ["strace", "-f", "-ttt", "-T", "--seccomp-bpf", "-e", "trace=" + TRACED, "-o", trace,
+        cmd = ["perf", "trace", "-e", TRACED, "-o", trace, "--", "env",
                args.lockrun, "--redis", "unix://" + sock, "--key", f"breakdown-{i}", "--", "true"]
-        subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL)
+        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            print(f"steps: perf trace failed (it needs root, or kernel.perf_event_paranoid=-1 "
+                  f"and tracefs): {done.stderr.strip()[:200]}")
+            return
         runs.append(parse_trace(trace, args.lockrun))
     names = list(runs[0])
     print(f"steps, median of {args.runs} traced runs (ms since lockrun's execve; step = to the next mark)")
@@ -195,10 +206,10 @@ def main():
     with tempfile.TemporaryDirectory(prefix="lockrun-breakdown.") as work:
         redis, sock = start_redis(work)
         try:
-            if shutil.which("strace"):
+            if shutil.which("perf"):
                 steps(args, sock, work)
             else:
-                print("steps: strace is not installed (apt-get install strace)")
+                print("steps: perf is not installed (Debian: apt-get install linux-perf)")
             print(f"\nwall, untraced, median of {args.runs}: {wall(args, sock):.3f} ms")
             if shutil.which("perf"):
                 alone, both = perf_stat(args, sock, False), perf_stat(args, sock, True)
