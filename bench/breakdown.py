@@ -4,10 +4,11 @@
 Run through bench/breakdown.sh, which builds lockrun first; or directly:
 
     python3 bench/breakdown.py --lockrun target/release/lockrun [--runs 30]
+    python3 bench/breakdown.py --lockrun old/lockrun --lockrun new/lockrun  # side by side
 
 Starts a throwaway redis-server on a unix socket in a temporary directory
 (never the Redis on 6379), runs `lockrun --redis unix://... --key K -- true`
-and reports, each as a median over the runs:
+and reports, as Markdown tables:
 
 1. steps: perf trace (no ptrace stops: the traced processes run on), on
    a dozen system calls that mark the steps; perf itself competes for the
@@ -39,6 +40,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -130,35 +132,40 @@ def parse_trace(path, lockrun):
     return {k: v - first[1] for k, v in marks.items()}
 
 
+def lockrun_true(binary, sock, key="breakdown"):
+    return [binary, "--redis", "unix://" + sock, "--key", key, "--", "true"]
+
+
 def steps(args, sock, work):
+    """The median of each step, per binary: {binary: [(step, starts at, takes)]}, or None."""
     trace = os.path.join(work, "trace")
-    runs = []
+    runs = {b: [] for b in args.lockrun}
     for i in range(args.runs):
-        cmd = ["perf", "trace", "-e", TRACED, "-o", trace, "--", "env",
-               args.lockrun, "--redis", "unix://" + sock, "--key", f"breakdown-{i}", "--", "true"]
-        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if done.returncode != 0:
-            print(f"steps: perf trace failed (it needs root, or kernel.perf_event_paranoid=-1 "
-                  f"and tracefs): {done.stderr.strip()[:200]}")
-            return
-        runs.append(parse_trace(trace, args.lockrun))
-    names = list(runs[0])
-    print(f"steps, median of {args.runs} traced runs (ms since lockrun's execve; step = to the next mark)")
-    print("| step | starts at | takes |")
-    print("|---|---:|---:|")
-    for here, there in zip(names, names[1:]):
-        at = statistics.median(r[here] for r in runs)
-        took = statistics.median(r[there] - r[here] for r in runs)
-        print(f"| {here} | {at:.3f} | {took:.3f} |")
-    print(f"| (traced total) | | {statistics.median(r['end'] for r in runs):.3f} |")
+        for binary in args.lockrun:  # interleaved, so that load slows each alike
+            cmd = ["perf", "trace", "-e", TRACED, "-o", trace, "--", "env"]
+            done = subprocess.run(cmd + lockrun_true(binary, sock, f"breakdown-{i}"),
+                                  stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if done.returncode != 0:
+                print(f"steps: perf trace failed (it needs root, or kernel.perf_event_paranoid=-1 "
+                      f"and tracefs): {done.stderr.strip()[:200]}\n")
+                return None
+            runs[binary].append(parse_trace(trace, binary))
+    table = {}
+    for binary, marks in runs.items():
+        names = list(marks[0])
+        table[binary] = [(here, statistics.median(r[here] for r in marks),
+                          statistics.median(r[there] - r[here] for r in marks))
+                         for here, there in zip(names, names[1:])]
+        table[binary].append(("(traced total)", 0.0, statistics.median(r["end"] for r in marks)))
+    return table
 
 
-def perf_stat(args, sock, inherit):
+def perf_stat(args, binary, sock, inherit):
     cmd = ["perf", "stat", "-x", ",", "-r", str(args.runs), "-e", "task-clock,page-faults"]
     if not inherit:
         cmd.append("--no-inherit")
-    cmd += [args.lockrun, "--redis", "unix://" + sock, "--key", "breakdown", "--", "true"]
-    out = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL).stderr
+    out = subprocess.run(cmd + lockrun_true(binary, sock), capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL).stderr
     vals = {}
     for line in out.splitlines():
         f = line.split(",")
@@ -168,17 +175,17 @@ def perf_stat(args, sock, inherit):
 
 
 def wall(args, sock):
-    times = []
+    times = {b: [] for b in args.lockrun}
     for _ in range(args.runs):
-        t = time.perf_counter()
-        subprocess.run([args.lockrun, "--redis", "unix://" + sock, "--key", "breakdown", "--", "true"],
-                       check=True, stdin=subprocess.DEVNULL)
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
+        for binary in args.lockrun:
+            t = time.perf_counter()
+            subprocess.run(lockrun_true(binary, sock), check=True, stdin=subprocess.DEVNULL)
+            times[binary].append((time.perf_counter() - t) * 1000)
+    return {b: statistics.median(t) for b, t in times.items()}
 
 
-def instructions(args, sock):
-    cmd = [args.lockrun, "--redis", "unix://" + sock, "--key", "breakdown", "--", "true"]
+def instructions(binary, sock):
+    cmd = lockrun_true(binary, sock)
     out = ""
     if shutil.which("perf"):
         out = subprocess.run(["perf", "stat", "-x", ",", "--no-inherit", "-e", "instructions:u"] + cmd,
@@ -194,31 +201,50 @@ def instructions(args, sock):
         out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + cmd,
                              capture_output=True, text=True).stderr
         counts += [int(m.replace(",", "")) for m in re.findall(r"Collected : ([\d,]+)", out)]
-    return int(statistics.median(counts)), "valgrind --tool=callgrind, median of 3"
+    return int(statistics.median(counts)), "callgrind, median of 3 runs"
+
+
+def report(args, sock, work):
+    names = [os.path.relpath(b) if len(args.lockrun) > 1 else "lockrun" for b in args.lockrun]
+    head = "| | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names)
+    table = steps(args, sock, work) if shutil.which("perf") else None
+    if table:
+        print(f"Steps of one run, perf trace, median of {args.runs} (ms; each starts at its own "
+              f"median, so they need not add up to the total):\n")
+        print(head)
+        for row, (step, _, _) in enumerate(table[args.lockrun[0]]):
+            print(f"| {step} | " + " | ".join(f"{table[b][row][2]:.3f}" for b in args.lockrun) + " |")
+        print()
+    print(f"Untraced, per run of `lockrun --redis unix://... --key K -- true`:\n")
+    print(head)
+    walls = wall(args, sock)
+    print(f"| wall, median of {args.runs} | " + " | ".join(f"{walls[b]:.3f} ms" for b in args.lockrun) + " |")
+    if shutil.which("perf"):
+        for inherit, who in ((False, "lockrun"), (True, "lockrun + `true`")):
+            stats = [perf_stat(args, b, sock, inherit) for b in args.lockrun]
+            print(f"| CPU time (task-clock), {who}, mean | "
+                  + " | ".join(f"{v.get('task-clock', 0):.3f} ms" for v in stats) + " |")
+            print(f"| page faults, {who}, mean | "
+                  + " | ".join(f"{v.get('page-faults', 0):.0f}" for v in stats) + " |")
+    counts = [instructions(b, sock) for b in args.lockrun]
+    print(f"| instructions, lockrun ({counts[0][1]}) | "
+          + " | ".join(f"{c:,}" if c else "?" for c, _ in counts) + " |")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lockrun", required=True)
+    p.add_argument("--lockrun", required=True, action="append",
+                   help="the binary; give it twice to compare two, side by side")
     p.add_argument("--runs", type=int, default=30)
     args = p.parse_args()
-    args.lockrun = os.path.abspath(args.lockrun)
+    args.lockrun = [os.path.abspath(b) for b in args.lockrun]
+    # SIGTERM (bench/run.sh's clean-up) ends this through `finally`, which
+    # stops the redis-server.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="lockrun-breakdown.") as work:
         redis, sock = start_redis(work)
         try:
-            if shutil.which("perf"):
-                steps(args, sock, work)
-            else:
-                print("steps: perf is not installed (Debian: apt-get install linux-perf)")
-            print(f"\nwall, untraced, median of {args.runs}: {wall(args, sock):.3f} ms")
-            if shutil.which("perf"):
-                alone, both = perf_stat(args, sock, False), perf_stat(args, sock, True)
-                print(f"CPU time (task-clock), mean: lockrun {alone.get('task-clock', 0):.3f} ms, "
-                      f"with its child {both.get('task-clock', 0):.3f} ms")
-                print(f"page faults, mean: lockrun {alone.get('page-faults', 0):.0f}, "
-                      f"with its child {both.get('page-faults', 0):.0f}")
-            count, how = instructions(args, sock)
-            print(f"instructions per run, lockrun alone: {count:,} ({how})" if count else f"instructions: {how}")
+            report(args, sock, work)
         finally:
             redis.terminate()
             redis.wait()
