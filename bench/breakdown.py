@@ -140,6 +140,7 @@ def steps(args, sock, work):
     """The median of each step, per binary: {binary: [(step, starts at, takes)]}, or None."""
     trace = os.path.join(work, "trace")
     runs = {b: [] for b in args.lockrun}
+    unread = 0
     for i in range(args.runs):
         for binary in args.lockrun:  # interleaved, so that load slows each alike
             cmd = ["perf", "trace", "-e", TRACED, "-o", trace, "--", "env"]
@@ -149,14 +150,25 @@ def steps(args, sock, work):
                 print(f"steps: perf trace failed (it needs root, or kernel.perf_event_paranoid=-1 "
                       f"and tracefs): {done.stderr.strip()[:200]}\n")
                 return None
-            runs[binary].append(parse_trace(trace, binary))
+            try:
+                runs[binary].append(parse_trace(trace, binary))
+            except StopIteration:  # a mark missing: perf lost events, or the run failed
+                unread += 1
+                if args.keep:
+                    shutil.copy(trace, os.path.join(args.keep, f"unread-{i}-{os.path.basename(binary)}"))
+
     table = {}
     for binary, marks in runs.items():
+        if not marks:
+            print(f"steps: no trace of {binary} could be read\n")
+            return None
         names = list(marks[0])
         table[binary] = [(here, statistics.median(r[here] for r in marks),
                           statistics.median(r[there] - r[here] for r in marks))
                          for here, there in zip(names, names[1:])]
         table[binary].append(("(traced total)", 0.0, statistics.median(r["end"] for r in marks)))
+    if unread:
+        print(f"({unread} of the traces could not be read, and are left out: a mark was missing)\n")
     return table
 
 
@@ -236,6 +248,7 @@ def main():
     p.add_argument("--lockrun", required=True, action="append",
                    help="the binary; give it twice to compare two, side by side")
     p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--keep", help="a directory to copy the traces that could not be read to")
     args = p.parse_args()
     args.lockrun = [os.path.abspath(b) for b in args.lockrun]
     # SIGTERM (bench/run.sh's clean-up) ends this through `finally`, which
