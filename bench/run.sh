@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks lockrun against flock(1), and against `etcdctl lock` when etcd is
-# installed, on this machine and writes BENCHMARKS.md.
+# installed, on this machine and writes BENCHMARKS.md, ending with one run
+# step by step (bench/breakdown.py).
 #
 #   bench/run.sh                 # full run: about 4 minutes on 2 CPUs (3 without
 #                                # etcd), plus the release build if it is stale
@@ -179,4 +180,16 @@ bench_pid=$!
 status=0
 wait "$bench_pid" || status=$?
 bench_pid=
+# Then one run step by step (bench/breakdown.py), at the end of the same file.
+if [ "$status" -eq 0 ]; then
+  say "one run, step by step (bench/breakdown.py)"
+  {
+    printf '\n## One run, step by step\n\n'
+    printf '`bench/breakdown.sh` (bench/breakdown.py), right after the figures above:\n\n'
+    python3 bench/breakdown.py --lockrun "$lockrun"
+  } >>BENCHMARKS.md &
+  bench_pid=$!
+  wait "$bench_pid" || status=$?
+  bench_pid=
+fi
 exit "$status"

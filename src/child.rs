@@ -16,6 +16,7 @@ use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -23,9 +24,12 @@ use nix::errno::Errno;
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
+use tokio::signal::unix::SignalKind;
 
 use crate::clock::BootInstant;
 use crate::descendants;
+
+mod spawn;
 
 /// How often lockrun looks whether a stopped group is gone.
 const GROUP_POLL: Duration = Duration::from_millis(10);
@@ -83,9 +87,13 @@ impl std::error::Error for SpawnError {
 
 /// A running command and its process group.
 pub(crate) struct Child {
-    process: tokio::process::Child,
+    /// The command's pid, which is its group's id too.
     group: Pid,
-    /// Set once tokio reaped the command: from then on every exited child of
+    /// SIGCHLD, for `wait`.
+    exits: tokio::signal::unix::Signal,
+    /// Its exit status, once `wait` reaped it.
+    status: Option<ExitStatus>,
+    /// Set once `wait` reaped the command: from then on every exited child of
     /// lockrun is an orphan for lockrun to reap.
     reaped: bool,
     /// Set when the child's group took over the terminal; lockrun takes it
@@ -100,50 +108,18 @@ impl Child {
         argv: &[OsString],
         env: &[(&str, Option<OsString>)],
     ) -> Result<Child, SpawnError> {
-        let Some((program, arguments)) = argv.split_first() else {
+        let Some(program) = argv.first() else {
             return Err(SpawnError::NotFound);
         };
         let terminal = in_terminal_foreground();
-        let parent = nix::unistd::getpid();
-        let mut command = tokio::process::Command::new(program);
-        command.args(arguments).process_group(0);
-        for (name, value) in env {
-            match value {
-                Some(value) => command.env(name, value),
-                None => command.env_remove(name),
-            };
-        }
-        // SAFETY: the closure runs in the forked child before exec, where only
-        // async-signal-safe calls are allowed; it makes only raw syscalls
-        // (prctl, getppid, sigprocmask, tcsetpgrp, getpid) and allocates nothing.
-        unsafe {
-            command.pre_exec(move || {
-                // Die with lockrun, so the command can never run unsupervised.
-                // The parent-death signal follows the spawning *thread*; lockrun
-                // spawns from its main thread, which lives as long as it does.
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-                // lockrun may have died before the line above took effect.
-                if nix::unistd::getppid() != parent {
-                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                if terminal {
-                    take_terminal()?;
-                }
-                Ok(())
-            });
-        }
-        let process = command
-            .spawn()
-            .map_err(|err| SpawnError::from_io(err, program))?;
-        // A pid is a positive i32 on Linux; `id()` is None only once reaped.
-        let Some(pid) = process.id().and_then(|pid| i32::try_from(pid).ok()) else {
-            return Err(SpawnError::Other(io::Error::other(
-                "child exited unobserved",
-            )));
-        };
+        // Before the clone, so that no exit can come before it listens.
+        let exits = tokio::signal::unix::signal(SignalKind::child()).map_err(SpawnError::Other)?;
+        let pid =
+            spawn::spawn(argv, env, terminal).map_err(|err| SpawnError::from_io(err, program))?;
         Ok(Child {
-            process,
-            group: Pid::from_raw(pid),
+            group: pid,
+            exits,
+            status: None,
             reaped: false,
             terminal,
         })
@@ -189,10 +165,36 @@ impl Child {
 
     /// Waits for the command itself (the group leader) to exit.
     pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
-        let status = self.process.wait().await;
+        let status = self.reap().await;
         self.reaped = status.is_ok();
         self.give_back_terminal();
         status
+    }
+
+    /// Reaps the command once it exits; its status again after that.
+    async fn reap(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(status) = self.status {
+                return Ok(status);
+            }
+            let mut raw = 0;
+            // SAFETY: waitpid writes only `raw`; the pid is our own child's,
+            // which nothing else reaps (`reap_orphans` leaves it).
+            match unsafe { libc::waitpid(self.group.as_raw(), &raw mut raw, libc::WNOHANG) } {
+                0 => {
+                    if self.exits.recv().await.is_none() {
+                        return Err(io::Error::other("SIGCHLD is no longer delivered"));
+                    }
+                }
+                -1 => {
+                    let err = io::Error::last_os_error();
+                    if err.kind() != io::ErrorKind::Interrupted {
+                        return Err(err);
+                    }
+                }
+                _ => self.status = Some(ExitStatus::from_raw(raw)),
+            }
+        }
     }
 
     /// Stops what the command left running after it exited: SIGTERM, then
@@ -316,19 +318,4 @@ fn in_terminal_foreground() -> bool {
         Ok(group) => group == nix::unistd::getpgrp() && stdin.as_raw_fd() == 0,
         Err(_) => false,
     }
-}
-
-/// Runs in the forked child: makes its new group the terminal's foreground.
-fn take_terminal() -> io::Result<()> {
-    let ttou = SigSet::from(Signal::SIGTTOU);
-    let mut old = SigSet::empty();
-    signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&ttou), Some(&mut old))?;
-    // SAFETY: tcsetpgrp and getpid are async-signal-safe syscalls on fd 0,
-    // which is open (the parent checked it is a terminal before forking).
-    let result = unsafe { libc::tcsetpgrp(0, libc::getpid()) };
-    signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None)?;
-    if result == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }

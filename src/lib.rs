@@ -71,8 +71,6 @@ mod signals;
 mod supervise;
 mod wait;
 
-use std::process::ExitCode;
-
 pub use crate::secrets::{PASSWORD_ENV, SENTINEL_PASSWORD_ENV};
 
 use crate::config::{Invocation, Passwords};
@@ -83,12 +81,12 @@ use crate::signals::Signals;
 
 /// The whole program: parse, validate, run on a single-threaded runtime,
 /// and turn the outcome into an exit status, reporting any error here and
-/// nowhere else.
+/// nowhere else. Returns the exit status.
 #[must_use]
-pub fn main() -> ExitCode {
+pub fn main() -> u8 {
     let cli = match cli::parse() {
         Ok(Some(cli)) => cli,
-        Ok(None) => return ExitCode::SUCCESS,
+        Ok(None) => return 0,
         // The key is not known yet: JSON says null.
         Err(err) => {
             let report = Report::default().in_format(cli::log_format_hint(), None);
@@ -160,11 +158,11 @@ async fn execute(invocation: Invocation, report: Report) -> Result<u8, Error> {
 
 /// The one place where an outcome becomes an exit status, and an error is
 /// reported.
-fn exit(report: Report, outcome: Result<u8, Error>) -> ExitCode {
+fn exit(report: Report, outcome: Result<u8, Error>) -> u8 {
     let code = outcome.unwrap_or_else(|err| {
         report.failure(&err);
         err.exit_code()
     });
     report::flush(report);
-    ExitCode::from(code)
+    code
 }

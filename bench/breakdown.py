@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Where one `lockrun -- true` spends its time, step by step.
+
+Run through bench/breakdown.sh, which builds lockrun first; or directly:
+
+    python3 bench/breakdown.py --lockrun target/release/lockrun [--runs 30]
+    python3 bench/breakdown.py --lockrun old/lockrun --lockrun new/lockrun  # side by side
+
+Starts a throwaway redis-server on a unix socket in a temporary directory
+(never the Redis on 6379), runs `lockrun --redis unix://... --key K -- true`
+and reports, as Markdown tables:
+
+1. steps: perf trace (no ptrace stops: the traced processes run on), on
+   a dozen system calls that mark the steps; perf itself competes for the
+   CPU, so each step is longer than untraced ("wall" below is untraced):
+     exec          execve of lockrun, in the kernel
+     loader        execve returned -> Rust's runtime starts (the poll() on
+                   fds 0-2 that std makes first): ld.so and libc start-up
+     std + args    -> the async runtime is built (epoll_create1): std's own
+                   start-up, argument parsing, settings
+     runtime       -> the Redis socket is opened: runtime, signal handlers,
+                   token
+     connect       -> the first command is written to Redis
+     acquire       -> its reply is read
+     to spawn      -> the command is cloned (fork or vfork)
+     spawn         -> the command's execve succeeded
+     child runs    -> the command (`true`) exits
+     exit noticed  -> lockrun reaps it (wait4/waitid)
+     release       -> the release is written, and -> its reply is read
+     exit          -> lockrun's exit_group
+2. wall, CPU time and page faults per run, untraced: perf stat (software
+   counters), lockrun alone (--no-inherit) and with its child;
+3. instructions per run of lockrun alone (its child not counted):
+   `perf stat -e instructions:u` where the CPU exposes it, else valgrind's
+   callgrind (deterministic to a few hundred instructions, so that changes
+   of 1 % show through the noise of a shared machine).
+"""
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TRACED = ("execve,poll,epoll_create1,socket,connect,write,writev,sendto,"
+          "recvfrom,read,clone,clone3,vfork,wait4,waitid,exit_group")
+# perf trace's lines: "START ( DURATION ms): COMM/PID CALL(ARGS) = RET", or
+# "... [continued]: CALL()) = RET" for a call other lines cut in two.
+LINE = re.compile(r"^\s*([\d.]+) \(\s*(?:([\d.]+) ms)?\s*\): (\S+)/(\d+) (.*)$")
+CALL = re.compile(r"^\s*(?:\.\.\. \[continued\]: )?(\w+)\((.*)\)\s+=\s*(\S*)")
+FD = re.compile(r"^fd: (\d+)")
+
+
+def start_redis(work):
+    sock = os.path.join(work, "redis.sock")
+    proc = subprocess.Popen(
+        ["redis-server", "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
+         "--save", "", "--appendonly", "no", "--dir", work],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sock)
+            s.sendall(b"PING\r\n")
+            if s.recv(16).startswith(b"+PONG"):
+                return proc, sock
+        except OSError:
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    sys.exit("breakdown: redis-server did not start")
+
+
+def parse_trace(path, lockrun):
+    """The step marks of one traced run, in ms since lockrun's execve."""
+    events = []  # (pid, start, end, name, args, ret, comm)
+    with open(path) as f:
+        for raw in f:
+            m = LINE.match(raw.rstrip())
+            if not m or m.group(5).endswith("..."):
+                continue
+            c = CALL.match(m.group(5))
+            if c:
+                start = float(m.group(1))
+                end = start + float(m.group(2) or 0)
+                events.append((int(m.group(4)), start, end, c.group(1), c.group(2), c.group(3),
+                               m.group(3)))
+    events.sort(key=lambda e: e[1])
+    name = os.path.basename(lockrun)[:15]
+    first = next(e for e in events if e[3] == "execve" and e[5] == "0" and e[6] == name)
+    me = first[0]
+    mine = [e for e in events if e[0] == me]
+
+    def after(t, pred, among=mine):
+        return next(e for e in among if e[1] >= t and pred(e))
+
+    marks = {"exec": first[1], "loader": first[2]}
+    marks["std + args"] = after(first[2], lambda e: e[3] == "poll")[1]
+    marks["runtime"] = after(first[2], lambda e: e[3] == "epoll_create1")[1]
+    connect = after(marks["runtime"], lambda e: e[3] == "connect")
+    fd = FD.match(connect[4]).group(1)
+    marks["connect"] = after(marks["runtime"], lambda e: e[3] == "socket")[1]
+
+    def on_redis(e):
+        m = FD.match(e[4])
+        return m is not None and m.group(1) == fd
+
+    def sent(e):
+        return e[3] in ("writev", "write", "sendto") and on_redis(e)
+
+    def read(e):
+        return e[3] in ("recvfrom", "read") and on_redis(e) and e[5] not in ("", "?", "-1", "0")
+
+    marks["acquire"] = after(connect[1], sent)[1]
+    marks["to spawn"] = after(marks["acquire"], read)[1]
+    spawn = after(marks["to spawn"], lambda e: e[3] in ("clone", "clone3", "vfork"))
+    child = int(spawn[5])
+    marks["spawn"] = spawn[1]
+    ran = after(spawn[1], lambda e: e[0] == child and e[3] == "execve" and e[5] == "0", events)
+    marks["child runs"] = ran[2]
+    marks["exit noticed"] = after(ran[2], lambda e: e[0] == child and e[3] == "exit_group", events)[1]
+    marks["release"] = after(spawn[1], lambda e: e[3] in ("wait4", "waitid")
+                             and e[5] == str(child))[2]
+    marks["exit"] = after(after(marks["release"], sent)[1], read)[1]
+    marks["end"] = after(marks["exit"], lambda e: e[3] == "exit_group")[1]
+    return {k: v - first[1] for k, v in marks.items()}
+
+
+def lockrun_true(binary, sock, key="breakdown"):
+    return [binary, "--redis", "unix://" + sock, "--key", key, "--", "true"]
+
+
+def steps(args, sock, work):
+    """The median of each step, per binary: {binary: [(step, starts at, takes)]}, or None."""
+    trace = os.path.join(work, "trace")
+    runs = {b: [] for b in args.lockrun}
+    unread = 0
+    for i in range(args.runs):
+        for binary in args.lockrun:  # interleaved, so that load slows each alike
+            cmd = ["perf", "trace", "-e", TRACED, "-o", trace, "--", "env"]
+            done = subprocess.run(cmd + lockrun_true(binary, sock, f"breakdown-{i}"),
+                                  stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if done.returncode != 0:
+                print(f"steps: perf trace failed (it needs root, or kernel.perf_event_paranoid=-1 "
+                      f"and tracefs): {done.stderr.strip()[:200]}\n")
+                return None
+            try:
+                runs[binary].append(parse_trace(trace, binary))
+            except StopIteration:  # a mark missing: perf lost events, or the run failed
+                unread += 1
+                if args.keep:
+                    shutil.copy(trace, os.path.join(args.keep, f"unread-{i}-{os.path.basename(binary)}"))
+
+    table = {}
+    for binary, marks in runs.items():
+        if not marks:
+            print(f"steps: no trace of {binary} could be read\n")
+            return None
+        names = list(marks[0])
+        table[binary] = [(here, statistics.median(r[here] for r in marks),
+                          statistics.median(r[there] - r[here] for r in marks))
+                         for here, there in zip(names, names[1:])]
+        table[binary].append(("(traced total)", 0.0, statistics.median(r["end"] for r in marks)))
+    if unread:
+        print(f"({unread} of the traces could not be read, and are left out: a mark was missing)\n")
+    return table
+
+
+def perf_stat(args, binary, sock, inherit):
+    cmd = ["perf", "stat", "-x", ",", "-r", str(args.runs), "-e", "task-clock,page-faults"]
+    if not inherit:
+        cmd.append("--no-inherit")
+    out = subprocess.run(cmd + lockrun_true(binary, sock), capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL).stderr
+    vals = {}
+    for line in out.splitlines():
+        f = line.split(",")
+        if len(f) > 2 and f[0] and f[0][0].isdigit():
+            vals[f[2]] = float(f[0])
+    return vals
+
+
+def wall(args, sock):
+    times = {b: [] for b in args.lockrun}
+    for _ in range(args.runs):
+        for binary in args.lockrun:
+            t = time.perf_counter()
+            subprocess.run(lockrun_true(binary, sock), check=True, stdin=subprocess.DEVNULL)
+            times[binary].append((time.perf_counter() - t) * 1000)
+    return {b: statistics.median(t) for b, t in times.items()}
+
+
+def instructions(binary, sock):
+    cmd = lockrun_true(binary, sock)
+    out = ""
+    if shutil.which("perf"):
+        out = subprocess.run(["perf", "stat", "-x", ",", "--no-inherit", "-e", "instructions:u"] + cmd,
+                             capture_output=True, text=True).stderr
+    for line in out.splitlines():
+        f = line.split(",")
+        if len(f) > 2 and "instructions" in f[2] and f[0].isdigit():
+            return int(f[0]), "perf stat -e instructions:u"
+    if not shutil.which("valgrind"):
+        return None, "neither perf's instructions counter nor valgrind here"
+    counts = []
+    for _ in range(3):
+        out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + cmd,
+                             capture_output=True, text=True).stderr
+        counts += [int(m.replace(",", "")) for m in re.findall(r"Collected : ([\d,]+)", out)]
+    return int(statistics.median(counts)), "callgrind, median of 3 runs"
+
+
+def report(args, sock, work):
+    names = [os.path.relpath(b) if len(args.lockrun) > 1 else "lockrun" for b in args.lockrun]
+    head = "| | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names)
+    table = steps(args, sock, work) if shutil.which("perf") else None
+    if table:
+        print(f"Steps of one run, perf trace, median of {args.runs} (ms; each starts at its own "
+              f"median, so they need not add up to the total):\n")
+        print(head)
+        for row, (step, _, _) in enumerate(table[args.lockrun[0]]):
+            print(f"| {step} | " + " | ".join(f"{table[b][row][2]:.3f}" for b in args.lockrun) + " |")
+        print()
+    print(f"Untraced, per run of `lockrun --redis unix://... --key K -- true`:\n")
+    print(head)
+    walls = wall(args, sock)
+    print(f"| wall, median of {args.runs} | " + " | ".join(f"{walls[b]:.3f} ms" for b in args.lockrun) + " |")
+    if shutil.which("perf"):
+        for inherit, who in ((False, "lockrun"), (True, "lockrun + `true`")):
+            stats = [perf_stat(args, b, sock, inherit) for b in args.lockrun]
+            print(f"| CPU time (task-clock), {who}, mean | "
+                  + " | ".join(f"{v.get('task-clock', 0):.3f} ms" for v in stats) + " |")
+            print(f"| page faults, {who}, mean | "
+                  + " | ".join(f"{v.get('page-faults', 0):.0f}" for v in stats) + " |")
+    counts = [instructions(b, sock) for b in args.lockrun]
+    print(f"| instructions, lockrun ({counts[0][1]}) | "
+          + " | ".join(f"{c:,}" if c else "?" for c, _ in counts) + " |")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lockrun", required=True, action="append",
+                   help="the binary; give it twice to compare two, side by side")
+    p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--keep", help="a directory to copy the traces that could not be read to")
+    args = p.parse_args()
+    args.lockrun = [os.path.abspath(b) for b in args.lockrun]
+    # SIGTERM (bench/run.sh's clean-up) ends this through `finally`, which
+    # stops the redis-server.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with tempfile.TemporaryDirectory(prefix="lockrun-breakdown.") as work:
+        redis, sock = start_redis(work)
+        try:
+            report(args, sock, work)
+        finally:
+            redis.terminate()
+            redis.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+//! Starting the command without copying lockrun's memory.
+//!
+//! A fork copies the page tables of the whole process and makes every page
+//! lockrun writes afterwards fault and copy; std's `Command` falls back to
+//! fork as soon as the child has to run code of ours before exec, as the
+//! parent-death signal needs. This does what glibc's posix_spawn does: a
+//! child that shares lockrun's memory (`CLONE_VM`), runs on a stack of its
+//! own while lockrun's thread is suspended (`CLONE_VFORK`) until the exec,
+//! and makes only async-signal-safe calls. Everything it reads (program,
+//! argv, envp) is built before the clone; it writes nothing of lockrun's but
+//! the error it reports, in memory the parent reads after the clone.
+//!
+//! The child starts as std's would: in a process group of its own, with an
+//! empty signal mask, every handled signal and SIGPIPE back to the default,
+//! the environment changed as asked, found on PATH as execvp finds it.
+
+use std::ffi::{c_int, c_void, CString, OsStr, OsString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::ptr;
+
+use nix::unistd::Pid;
+
+/// The child's own stack, on top of what execvp's script fallback puts
+/// there (a copy of argv): glibc's posix_spawn reserves the same 32 KiB.
+const STACK: usize = 64 * 1024;
+/// The highest signal number on Linux (SIGRTMAX).
+const LAST_SIGNAL: c_int = 64;
+
+/// What the child is handed: raw pointers into the `Plan`, and where it
+/// writes the errno of a failed start (0 while none).
+struct Handoff {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    parent: libc::pid_t,
+    terminal: bool,
+    error: c_int,
+}
+
+/// Starts `argv` with lockrun's environment changed by `env`, and returns
+/// its pid. `terminal`: make its group the terminal's foreground group.
+pub(super) fn spawn(
+    argv: &[OsString],
+    env: &[(&str, Option<OsString>)],
+    terminal: bool,
+) -> io::Result<Pid> {
+    let program = c_string(argv.first().map_or(OsStr::new(""), OsString::as_os_str))?;
+    let words = argv
+        .iter()
+        .map(|arg| c_string(arg))
+        .collect::<io::Result<Vec<_>>>()?;
+    let argv_pointers = null_terminated(&words);
+    // `_made` holds the strings of the variables set, which `envp` points into.
+    let (_made, envp_pointers) = environment(env)?;
+    let mut handoff = Handoff {
+        program: program.as_ptr(),
+        argv: argv_pointers.as_ptr(),
+        envp: envp_pointers.as_ptr(),
+        parent: std::process::id().try_into().map_err(io::Error::other)?,
+        terminal,
+        error: 0,
+    };
+    // u128: the top of the stack is 16-byte aligned, as the ABI wants.
+    let mut stack = vec![0_u128; (STACK + argv.len() * 8) / 16 + 1];
+    let top = stack.as_mut_ptr_range().end.cast::<c_void>();
+    let all = blocked_all()?;
+    // SAFETY: `child` gets a stack of its own that outlives it (lockrun's
+    // thread is suspended until the child execs or exits: CLONE_VFORK), and
+    // `handoff`, which also outlives it and which nothing else touches until
+    // clone returns. Every signal is blocked, so no handler of lockrun's runs
+    // on the child's stack.
+    let pid = unsafe {
+        libc::clone(
+            child,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            ptr::from_mut(&mut handoff).cast::<c_void>(),
+        )
+    };
+    let cloned = io::Error::last_os_error();
+    restore(&all);
+    if pid == -1 {
+        return Err(cloned);
+    }
+    let pid = Pid::from_raw(pid);
+    // SAFETY: the child has exec'd or exited: it no longer writes `handoff`.
+    let error = unsafe { ptr::read_volatile(&raw const handoff.error) };
+    if error != 0 {
+        // It exited: reap it, so that no zombie is left for the orphan reaper.
+        let _ = nix::sys::wait::waitpid(pid, None);
+        return Err(io::Error::from_raw_os_error(error));
+    }
+    Ok(pid)
+}
+
+/// The child, between clone and exec.
+extern "C" fn child(arg: *mut c_void) -> c_int {
+    let handoff = arg.cast::<Handoff>();
+    // SAFETY: `arg` is the parent's `Handoff`, alive and untouched by the
+    // parent until this child execs or exits. Every call below is an
+    // async-signal-safe system call (setpgid, prctl, getppid, sigaction,
+    // tcsetpgrp, getpid, sigprocmask, execve through execvpe's PATH walk on
+    // this stack, _exit); nothing allocates or takes a lock.
+    unsafe {
+        let error = prepare(&*handoff).err().unwrap_or_else(|| {
+            libc::execvpe((*handoff).program, (*handoff).argv, (*handoff).envp);
+            errno()
+        });
+        ptr::write_volatile(&raw mut (*handoff).error, error.max(1));
+        libc::_exit(127)
+    }
+}
+
+/// Everything the child does before exec, as std's child and the old
+/// pre_exec did it; Err is the errno of what failed.
+///
+/// # Safety
+///
+/// Only in the child of `spawn`, with every signal blocked.
+unsafe fn prepare(handoff: &Handoff) -> Result<(), c_int> {
+    // SAFETY: async-signal-safe system calls on this process only.
+    unsafe {
+        if libc::setpgid(0, 0) == -1 {
+            return Err(errno());
+        }
+        // Die with lockrun, so the command can never run unsupervised. The
+        // parent-death signal follows the spawning *thread*; lockrun spawns
+        // from its main thread, which lives as long as it does.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+            return Err(errno());
+        }
+        // lockrun may have died before the line above took effect.
+        if libc::getppid() != handoff.parent {
+            return Err(libc::ESRCH);
+        }
+        // A handler of lockrun's must not run in the child, on memory it
+        // shares with lockrun; SIGPIPE, which Rust's runtime ignores, gets
+        // its default back as std gives it. Signals ignored when lockrun
+        // started stay ignored, as they did with std.
+        for signal in 1..=LAST_SIGNAL {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, ptr::null(), &raw mut action) == 0
+                && (action.sa_sigaction != libc::SIG_IGN || signal == libc::SIGPIPE)
+                && action.sa_sigaction != libc::SIG_DFL
+            {
+                action.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(signal, &raw const action, ptr::null_mut());
+            }
+        }
+        // SIGTTOU is blocked: a background group may take the terminal.
+        if handoff.terminal && libc::tcsetpgrp(0, libc::getpid()) == -1 {
+            return Err(errno());
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &raw const empty, ptr::null_mut());
+    }
+    Ok(())
+}
+
+fn errno() -> c_int {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EINVAL)
+}
+
+/// Blocks every signal in lockrun's thread; returns the mask to restore.
+fn blocked_all() -> io::Result<libc::sigset_t> {
+    // SAFETY: sigfillset and pthread_sigmask write only the sets given.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&raw mut all);
+        match libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, &raw mut old) {
+            0 => Ok(old),
+            err => Err(io::Error::from_raw_os_error(err)),
+        }
+    }
+}
+
+fn restore(mask: &libc::sigset_t) {
+    // SAFETY: `mask` is the mask pthread_sigmask returned.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, mask, ptr::null_mut());
+    }
+}
+
+extern "C" {
+    /// The process's environment, as libc keeps it.
+    static environ: *const *const libc::c_char;
+}
+
+/// lockrun's environment with `changes` made: the variables kept are
+/// passed as they are, pointers into `environ` (no copy), and the ones set
+/// follow, made here. Returns the strings made, which the pointers point
+/// into, and the null-terminated pointers.
+fn environment(
+    changes: &[(&str, Option<OsString>)],
+) -> io::Result<(Vec<CString>, Vec<*const libc::c_char>)> {
+    let set = changes
+        .iter()
+        .filter_map(|(name, value)| {
+            let value = value.as_ref()?;
+            let mut pair = name.as_bytes().to_vec();
+            pair.push(b'=');
+            pair.extend_from_slice(value.as_bytes());
+            Some(CString::new(pair).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL)))
+        })
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut pointers = Vec::new();
+    // SAFETY: `environ` is a null-terminated array of NUL-terminated strings;
+    // lockrun never changes its own environment (no set_var or remove_var
+    // anywhere), so nothing rewrites it while it is read here.
+    unsafe {
+        let mut at = environ;
+        while !at.is_null() && !(*at).is_null() {
+            let pair = std::ffi::CStr::from_ptr(*at).to_bytes();
+            let name = pair.split(|&b| b == b'=').next().unwrap_or(pair);
+            if !changes
+                .iter()
+                .any(|(changed, _)| changed.as_bytes() == name)
+            {
+                pointers.push(*at);
+            }
+            at = at.add(1);
+        }
+    }
+    pointers.extend(set.iter().map(|pair| pair.as_ptr()));
+    pointers.push(ptr::null());
+    Ok((set, pointers))
+}
+
+fn c_string(text: &OsStr) -> io::Result<CString> {
+    CString::new(text.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
+    strings
+        .iter()
+        .map(|s| s.as_ptr())
+        .chain(std::iter::once(ptr::null()))
+        .collect()
+}
