@@ -36,10 +36,13 @@ need python3 "apt-get install python3"
 
 # --no-etcd is ours; every other argument goes to bench.py.
 no_etcd=${BENCH_NO_ETCD:-}
+only=
 args=()
 for arg in "$@"; do
   case "$arg" in
     --no-etcd) no_etcd=1 ;;
+    # One case, printed: BENCHMARKS.md, breakdown included, is left alone.
+    --only | --only=*) only=1; args+=("$arg") ;;
     *) args+=("$arg") ;;
   esac
 done
@@ -181,7 +184,7 @@ status=0
 wait "$bench_pid" || status=$?
 bench_pid=
 # Then one run step by step (bench/breakdown.py), at the end of the same file.
-if [ "$status" -eq 0 ]; then
+if [ "$status" -eq 0 ] && [ -z "$only" ]; then
   say "one run, step by step (bench/breakdown.py)"
   {
     printf '\n## One run, step by step\n\n'
