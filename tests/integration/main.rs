@@ -34,6 +34,7 @@ mod shared;
 mod signals;
 mod slots;
 mod slots_race;
+mod slots_with;
 mod supervision;
 mod tls;
 mod topology;
