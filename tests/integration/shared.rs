@@ -249,33 +249,13 @@ fn shared_and_exclusive_release_force_frees_every_holder() {
     let redis = Server::start();
     let mut holders: Vec<Holder> = (0..2).map(|_| shared_holder(&redis)).collect();
     let mut exclusive = waiter(&redis, false);
-    let released = redis
-        .lockrun(NAME)
-        .subcommand("release")
-        .args(["--force", "--holder", &holders[0].token])
-        .run();
-    assert_eq!(released.code, Some(0), "{}", released.stderr);
-    assert_eq!(
-        holders[0].run.wait().code(),
-        Some(76),
-        "{}",
-        holders[0].stderr()
-    );
+    redis.force_release(NAME, &["--holder", &holders[0].token]);
+    holders[0].lost();
     assert!(holders[1].run.running());
     assert!(!exclusive.entered(), "entered beside a shared holder");
 
-    let released = redis
-        .lockrun(NAME)
-        .subcommand("release")
-        .arg("--force")
-        .run();
-    assert_eq!(released.code, Some(0), "{}", released.stderr);
-    assert_eq!(
-        holders[1].run.wait().code(),
-        Some(76),
-        "{}",
-        holders[1].stderr()
-    );
+    redis.force_release(NAME, &[]);
+    holders[1].lost();
     // The freed key goes to the waiting exclusive run.
     exclusive.until_entered();
     exclusive.finish();

@@ -92,18 +92,8 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
 
     // One holder, named by its token: only it stops, and the waiter gets its
     // place.
-    let released = redis
-        .lockrun(NAME)
-        .subcommand("release")
-        .args(["--force", "--holder", &holders[1].token])
-        .run();
-    assert_eq!(released.code, Some(0), "{}", released.stderr);
-    assert_eq!(
-        holders[1].run.wait().code(),
-        Some(76),
-        "{}",
-        holders[1].stderr()
-    );
+    redis.force_release(NAME, &["--holder", &holders[1].token]);
+    holders[1].lost();
     waiter.until_entered();
     assert_eq!(waiter.slot(), Some(1));
     assert!(holders[0].run.running() && holders[2].run.running());
@@ -124,16 +114,9 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
     assert_eq!(redis.slot_holders(NAME).len(), 3);
 
     // Every holder.
-    let released = redis
-        .lockrun(NAME)
-        .subcommand("release")
-        .arg("--force")
-        .run();
-    assert_eq!(released.code, Some(0), "{}", released.stderr);
-    for at in [0, 2] {
-        let holder = &mut holders[at];
-        assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
-    }
+    redis.force_release(NAME, &[]);
+    holders[0].lost();
+    holders[2].lost();
     assert_eq!(waiter.run.wait().code(), Some(76), "{}", waiter.stderr());
     let (code, json) = status_json(&redis);
     assert_eq!(code, Some(1), "free: {json}");
@@ -207,11 +190,16 @@ fn slots_2_through_a_cluster_url() {
 }
 
 /// The events lockrun wrote with `--log-format json`, one JSON object a line.
-fn json_events(stderr: &str) -> Vec<serde_json::Value> {
-    stderr
+/// The `acquired` event among a run's JSON lines.
+fn acquired_event(ran: &Ran) -> serde_json::Value {
+    ran.stderr
         .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
-        .collect()
+        .map(|line| {
+            serde_json::from_str::<serde_json::Value>(line)
+                .unwrap_or_else(|_| panic!("not JSON: {line}"))
+        })
+        .find(|event| event["event"] == "acquired")
+        .unwrap_or_else(|| panic!("no acquired event: {}", ran.stderr))
 }
 
 #[test]
@@ -224,11 +212,7 @@ fn slots_acquired_event_says_the_slot() {
         .command(["true"])
         .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    let events = json_events(&ran.stderr);
-    let acquired = events
-        .iter()
-        .find(|event| event["event"] == "acquired")
-        .unwrap_or_else(|| panic!("no acquired event: {}", ran.stderr));
+    let acquired = acquired_event(&ran);
     assert_eq!(acquired["slot"], 1, "{acquired}");
 
     // Without --slots: no slot to tell (absent, or null).
@@ -238,11 +222,7 @@ fn slots_acquired_event_says_the_slot() {
         .command(["true"])
         .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    let events = json_events(&ran.stderr);
-    let acquired = events
-        .iter()
-        .find(|event| event["event"] == "acquired")
-        .unwrap_or_else(|| panic!("no acquired event: {}", ran.stderr));
+    let acquired = acquired_event(&ran);
     assert!(acquired["slot"].is_null(), "{acquired}");
 }
 

@@ -235,6 +235,19 @@ impl Server {
     pub fn lockrun(&self, name: &str) -> Lockrun<'_> {
         Lockrun::at(self).key(name)
     }
+
+    /// `lockrun release --force` on lock `name`, with any further `args`
+    /// (`--holder TOKEN`); it must succeed.
+    pub fn force_release(&self, name: &str, args: &[&str]) -> Ran {
+        let ran = self
+            .lockrun(name)
+            .subcommand("release")
+            .arg("--force")
+            .args(args)
+            .run();
+        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+        ran
+    }
 }
 
 /// Keeps the caller's LOCKRUN_* settings from reaching a test's lockrun.

@@ -145,6 +145,12 @@ impl Holder {
     }
 
     /// What lockrun has written to its stderr so far.
+    /// Waits for the end of a holder whose lease was taken from it: it
+    /// stops its command and exits 76.
+    pub fn lost(&mut self) {
+        assert_eq!(self.run.wait().code(), Some(76), "{}", self.stderr());
+    }
+
     pub fn stderr(&self) -> String {
         read_log(&self.dir.path().join("stderr"))
     }
