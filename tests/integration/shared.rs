@@ -72,10 +72,7 @@ fn shared_runs_hold_the_key_together() {
     let listed = json["holders"].as_array().expect("holders");
     assert_eq!(listed.len(), 3, "{json}");
     for holder in &holders {
-        let entry = listed
-            .iter()
-            .find(|e| e["token"] == holder.token.as_str())
-            .unwrap_or_else(|| panic!("{} not listed: {json}", holder.token));
+        let entry = listed_holder(&json, &holder.token);
         assert_eq!(entry["shared"], true, "{entry}");
         assert!(entry["slot"].is_null(), "{entry}");
         assert_eq!(entry["pid"], holder.run.pid().as_raw(), "{entry}");

@@ -48,10 +48,7 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
     let listed = json["holders"].as_array().expect("a holders array");
     assert_eq!(listed.len(), 3, "{json}");
     for holder in &holders {
-        let entry = listed
-            .iter()
-            .find(|e| e["token"] == holder.token.as_str())
-            .unwrap_or_else(|| panic!("{} not listed: {json}", holder.token));
+        let entry = listed_holder(&json, &holder.token);
         let mut fields: Vec<&str> = entry
             .as_object()
             .expect("object")

@@ -355,3 +355,14 @@ impl Replay {
             .unwrap_or_else(|| panic!("{name} never entered: {:?}", self.entries))
     }
 }
+
+/// The entry of `holders` in `status --json` output `json` that has
+/// `token`; fails the test naming the token when it is not listed.
+pub fn listed_holder<'j>(json: &'j serde_json::Value, token: &str) -> &'j serde_json::Value {
+    json["holders"]
+        .as_array()
+        .expect("a holders array")
+        .iter()
+        .find(|entry| entry["token"] == token)
+        .unwrap_or_else(|| panic!("{token} not listed: {json}"))
+}
