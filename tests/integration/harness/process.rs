@@ -1,7 +1,9 @@
 //! Processes and files a test watches: `Running`, pids in /proc, polling with deadlines, scratch directories.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, killpg, Signal};
@@ -25,13 +27,38 @@ pub fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool 
     }
 }
 
-/// A free loopback port. Another process may take it before the server
-/// binds it; on a test machine that window is acceptable.
+/// Every port this test process handed out. The kernel may give a port
+/// that a test just let go of (to start its server on it) to the next
+/// `bind` to port 0 in another test's thread: without this, two tests'
+/// servers could be started on one port, and a test would then talk to the
+/// other's server.
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// Takes `port` (and `also`, a cluster node's bus port) for this test
+/// process, unless a test already has either.
+pub(super) fn take_port(port: u16, also: Option<u16>) -> bool {
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
+    let taken = |p: &u16| handed_out.contains(p);
+    if taken(&port) || also.as_ref().is_some_and(taken) {
+        return false;
+    }
+    handed_out.extend(std::iter::once(port).chain(also));
+    true
+}
+
+/// A free loopback port, never one handed out before in this test run.
+/// Another process may take it before the server binds it; on a test
+/// machine that window is acceptable.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        if take_port(port, None) {
+            return port;
+        }
+    }
 }
 
 /// A spawned process, killed with its process group if the test fails.

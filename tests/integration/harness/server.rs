@@ -145,7 +145,12 @@ impl Server {
             (None, Some(port)) => TcpStream::connect(("127.0.0.1", port)).is_ok(),
             (None, None) => unreachable!("a server listens somewhere"),
         });
-        assert!(ready, "redis-server did not start: {}", self.log());
+        // Something else answering on the port while ours gave up on it.
+        let alive = self
+            .process
+            .as_mut()
+            .is_some_and(|process| matches!(process.try_wait(), Ok(None)));
+        assert!(ready && alive, "redis-server did not start: {}", self.log());
     }
 
     /// The URL lockrun is given: the unix socket if there is one.

@@ -3,6 +3,7 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
+use super::process::take_port;
 use super::{eventually, Server, PATIENCE};
 
 /// How long a Sentinel set or cluster may take to start or to fail over.
@@ -25,7 +26,9 @@ pub fn free_ports(count: usize) -> Vec<u16> {
         }
         if let Ok(bus) = TcpListener::bind(("127.0.0.1", port + 10000)) {
             held.push(bus);
-            ports.push(port);
+            if take_port(port, Some(port + 10000)) {
+                ports.push(port);
+            }
         }
     }
     ports
