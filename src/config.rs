@@ -65,9 +65,6 @@ pub(crate) struct RunConfig {
     pub(crate) once_per: Option<Duration>,
     /// With whom the run holds the lock (`--slots`, `--shared`).
     pub(crate) share: Share,
-    /// Whether `--slots` was given: the command then gets LOCKRUN_SLOT,
-    /// even with one slot.
-    pub(crate) slotted: bool,
     pub(crate) timeout: Option<Duration>,
     /// `--metrics-file`.
     pub(crate) metrics_file: Option<PathBuf>,
@@ -186,7 +183,6 @@ impl RunConfig {
             min_hold: bounded_if_given("--min-hold", positive("--min-hold", args.min_hold)?)?,
             once_per: bounded_if_given("--once-per", positive("--once-per", args.once_per)?)?,
             share,
-            slotted: args.slots.is_some() && !args.shared,
             timeout: bounded_if_given("--timeout", positive("--timeout", args.timeout)?)?,
             metrics_file: args.metrics_file,
             verbosity,
@@ -285,11 +281,11 @@ fn bounded_if_given(flag: &str, value: Option<Duration>) -> Result<Option<Durati
 /// With whom a run holds the lock, from `--slots` and `--shared`, refusing
 /// what lockrun cannot promise.
 fn share(args: &RunArgs, quorum: bool) -> Result<Share, Error> {
-    let share = match (args.slots.unwrap_or(1), args.shared) {
-        (1, false) => Share::Alone,
-        (1, true) => Share::Shared,
-        (n, false) => Share::Slots(n),
-        (n, true) => {
+    let share = match (args.slots, args.shared) {
+        (None, false) => Share::Alone,
+        (None | Some(1), true) => Share::Shared,
+        (Some(n), false) => Share::Slots(n),
+        (Some(n), true) => {
             return Err(Error::Usage(format!(
                 "--shared and --slots {n} do not combine: give --slots N for at most N at \
                  once, or --shared for readers beside an exclusive writer"
@@ -297,9 +293,9 @@ fn share(args: &RunArgs, quorum: bool) -> Result<Share, Error> {
         }
     };
     let what = match share {
-        Share::Alone => return Ok(share),
+        _ if !share.together() => return Ok(share),
         Share::Shared => "--shared".to_owned(),
-        Share::Slots(n) => format!("--slots {n}"),
+        Share::Alone | Share::Slots(_) => format!("--slots {}", share.slots()),
     };
     if args.once_per.is_some() {
         return Err(Error::Usage(format!(

@@ -65,7 +65,7 @@ async fn run_steps(
             return Err(err);
         }
     };
-    let slot = config.slotted.then(|| grant.slot.unwrap_or(0));
+    let slot = config.share.slot(grant.slot);
     let acquired = Event::info("acquired")
         .with("fencing_token", grant.fence)
         .with("slot", slot)
@@ -267,9 +267,7 @@ fn start(config: &RunConfig, grant: Grant) -> Result<(Child, tokio::signal::unix
         "LOCKRUN_FENCING_TOKEN",
         Some(grant.fence.to_string().into()),
     ));
-    if config.slotted {
-        // `--slots 1` is the lock alone, which has no slot of its own.
-        let slot = grant.slot.unwrap_or(0);
+    if let Some(slot) = config.share.slot(grant.slot) {
         env.push(("LOCKRUN_SLOT", Some(slot.to_string().into())));
     }
     let child = Child::spawn(&config.command, &env).map_err(|cause| Error::Spawn {

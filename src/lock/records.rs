@@ -28,7 +28,8 @@ pub(crate) enum Share {
     /// With any number of other `--shared` runs, and nobody who holds it
     /// alone.
     Shared,
-    /// In one of this many slots (`--slots N`, N above 1).
+    /// In one of this many slots (`--slots N`); one slot is the lock alone,
+    /// with slot 0.
     Slots(u32),
 }
 
@@ -45,7 +46,13 @@ impl Share {
     /// Whether the lease is one of those held together, kept apart from the
     /// lease of a run alone.
     pub(crate) fn together(self) -> bool {
-        self != Share::Alone
+        self == Share::Shared || self.slots() > 1
+    }
+
+    /// The slot a run granted `grant_slot` is in: with `--slots`, the one
+    /// granted (0 when one slot is the lock alone); none otherwise.
+    pub(crate) fn slot(self, grant_slot: Option<u32>) -> Option<u32> {
+        matches!(self, Share::Slots(_)).then(|| grant_slot.unwrap_or(0))
     }
 }
 
