@@ -151,16 +151,26 @@ impl WaiterJson {
     }
 }
 
+impl HolderJson {
+    /// `h` as seen at server time `now_us`.
+    fn new(h: &Holder, now_us: u64) -> Self {
+        HolderJson {
+            host: h.host.clone(),
+            pid: h.pid,
+            command: h.command.clone(),
+            acquired_at_ms: h.acquired_us / 1000,
+            held_for_ms: now_us.saturating_sub(h.acquired_us) / 1000,
+            fencing_token: h.fence,
+            finished_at_ms: h.finished_us.map(|us| us / 1000),
+        }
+    }
+}
+
 fn holder_json(status: &Status) -> Option<HolderJson> {
-    status.holder.as_ref().map(|h| HolderJson {
-        host: h.host.clone(),
-        pid: h.pid,
-        command: h.command.clone(),
-        acquired_at_ms: h.acquired_us / 1000,
-        held_for_ms: status.now_us.saturating_sub(h.acquired_us) / 1000,
-        fencing_token: h.fence,
-        finished_at_ms: h.finished_us.map(|us| us / 1000),
-    })
+    status
+        .holder
+        .as_ref()
+        .map(|h| HolderJson::new(h, status.now_us))
 }
 
 fn ttl_left_ms(left: Option<Duration>) -> Option<u64> {

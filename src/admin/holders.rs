@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::HolderJson;
 use crate::clock::show;
 use crate::lock::{Holder, Status};
 
-/// One holder of a lock, in `lockrun status --json`'s `holders`.
+/// One holder of a lock, in `lockrun status --json`'s `holders`: what
+/// `holder` shows of the one alone, and what tells holders apart.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct HoldingJson {
     /// Its slot, 0 to N-1, with `--slots`; null otherwise.
@@ -19,18 +21,10 @@ pub(crate) struct HoldingJson {
     pub(crate) shared: bool,
     /// Its lease's token, for `lockrun release --force --holder`.
     pub(crate) token: Option<String>,
-    pub(crate) host: String,
-    pub(crate) pid: u32,
-    pub(crate) command: String,
     /// Its lease's time left; null when the key has no expiry.
     pub(crate) ttl_left_ms: Option<u64>,
-    /// Server time of the acquisition, ms since the Unix epoch.
-    pub(crate) acquired_at_ms: u64,
-    pub(crate) held_for_ms: u64,
-    /// Server time its command finished, when its place is only kept for
-    /// --min-hold; null while the command runs.
-    pub(crate) finished_at_ms: Option<u64>,
-    pub(crate) fencing_token: u64,
+    #[serde(flatten)]
+    pub(crate) holder: HolderJson,
 }
 
 impl HoldingJson {
@@ -39,14 +33,8 @@ impl HoldingJson {
             slot: holder.slot,
             shared: holder.shared,
             token: holder.token.clone(),
-            host: holder.host.clone(),
-            pid: holder.pid,
-            command: holder.command.clone(),
             ttl_left_ms: left_ms,
-            acquired_at_ms: holder.acquired_us / 1000,
-            held_for_ms: now_us.saturating_sub(holder.acquired_us) / 1000,
-            finished_at_ms: holder.finished_us.map(|us| us / 1000),
-            fencing_token: holder.fence,
+            holder: HolderJson::new(holder, now_us),
         }
     }
 }
@@ -63,7 +51,7 @@ pub(crate) fn holders_json(held: &Status, left_ms: Option<u64>) -> Vec<HoldingJs
         .iter()
         .map(|holder| HoldingJson::new(holder, holder.left_ms, held.now_us))
         .collect();
-    together.sort_by_key(|h| (h.slot, h.acquired_at_ms));
+    together.sort_by_key(|h| (h.slot, h.holder.acquired_at_ms));
     alone.chain(together).collect()
 }
 
@@ -83,7 +71,7 @@ pub(crate) fn together_text(key: &str, slots: Option<u32>, holders: &[HoldingJso
         let place = h
             .slot
             .map_or_else(|| "shared".to_owned(), |slot| format!("slot {slot}"));
-        let lease = match (h.finished_at_ms, h.ttl_left_ms) {
+        let lease = match (h.holder.finished_at_ms, h.ttl_left_ms) {
             (Some(_), Some(ms)) => format!(
                 "finished, kept for --min-hold for {}",
                 show(Duration::from_millis(ms))
@@ -94,12 +82,12 @@ pub(crate) fn together_text(key: &str, slots: Option<u32>, holders: &[HoldingJso
         let _ = write!(
             text,
             "\n  {place}: {} pid {} for {}, {lease}, fencing token {}, token {}\n    command: {}",
-            h.host,
-            h.pid,
-            show(Duration::from_millis(h.held_for_ms)),
-            h.fencing_token,
+            h.holder.host,
+            h.holder.pid,
+            show(Duration::from_millis(h.holder.held_for_ms)),
+            h.holder.fencing_token,
             h.token.as_deref().unwrap_or("?"),
-            h.command
+            h.holder.command
         );
     }
     text
