@@ -119,9 +119,10 @@ end
 
 -- The number of slots the lock's holders and waiters agreed on (1 for runs
 -- that hold it alone or --shared), nil when nobody holds or waits. They
--- all agree, so any one of them tells.
-local function agreed_slots()
-  if redis.call('GET', LEASE) then
+-- all agree, so any one of them tells. `lease`: the lease's value, read
+-- already.
+local function agreed_slots(lease)
+  if lease then
     return 1
   end
   local id = redis.call('ZRANGE', LEASES, 0, 0)[1]
@@ -203,7 +204,7 @@ if record then
     return {'kind', 'superseded', 'by', by}
   end
 end
-local theirs = agreed_slots()
+local theirs = agreed_slots(lease)
 if theirs and theirs ~= mine.slots then
   announce(before, me)
   return {'kind', 'mismatch', 'slots', theirs}
