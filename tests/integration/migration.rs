@@ -140,13 +140,8 @@ fn run_touching(url: &str, ran: &Path) -> Ran {
 
 /// `lockrun status --json` of the lock, which must show it held.
 fn status(url: &str) -> serde_json::Value {
-    let shown = Lockrun::via(url)
-        .key(NAME)
-        .subcommand("status")
-        .arg("--json")
-        .run();
-    let json: serde_json::Value = serde_json::from_str(&shown.stdout).expect("JSON");
-    assert_eq!(json["held"], true, "{}", shown.stderr);
+    let (_, json) = Lockrun::via(url).key(NAME).status_json();
+    assert_eq!(json["held"], true, "{json}");
     json
 }
 

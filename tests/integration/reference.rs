@@ -143,13 +143,9 @@ fn field_names(value: &serde_json::Value, names: &mut BTreeSet<String>) {
 
 /// `lockrun status --json` on these servers, parsed.
 fn status_json(servers: &[Server], name: &str, code: i32) -> serde_json::Value {
-    let ran = Lockrun::on_all(servers)
-        .subcommand("status")
-        .key(name)
-        .arg("--json")
-        .run();
-    assert_eq!(ran.code, Some(code), "lockrun status: {}", ran.stderr);
-    serde_json::from_str(&ran.stdout).expect("one JSON object")
+    let (shown, json) = Lockrun::on_all(servers).key(name).status_json();
+    assert_eq!(shown, Some(code), "lockrun status: {json}");
+    json
 }
 
 /// Runs lockrun so that every field of `status --json` shows and every key

@@ -38,9 +38,9 @@ fn waiter(redis: &Server, shared: bool) -> Waiter {
 }
 
 fn status_json(redis: &Server) -> serde_json::Value {
-    let ran = redis.lockrun(NAME).subcommand("status").arg("--json").run();
-    assert_eq!(ran.code, Some(0), "held: {}", ran.stderr);
-    serde_json::from_str(&ran.stdout).expect("JSON")
+    let (code, json) = redis.lockrun(NAME).status_json();
+    assert_eq!(code, Some(0), "held: {json}");
+    json
 }
 
 #[test]

@@ -23,20 +23,13 @@ const HOLDER_FIELDS: [&str; 11] = [
     "ttl_left_ms",
 ];
 
-fn status_json(redis: &Server) -> (Option<i32>, serde_json::Value) {
-    let ran = redis.lockrun(NAME).subcommand("status").arg("--json").run();
-    let json = serde_json::from_str(ran.stdout.trim())
-        .unwrap_or_else(|_| panic!("not JSON: {} {}", ran.stdout, ran.stderr));
-    (ran.code, json)
-}
-
 #[test]
 fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
     let redis = Server::start();
     let mut holders: Vec<Holder> = (0..3).map(|_| slot_holder(&redis, "3", "10s")).collect();
     let mut waiter = slot_waiter(&redis, "3", "10s");
 
-    let (code, json) = status_json(&redis);
+    let (code, json) = redis.lockrun(NAME).status_json();
     assert_eq!(code, Some(0), "held: {json}");
     assert_eq!(json["held"], true, "{json}");
     assert_eq!(json["slots"], 3, "{json}");
@@ -115,7 +108,7 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
     holders[0].lost();
     holders[2].lost();
     assert_eq!(waiter.run.wait().code(), Some(76), "{}", waiter.stderr());
-    let (code, json) = status_json(&redis);
+    let (code, json) = redis.lockrun(NAME).status_json();
     assert_eq!(code, Some(1), "free: {json}");
     assert_eq!(json["held"], false, "{json}");
     assert_eq!(json["holders"], serde_json::json!([]), "{json}");
@@ -243,7 +236,7 @@ fn slots_min_hold_keeps_that_runs_place_only() {
         .command(["true"])
         .run();
     assert_eq!(busy.code, Some(75), "{}", busy.stderr);
-    let (code, json) = status_json(&redis);
+    let (code, json) = redis.lockrun(NAME).status_json();
     assert_eq!(code, Some(0), "{json}");
     let listed = json["holders"].as_array().expect("holders");
     let kept = listed

@@ -176,6 +176,15 @@ impl<'a> Lockrun<'a> {
         Running::spawn_group(&mut self.build())
     }
 
+    /// `lockrun status --json` for this builder's key and servers: its exit
+    /// status and the object it printed (the test fails on anything else).
+    pub fn status_json(self) -> (Option<i32>, serde_json::Value) {
+        let ran = self.subcommand("status").arg("--json").run();
+        let json = serde_json::from_str(ran.stdout.trim())
+            .unwrap_or_else(|_| panic!("not JSON: {} {}", ran.stdout, ran.stderr));
+        (ran.code, json)
+    }
+
     /// Runs lockrun to its end with its output captured. Fails the test,
     /// killing the run's process group, if it has not ended after a minute
     /// or if something it started still holds its output open.
