@@ -50,7 +50,8 @@ say "Building lockrun (about a minute the first time)..."
 cargo build
 target=${CARGO_TARGET_DIR:-target}
 case $target in /*) ;; *) target=$PWD/$target ;; esac
-lockrun=$target/debug/lockrun
+# Under the host's own tuple: .cargo/config.toml builds for a named target.
+lockrun=$target/$(rustc --print host-tuple)/debug/lockrun
 url=unix://$dir/redis.sock
 
 # Show each command as it would be typed, then run it.
