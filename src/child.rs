@@ -24,7 +24,6 @@ use nix::errno::Errno;
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-use tokio::signal::unix::SignalKind;
 
 use crate::clock::BootInstant;
 use crate::descendants;
@@ -89,8 +88,6 @@ impl std::error::Error for SpawnError {
 pub(crate) struct Child {
     /// The command's pid, which is its group's id too.
     group: Pid,
-    /// SIGCHLD, for `wait`.
-    exits: tokio::signal::unix::Signal,
     /// Its exit status, once `wait` reaped it.
     status: Option<ExitStatus>,
     /// Set once `wait` reaped the command: from then on every exited child of
@@ -112,13 +109,10 @@ impl Child {
             return Err(SpawnError::NotFound);
         };
         let terminal = in_terminal_foreground();
-        // Before the clone, so that no exit can come before it listens.
-        let exits = tokio::signal::unix::signal(SignalKind::child()).map_err(SpawnError::Other)?;
         let pid =
             spawn::spawn(argv, env, terminal).map_err(|err| SpawnError::from_io(err, program))?;
         Ok(Child {
             group: pid,
-            exits,
             status: None,
             reaped: false,
             terminal,
@@ -163,36 +157,33 @@ impl Child {
         descendants::reap_orphans((!self.reaped).then_some(self.group));
     }
 
-    /// Waits for the command itself (the group leader) to exit.
-    pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
-        let status = self.reap().await;
-        self.reaped = status.is_ok();
-        self.give_back_terminal();
-        status
+    /// The command's (the group leader's) exit status if it exited, reaping
+    /// it; None while it runs. Asked on every SIGCHLD.
+    pub(crate) fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if self.status.is_none() {
+            self.status = self.reap()?;
+            if self.status.is_some() {
+                self.reaped = true;
+                self.give_back_terminal();
+            }
+        }
+        Ok(self.status)
     }
 
-    /// Reaps the command once it exits; its status again after that.
-    async fn reap(&mut self) -> io::Result<ExitStatus> {
+    fn reap(&self) -> io::Result<Option<ExitStatus>> {
         loop {
-            if let Some(status) = self.status {
-                return Ok(status);
-            }
             let mut raw = 0;
             // SAFETY: waitpid writes only `raw`; the pid is our own child's,
             // which nothing else reaps (`reap_orphans` leaves it).
             match unsafe { libc::waitpid(self.group.as_raw(), &raw mut raw, libc::WNOHANG) } {
-                0 => {
-                    if self.exits.recv().await.is_none() {
-                        return Err(io::Error::other("SIGCHLD is no longer delivered"));
-                    }
-                }
+                0 => return Ok(None),
                 -1 => {
                     let err = io::Error::last_os_error();
                     if err.kind() != io::ErrorKind::Interrupted {
                         return Err(err);
                     }
                 }
-                _ => self.status = Some(ExitStatus::from_raw(raw)),
+                _ => return Ok(Some(ExitStatus::from_raw(raw))),
             }
         }
     }
@@ -250,7 +241,7 @@ impl Child {
     /// reading or writing the terminal from the background. Asked on SIGCHLD.
     pub(crate) fn stopped_from_terminal(&self) -> bool {
         // WSTOPPED without WEXITED reports stops only: the exit stays for
-        // tokio to reap.
+        // `try_wait` to reap.
         let status = waitid(
             Id::Pid(self.group),
             WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG,

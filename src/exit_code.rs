@@ -14,7 +14,7 @@ pub const USAGE: u8 = 64;
 /// Redis error before the command started, or a lock key holding another
 /// type: the command did not run (EX_UNAVAILABLE).
 pub const REDIS_UNAVAILABLE: u8 = 69;
-/// lockrun itself could not work (no signal handlers, no randomness, a
+/// lockrun itself could not work (no signalfd, no randomness, a
 /// child that could not be waited for): an OS failure (EX_SOFTWARE).
 pub const INTERNAL: u8 = 70;
 /// The lock is held by another run: the default of `--busy-exit-code`

@@ -133,7 +133,7 @@ async fn execute(invocation: Invocation, report: Report) -> Result<u8, Error> {
             // Before anything is taken: a run that cannot catch signals or
             // make a token must not hold a lock.
             let signals = Signals::install().map_err(|source| Error::Internal {
-                doing: "install signal handlers",
+                doing: "catch signals",
                 source,
             })?;
             let token = Token::generate().map_err(|source| Error::Internal {

@@ -15,7 +15,7 @@ use crate::lock::{
 };
 use crate::report::{Event, Report};
 use crate::secrets;
-use crate::signals::{self, Signals};
+use crate::signals::Signals;
 use crate::supervise::{Ended, Stop, Supervisor};
 use crate::wait;
 
@@ -58,7 +58,7 @@ async fn run_steps(
     };
     record.acquired();
     warn_if_unprotected(&lock, report);
-    let (child, mut child_changes) = match start(&config, grant) {
+    let child = match start(&config, grant) {
         Ok(started) => started,
         Err(err) => {
             let _ = lock.release(None, None).await;
@@ -91,7 +91,6 @@ async fn run_steps(
         lock: &mut held.lock,
         lease: &held.lease,
         signals: &mut signals,
-        child_changes: &mut child_changes,
         timing: config.timing,
         acquired: grant.sent,
         timeout_at: config.timeout.map(|limit| held.started + limit),
@@ -201,7 +200,10 @@ async fn acquire(
         wait::acquire(lock, timing, &me, config.wait, config.supersede, report).await
     };
     let outcome = tokio::select! {
-        signal = signals.recv_interrupt() => Err(Error::Interrupted(signal)),
+        signal = signals.recv_interrupt() => Err(match signal {
+            Ok(signal) => Error::Interrupted(signal),
+            Err(source) => Error::Internal { doing: "read the signals lockrun catches", source },
+        }),
         result = attempt => result.map_err(Error::from),
     };
     let busy = |taken: Option<Taken>, superseded_by: Option<String>| {
@@ -253,14 +255,8 @@ fn mismatch(config: &RunConfig, theirs: u32) -> String {
     )
 }
 
-/// Starts the command with its fencing token (and slot), and the SIGCHLD
-/// stream that notices it stopped from the terminal.
-fn start(config: &RunConfig, grant: Grant) -> Result<(Child, tokio::signal::unix::Signal), Error> {
-    // Made before the spawn, so that not even an immediate stop is missed.
-    let child_changes = signals::child_changes().map_err(|source| Error::Internal {
-        doing: "install signal handlers",
-        source,
-    })?;
+/// Starts the command with its fencing token (and slot).
+fn start(config: &RunConfig, grant: Grant) -> Result<Child, Error> {
     let mut env = secrets::hidden_from_command();
     env.push(("LOCKRUN_KEY", Some(config.lock.name.clone().into())));
     env.push((
@@ -274,7 +270,7 @@ fn start(config: &RunConfig, grant: Grant) -> Result<(Child, tokio::signal::unix
         program: config.program(),
         cause,
     })?;
-    Ok((child, child_changes))
+    Ok(child)
 }
 
 /// What a run holds once its command started.

@@ -37,10 +37,10 @@ pub(crate) struct Supervisor<'a> {
     pub(crate) child: &'a mut Child,
     pub(crate) lock: &'a mut Lock,
     pub(crate) lease: &'a Lease,
+    /// The forwarded signals, and SIGCHLD: the command exited or stopped, or
+    /// an orphan reparented to lockrun exited. Blocked since before the
+    /// spawn, so that not even an immediate exit is missed.
     pub(crate) signals: &'a mut Signals,
-    /// SIGCHLD, made before the spawn so that not even an immediate stop is
-    /// missed; orphans reparented to lockrun report their exit here too.
-    pub(crate) child_changes: &'a mut tokio::signal::unix::Signal,
     pub(crate) timing: Timing,
     /// No later than the grant: the lease, and so its renewals, count from
     /// here.
@@ -57,7 +57,6 @@ impl Supervisor<'_> {
             lock,
             lease,
             signals,
-            child_changes,
             timing,
             acquired,
             timeout_at,
@@ -80,35 +79,50 @@ impl Supervisor<'_> {
                         stopping.begin_soon(child, Stop::Lost(Loss::TokenGone));
                     }
                 }
-                status = child.wait() => {
-                    if lease.has_lapsed() {
-                        // It may have finished only after the lease ran out.
-                        stopping.lapsed();
-                    }
-                    return Ended { status, stop: stopping.reason };
-                }
-                signal = signals.recv() => {
-                    report.verbose(
-                        signal_event(signal),
-                        format_args!("forwarding {signal} to the command"),
-                    );
-                    child.signal_group(signal);
-                }
-                _ = child_changes.recv() => {
-                    child.reap_orphans();
-                    if child.has_terminal() && child.stopped_from_terminal() {
-                        child.stop_along();
-                        // Stopped, lockrun could not renew: a lapsed lease is
-                        // the deadline's to handle, and the command stays
-                        // stopped for its SIGKILL.
-                        if !lease.has_lapsed() {
-                            child.resume();
+                signal = signals.recv() => match signal {
+                    Ok(Signal::SIGCHLD) => {
+                        if let Some(status) = child_changed(child, lease) {
+                            if lease.has_lapsed() {
+                                // It may have finished only after the lease ran out.
+                                stopping.lapsed();
+                            }
+                            return Ended { status, stop: stopping.reason };
                         }
                     }
-                }
+                    Ok(signal) => {
+                        report.verbose(
+                            signal_event(signal),
+                            format_args!("forwarding {signal} to the command"),
+                        );
+                        child.signal_group(signal);
+                    }
+                    Err(err) => return Ended { status: Err(err), stop: stopping.reason },
+                },
             }
         }
     }
+}
+
+/// What a SIGCHLD asks lockrun to do: the command's exit status if it
+/// exited; else reap the orphans that did, and follow the command into a
+/// terminal stop (Ctrl-Z).
+fn child_changed(child: &mut Child, lease: &Lease) -> Option<io::Result<ExitStatus>> {
+    match child.try_wait() {
+        Ok(Some(status)) => return Some(Ok(status)),
+        Ok(None) => {}
+        Err(err) => return Some(Err(err)),
+    }
+    child.reap_orphans();
+    if child.has_terminal() && child.stopped_from_terminal() {
+        child.stop_along();
+        // Stopped, lockrun could not renew: a lapsed lease is the
+        // deadline's to handle, and the command stays stopped for its
+        // SIGKILL.
+        if !lease.has_lapsed() {
+            child.resume();
+        }
+    }
+    None
 }
 
 /// How far lockrun got in stopping the command.
