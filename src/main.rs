@@ -11,13 +11,6 @@
 //! ignored, so that a closed pipe is an error to report, not death; stdout
 //! is flushed at the end. std::env::args needs none of it: on glibc, std
 //! reads argv from `.init_array`, before `main`.
-//!
-//! lockrun is linked statically (.cargo/config.toml), and a static glibc
-//! resolves host names from /etc/hosts and DNS by itself but would load any
-//! other NSS module /etc/nsswitch.conf names from the system's glibc, which
-//! works only when that is the very version lockrun was built with. So host
-//! names are looked up in files and DNS only, in every build, which the man
-//! page says.
 
 // A test build of this file gets the test harness's `main` instead.
 #![cfg_attr(not(test), no_main)]
@@ -32,8 +25,6 @@ use std::io::Write as _;
 #[no_mangle]
 extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     standard_fds_open();
-    #[cfg(target_env = "gnu")]
-    hosts_from_files_and_dns();
     // SAFETY: setting a signal's disposition to SIG_IGN, before any thread
     // other than this one exists.
     unsafe {
@@ -42,22 +33,6 @@ extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     let code = lockrun::main();
     let _ = std::io::stdout().flush();
     c_int::from(code)
-}
-
-/// Makes getaddrinfo look host names up in /etc/hosts and DNS only, whatever
-/// /etc/nsswitch.conf says, so that no NSS module is ever loaded.
-#[cfg(all(not(test), target_env = "gnu"))]
-fn hosts_from_files_and_dns() {
-    extern "C" {
-        // glibc's <nss.h>; exported by every glibc lockrun builds against.
-        fn __nss_configure_lookup(database: *const c_char, service_line: *const c_char) -> c_int;
-    }
-    // SAFETY: two NUL-terminated constant strings, before any other thread
-    // exists or any lookup has been made. glibc only fails it for an
-    // unknown database, and "hosts" is one.
-    unsafe {
-        __nss_configure_lookup(c"hosts".as_ptr(), c"files dns".as_ptr());
-    }
 }
 
 /// Opens /dev/null on each of fds 0-2 that is closed, as Rust's start-up

@@ -153,6 +153,19 @@ impl Target {
         matches!(self.info.addr(), ConnectionAddr::TcpTls { .. })
     }
 
+    /// Whether reaching these servers may take a host-name lookup: a host
+    /// given by name, or Sentinel or a Cluster, which may hand back names.
+    pub(crate) fn may_look_up_names(&self) -> bool {
+        match (&self.topology, self.info.addr()) {
+            (Topology::Single, ConnectionAddr::Unix(_)) => false,
+            (
+                Topology::Single,
+                ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. },
+            ) => host.parse::<std::net::IpAddr>().is_err(),
+            _ => true,
+        }
+    }
+
     /// Whether the URL names a replicated setup (Sentinel or Cluster), where
     /// waiting for replicas is the default.
     pub(crate) fn is_replicated(&self) -> bool {
@@ -220,6 +233,27 @@ mod tests {
         assert!(!Target::parse("redis://h", None)
             .expect("valid")
             .is_replicated());
+    }
+
+    #[test]
+    fn only_names_sentinel_and_cluster_may_need_a_lookup() {
+        let looks_up = |url: &str| Target::parse(url, None).expect(url).may_look_up_names();
+        for url in [
+            "unix:///run/redis.sock",
+            "redis://127.0.0.1:6379",
+            "redis://[::1]:6379",
+            "rediss://10.0.0.5",
+        ] {
+            assert!(!looks_up(url), "{url}");
+        }
+        for url in [
+            "redis://localhost:6379",
+            "rediss://db.example",
+            "redis+sentinel://10.0.0.1:26379/main",
+            "redis+cluster://10.0.0.1:7000",
+        ] {
+            assert!(looks_up(url), "{url}");
+        }
     }
 
     #[test]
