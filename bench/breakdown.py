@@ -39,6 +39,7 @@ and reports, as Markdown tables:
 import argparse
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -172,6 +173,156 @@ def steps(args, sock, work):
     return table
 
 
+# A hand-off's steps, by the mark each starts at.
+HANDOFF_STEPS = {
+    "command exits": "holder's command exits -> reaped",
+    "exit noticed": "-> lets go (lockrun: release written; flock: exits)",
+    "lock let go": "-> waiter has it (lockrun: grant read; flock: flock() returns)",
+    "waiter has it": "-> waiter clones its command",
+    "spawn": "-> the command's execve done",
+}
+
+
+def parse_handoff(path, tool):
+    """The marks of one traced hand-off, in ms since the holder's command exited.
+
+    The holder's command exits; the holder reaps it (wait4/waitid); it lets
+    go of the lock (lockrun: writes the release to Redis; flock: exits, and
+    the kernel drops the lock with its file); the waiter learns it has the
+    lock (lockrun: reads the grant from its channel; flock: its flock()
+    returns); it clones its command, which execs.
+    """
+    events = []
+    with open(path) as f:
+        for raw in f:
+            m = LINE.match(raw.rstrip())
+            if not m or m.group(5).endswith("..."):
+                continue
+            c = CALL.match(m.group(5))
+            if c:
+                start = float(m.group(1))
+                events.append((int(m.group(4)), start, start + float(m.group(2) or 0),
+                               c.group(1), c.group(2), c.group(3), m.group(3)))
+    events.sort(key=lambda e: e[1])
+    # The two runs of the tool, holder first, told by the first call each
+    # makes for the lock (perf trace does not always follow a name across
+    # an exec): lockrun opens a socket to Redis, flock calls flock().
+    signature = "flock" if tool == "flock" else "socket"
+    holder = next(e for e in events if e[3] == signature)[0]
+    waiter = next(e for e in events if e[3] == signature and e[0] != holder)[0]
+
+    def first(pred, t=0.0):
+        return next(e for e in events if e[1] >= t and pred(e))
+
+    def returned(pred, t):
+        # A blocking call's line carries the time it was made: by its return.
+        return min((e for e in events if e[2] >= t and pred(e)), key=lambda e: e[2])
+
+    spawn = first(lambda e: e[0] == holder and e[3] in ("clone", "clone3", "vfork"))
+    child = int(spawn[5])
+    marks = {"command exits": first(lambda e: e[0] == child and e[3] == "exit_group")[1]}
+    marks["exit noticed"] = returned(lambda e: e[0] == holder and e[3] in ("wait4", "waitid")
+                                     and e[5] == str(child), marks["command exits"])[2]
+    if tool == "flock":
+        marks["lock let go"] = first(lambda e: e[0] == holder and e[3] == "exit_group",
+                                     marks["exit noticed"])[1]
+        marks["waiter has it"] = returned(lambda e: e[0] == waiter and e[3] == "flock",
+                                          marks["lock let go"])[2]
+    else:
+        marks["lock let go"] = first(lambda e: e[0] == holder and e[3] in ("writev", "write", "sendto")
+                                     and not e[4].startswith("fd: 1,") and not e[4].startswith("fd: 2,"),
+                                     marks["exit noticed"])[1]
+        marks["waiter has it"] = returned(lambda e: e[0] == waiter and e[3] in ("recvfrom", "read")
+                                          and e[5] not in ("", "?", "-1", "0"), marks["lock let go"])[2]
+    clone = first(lambda e: e[0] == waiter and e[3] in ("clone", "clone3", "vfork"),
+                  marks["waiter has it"])
+    marks["spawn"] = clone[1]
+    next_child = int(clone[5])
+    # Its first traced call as `true` (its loader reading libc): it runs.
+    marks["end"] = first(lambda e: e[0] == next_child and e[6] == "true", clone[1])[1]
+    return {k: v - marks["command exits"] for k, v in marks.items()}
+
+
+def handoffs(args, sock, work):
+    """The median of each step of a hand-off, for lockrun and flock: {tool: [(step, takes)]}."""
+    trace = os.path.join(work, "handoff-trace")
+    lockfile = os.path.join(work, "flock")
+    binary = args.lockrun[0]
+    runs = {"lockrun": [], "flock": []}
+    unread = 0
+    for i in range(args.runs):
+        key = f"handoff-{i}"
+        tools = {
+            "lockrun": ([binary, "--redis", "unix://" + sock, "--key", key, "--", "sleep", "0.15"],
+                        [binary, "--redis", "unix://" + sock, "--key", key, "--wait", "forever",
+                         "--", "true"]),
+            "flock": (["flock", lockfile, "sleep", "0.15"], ["flock", lockfile, "true"]),
+        }
+        for tool, (holder, waiter) in tools.items():
+            # The waiter starts once the holder has had 50 ms to take the lock.
+            script = f"{shlex.join(holder)} & sleep 0.05; {shlex.join(waiter)}; wait"
+            done = subprocess.run(["perf", "trace", "-e", TRACED + ",flock", "-o", trace,
+                                   "--", "sh", "-c", script],
+                                  stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            try:
+                if done.returncode != 0:
+                    raise StopIteration
+                runs[tool].append(parse_handoff(trace, tool))
+            except StopIteration:
+                unread += 1
+    table = {}
+    for tool, marks in runs.items():
+        if not marks:
+            return None
+        names = list(marks[0])
+        table[tool] = [(here, statistics.median(r[there] - r[here] for r in marks))
+                       for here, there in zip(names, names[1:])]
+        table[tool].append(("(traced gap)", statistics.median(r["end"] for r in marks)))
+    if unread:
+        print(f"({unread} of the hand-off traces could not be read, and are left out)\n")
+    return table
+
+
+def redis_cpu(sock):
+    """redis-server's CPU time so far (user + system), in ms."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sock)
+    s.sendall(b"INFO cpu\r\n")
+    reply = b""
+    while b"used_cpu_user:" not in reply or not reply.endswith(b"\r\n"):
+        reply += s.recv(4096)
+    s.close()
+    fields = dict(line.split(":", 1) for line in reply.decode().splitlines() if ":" in line)
+    return (float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])) * 1000
+
+
+def contended_cpu(args, sock, work, contenders=8, each=25):
+    """CPU time per acquisition when `contenders` loops of `each` runs of
+    `true` contend for one lock: the tool's processes and their commands
+    (perf stat over the whole process tree), and redis-server's own."""
+    lockfile = os.path.join(work, "contended")
+    tools = {
+        "lockrun": [args.lockrun[0], "--redis", "unix://" + sock, "--key", "contended",
+                    "--wait", "forever", "--", "true"],
+        "flock": ["flock", lockfile, "true"],
+    }
+    per = {}
+    for tool, argv in tools.items():
+        loop = f"for i in $(seq {each}); do {shlex.join(argv)} || exit 1; done"
+        script = " & ".join([f"({loop})"] * contenders) + "; wait"
+        before = redis_cpu(sock)
+        t = time.perf_counter()
+        out = subprocess.run(["perf", "stat", "-x", ",", "-e", "task-clock", "--", "sh", "-c", script],
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        took = time.perf_counter() - t
+        redis = redis_cpu(sock) - before
+        clock = next(float(line.split(",")[0]) for line in out.stderr.splitlines()
+                     if "task-clock" in line and line[:1].isdigit())
+        n = contenders * each
+        per[tool] = (clock / n, redis / n if tool == "lockrun" else 0.0, n / took)
+    return per
+
+
 def perf_stat(args, binary, sock, inherit):
     cmd = ["perf", "stat", "-x", ",", "-r", str(args.runs), "-e", "task-clock,page-faults"]
     if not inherit:
@@ -226,6 +377,31 @@ def report(args, sock, work):
         print(head)
         for row, (step, _, _) in enumerate(table[args.lockrun[0]]):
             print(f"| {step} | " + " | ".join(f"{table[b][row][2]:.3f}" for b in args.lockrun) + " |")
+        print()
+    handoff = handoffs(args, sock, work) if shutil.which("perf") else None
+    if handoff:
+        print(f"Steps of one hand-off, perf trace, median of {args.runs} (ms): a holder's command "
+              f"(`sleep 0.15`) exits and a waiter's (`true`) starts; lockrun and flock(1) "
+              f"alike, lockrun on a unix socket:\n")
+        print("| | " + os.path.basename(args.lockrun[0]) + " | flock |\n|---|---:|---:|")
+        for (step, mine), (_, theirs) in zip(handoff["lockrun"], handoff["flock"]):
+            print(f"| {HANDOFF_STEPS.get(step, step)} | {mine:.3f} | {theirs:.3f} |")
+        print()
+    if shutil.which("perf"):
+        per = contended_cpu(args, sock, work)
+        print("CPU time per acquisition, 8 contenders x 25 runs of `true` on one lock (perf stat over "
+              "every process of the run; redis-server's from its INFO cpu), and what 2 CPUs could "
+              "do at most at that cost:\n")
+        print("| | " + os.path.basename(args.lockrun[0]) + " | flock |\n|---|---:|---:|")
+        rows = (("tool and its command", 0), ("redis-server", 1))
+        for what, i in rows:
+            print(f"| {what} | {per['lockrun'][i]:.3f} ms | {per['flock'][i]:.3f} ms |")
+        total = {t: v[0] + v[1] for t, v in per.items()}
+        print(f"| total | {total['lockrun']:.3f} ms | {total['flock']:.3f} ms |")
+        print(f"| at most, on {os.cpu_count()} CPUs | "
+              + " | ".join(f"{os.cpu_count() * 1000 / total[t]:.0f} /s" for t in ("lockrun", "flock"))
+              + " |")
+        print(f"| measured | {per['lockrun'][2]:.0f} /s | {per['flock'][2]:.0f} /s |")
         print()
     print(f"Untraced, per run of `lockrun --redis unix://... --key K -- true`:\n")
     print(head)
