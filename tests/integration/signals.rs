@@ -20,6 +20,53 @@ while [ ! -e "$dir/stop" ]; do sleep 0.05; done
 exit 42
 "#;
 
+/// lockrun blocks the signals it forwards and SIGCHLD, and ignores SIGPIPE;
+/// the command must start as if lockrun were not there: nothing blocked,
+/// and none of those ignored. (A signal ignored when lockrun started stays
+/// ignored, as across any exec: the test harness, linked statically, starts
+/// lockrun with glibc's two internal signals ignored.)
+#[test]
+fn the_command_starts_with_no_signal_blocked_or_ignored() {
+    let redis = Server::start();
+    let ran = redis
+        .lockrun("job")
+        .command(["cat", "/proc/self/status"])
+        .run();
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let mask = |field: &str| {
+        let line = ran
+            .stdout
+            .lines()
+            .find(|line| line.starts_with(field))
+            .unwrap_or_else(|| panic!("no {field} in {}", ran.stdout));
+        let hex = line.rsplit(['\t', ' ']).next().unwrap_or_default();
+        u64::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("{line}"))
+    };
+    assert_eq!(
+        mask("SigBlk"),
+        0,
+        "the command started with signals blocked"
+    );
+    let lockrun_s = [
+        Signal::SIGHUP,
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGPIPE,
+        Signal::SIGTERM,
+        Signal::SIGCHLD,
+        Signal::SIGWINCH,
+    ]
+    .iter()
+    .fold(0_u64, |bits, &signal| bits | 1 << (signal as u64 - 1));
+    assert_eq!(
+        mask("SigIgn") & lockrun_s,
+        0,
+        "the command started with lockrun's signals ignored"
+    );
+}
+
 fn stderr(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("stderr")).unwrap_or_default()
 }
