@@ -78,9 +78,9 @@ def start_redis(work):
     sys.exit("breakdown: redis-server did not start")
 
 
-def parse_trace(path, lockrun):
-    """The step marks of one traced run, in ms since lockrun's execve."""
-    events = []  # (pid, start, end, name, args, ret, comm)
+def read_trace(path):
+    """perf trace's finished calls, by start time: (pid, start, end, name, args, ret, comm)."""
+    events = []
     with open(path) as f:
         for raw in f:
             m = LINE.match(raw.rstrip())
@@ -89,10 +89,15 @@ def parse_trace(path, lockrun):
             c = CALL.match(m.group(5))
             if c:
                 start = float(m.group(1))
-                end = start + float(m.group(2) or 0)
-                events.append((int(m.group(4)), start, end, c.group(1), c.group(2), c.group(3),
-                               m.group(3)))
+                events.append((int(m.group(4)), start, start + float(m.group(2) or 0),
+                               c.group(1), c.group(2), c.group(3), m.group(3)))
     events.sort(key=lambda e: e[1])
+    return events
+
+
+def parse_trace(path, lockrun):
+    """The step marks of one traced run, in ms since lockrun's execve."""
+    events = read_trace(path)
     name = os.path.basename(lockrun)[:15]
     first = next(e for e in events if e[3] == "execve" and e[5] == "0" and e[6] == name)
     me = first[0]
@@ -192,18 +197,7 @@ def parse_handoff(path, tool):
     lock (lockrun: reads the grant from its channel; flock: its flock()
     returns); it clones its command, which execs.
     """
-    events = []
-    with open(path) as f:
-        for raw in f:
-            m = LINE.match(raw.rstrip())
-            if not m or m.group(5).endswith("..."):
-                continue
-            c = CALL.match(m.group(5))
-            if c:
-                start = float(m.group(1))
-                events.append((int(m.group(4)), start, start + float(m.group(2) or 0),
-                               c.group(1), c.group(2), c.group(3), m.group(3)))
-    events.sort(key=lambda e: e[1])
+    events = read_trace(path)
     # The two runs of the tool, holder first, told by the first call each
     # makes for the lock (perf trace does not always follow a name across
     # an exec): lockrun opens a socket to Redis, flock calls flock().
