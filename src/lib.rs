@@ -125,10 +125,13 @@ pub fn main() -> u8 {
         }
     };
     let outcome = runtime.block_on(execute(invocation, report));
-    // Dropping the runtime would wait for its blocking threads, and a DNS
-    // lookup for the Redis host runs on one: after a lookup that outlived
-    // its timeout, lockrun would hang there after reporting the failure.
-    runtime.shutdown_background();
+    // Left to the exit, not dropped: dropping would wait for the runtime's
+    // blocking threads, and a DNS lookup for the Redis host runs on one
+    // (after a lookup that outlived its timeout, lockrun would hang there
+    // after reporting the failure); shutting it down would close each of its
+    // sockets and fds in turn, which the exit does anyway. Nothing in it has
+    // work left: `execute` has returned, the command has been waited for.
+    std::mem::forget(runtime);
     exit(report, outcome)
 }
 
