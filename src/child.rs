@@ -88,11 +88,9 @@ impl std::error::Error for SpawnError {
 pub(crate) struct Child {
     /// The command's pid, which is its group's id too.
     group: Pid,
-    /// Its exit status, once `wait` reaped it.
+    /// Its exit status, once `try_wait` reaped it: from then on every
+    /// exited child of lockrun is an orphan for lockrun to reap.
     status: Option<ExitStatus>,
-    /// Set once `wait` reaped the command: from then on every exited child of
-    /// lockrun is an orphan for lockrun to reap.
-    reaped: bool,
     /// Set when the child's group took over the terminal; lockrun takes it
     /// back when the child is gone.
     terminal: bool,
@@ -114,7 +112,6 @@ impl Child {
         Ok(Child {
             group: pid,
             status: None,
-            reaped: false,
             terminal,
         })
     }
@@ -154,7 +151,7 @@ impl Child {
 
     /// Reaps the orphans that were reparented to lockrun and have exited.
     pub(crate) fn reap_orphans(&self) {
-        descendants::reap_orphans((!self.reaped).then_some(self.group));
+        descendants::reap_orphans(self.status.is_none().then_some(self.group));
     }
 
     /// The command's (the group leader's) exit status if it exited, reaping
@@ -163,7 +160,6 @@ impl Child {
         if self.status.is_none() {
             self.status = self.reap()?;
             if self.status.is_some() {
-                self.reaped = true;
                 self.give_back_terminal();
             }
         }
