@@ -2,8 +2,6 @@
 //! found with SCAN among other keys, on one server, the primary Sentinel
 //! names, a cluster's primaries and a quorum.
 
-use std::collections::BTreeSet;
-
 use crate::harness::*;
 
 /// `lockrun list` on `server` with `args`.
@@ -23,10 +21,6 @@ fn parse_array(ran: &Ran) -> Vec<serde_json::Value> {
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim())
         .unwrap_or_else(|err| panic!("{err}: {:?}", ran.stdout));
     json.as_array().expect("a JSON array").clone()
-}
-
-fn field_names(value: &serde_json::Value) -> BTreeSet<String> {
-    value.as_object().expect("object").keys().cloned().collect()
 }
 
 /// Keys that are not lockrun's, some of them close to a lock's names, in

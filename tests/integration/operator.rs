@@ -29,13 +29,7 @@ fn status_reports_holder_and_free_lock() {
         .run();
     assert_eq!(ran.code, Some(0));
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("one JSON object");
-    let mut fields: Vec<&str> = json
-        .as_object()
-        .expect("object")
-        .keys()
-        .map(|k| k.as_str())
-        .collect();
-    fields.sort_unstable();
+    let fields = field_names(&json);
     assert_eq!(
         fields,
         [
@@ -65,13 +59,7 @@ fn status_reports_holder_and_free_lock() {
         "the server that answered"
     );
     let holder_json = &json["holder"];
-    let mut holder_fields: Vec<&str> = holder_json
-        .as_object()
-        .expect("holder object")
-        .keys()
-        .map(|k| k.as_str())
-        .collect();
-    holder_fields.sort_unstable();
+    let holder_fields = field_names(holder_json);
     assert_eq!(
         holder_fields,
         [

@@ -339,3 +339,16 @@ impl Ran {
         &self.stdout_bytes
     }
 }
+
+/// The names of a JSON object's fields, sorted: what `--json` output
+/// promises, compared as a list.
+pub fn field_names(value: &serde_json::Value) -> Vec<&str> {
+    let mut names: Vec<&str> = value
+        .as_object()
+        .unwrap_or_else(|| panic!("not a JSON object: {value}"))
+        .keys()
+        .map(String::as_str)
+        .collect();
+    names.sort_unstable();
+    names
+}
