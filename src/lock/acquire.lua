@@ -27,10 +27,6 @@
 -- place runs out (it may have died); -1 for no such moment.
 -- replicas: how many replicas are connected and online, for lockrun to WAIT
 -- for.
-local wrong = wrong_type(OURS)
-if wrong then
-  return wrong
-end
 local me, ttl = ARGV[1], ARGV[2]
 local waits = ARGV[6] == 'wait'
 local mine = {ttl = ttl, host = ARGV[3], pid = ARGV[4], command = ARGV[5],
@@ -160,6 +156,23 @@ local function held_together()
   return acquired(held.fence, held.slot)
 end
 
+-- Nobody holds the lock, waits for it or holds it together (queue.lua's
+-- LINE): the run takes it at once, with nothing in line to keep in order.
+if redis.call('EXISTS', LEASE, HOLDER, unpack(LINE)) == 0 then
+  local wrong = wrong_type(ALONE)
+  if wrong then
+    return wrong
+  end
+  local done = recorded()
+  if done then
+    return {'kind', 'done', 'done', done}
+  end
+  return acquired(hold(me, mine))
+end
+local wrong = wrong_type(OURS)
+if wrong then
+  return wrong
+end
 before = front()
 drop_expired()
 if drop_expired_leases() then

@@ -32,6 +32,15 @@ local DONE, LEASES, HOLDERS = KEYS[8], KEYS[9], KEYS[10]
 local OURS = {{LEASE, 'string'}, {HOLDER, 'hash'}, {FENCE, 'string'}, {QUEUE, 'zset'},
   {PLACES, 'zset'}, {WAITERS, 'hash'}, {SUPERSEDABLE, 'zset'}, {DONE, 'hash'},
   {LEASES, 'zset'}, {HOLDERS, 'hash'}}
+-- The keys of the line and of the runs holding the lock together. While none
+-- of them exists (one EXISTS tells), nobody waits for the lock and nobody
+-- holds it together, which is how a lock that is not contended looks: a call
+-- that finds so skips the line's bookkeeping, and guards only ALONE, the keys
+-- of a lock held alone, for they are all that it touches then. Each
+-- redis.call costs a script far more than the command itself does, and a run
+-- makes two such calls.
+local LINE = {QUEUE, PLACES, WAITERS, SUPERSEDABLE, LEASES, HOLDERS}
+local ALONE = {{LEASE, 'string'}, {HOLDER, 'hash'}, {FENCE, 'string'}, {DONE, 'hash'}}
 
 local now_us, now_ms
 do
@@ -160,11 +169,10 @@ local function free_slot(slots)
   return nil
 end
 
--- Gives `id` a lease and the next fencing token, and takes it out of line;
--- returns the token and, for one of N slots, its slot.
-local function grant(id, run)
+-- Gives `id` a lease and the next fencing token; returns the token and, for
+-- one of N slots, its slot. `grant` is for a run that may be in line.
+local function hold(id, run)
   local fence = next_fence()
-  forget(id)
   if together(run) then
     local slot = nil
     if not run.shared then
@@ -183,6 +191,12 @@ local function grant(id, run)
     'acquired_us', int(now_us), 'fence', fence)
   redis.call('PEXPIRE', HOLDER, run.ttl)
   return fence, nil
+end
+
+-- Takes `id` out of line and gives it the lock (`hold`).
+local function grant(id, run)
+  forget(id)
+  return hold(id, run)
 end
 
 -- A record of a run holding the lock together, as the name-value fields of

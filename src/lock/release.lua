@@ -18,7 +18,10 @@ local keep = tonumber(ARGV[2])
 -- our token.
 local ours = redis.call('TYPE', LEASE).ok == 'string'
 ours = ours and redis.call('GET', LEASE) == me
-if wrong_type(OURS) then
+-- Whether anyone waits or holds the lock together (queue.lua's LINE): when
+-- nobody does, there is no line to keep in order or to hand the lock to.
+local line = redis.call('EXISTS', unpack(LINE)) > 0
+if wrong_type(line and OURS or ALONE) then
   -- Another of the lock's keys holds someone else's data (guard.lua): only
   -- our own lease, and a holder record that is one, are given up; the line
   -- is left as it is.
@@ -40,10 +43,13 @@ if wrong_type(OURS) then
   end
   return {'outcome', 'deleted'}
 end
-local before = front()
-forget(me)
-drop_expired()
-drop_expired_leases()
+local before
+if line then
+  before = front()
+  forget(me)
+  drop_expired()
+  drop_expired_leases()
+end
 if not ours then
   local record = redis.call('HGET', HOLDERS, me)
   local held_together = record and redis.call('ZSCORE', LEASES, me)

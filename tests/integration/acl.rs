@@ -71,6 +71,12 @@ fn check(step: &'static str, ran: &Ran, code: i32) -> Result<(), Broken> {
     if ran.code == Some(code) && !ran.stderr.contains("refused lockrun's user") {
         return Ok(());
     }
+    // The run took the lock, and only giving it back was refused.
+    let step = if ran.stderr.contains("could not release") {
+        "release"
+    } else {
+        step
+    };
     Err(Broken {
         step,
         code: ran.code,
@@ -426,31 +432,20 @@ fn list_needs_scan(url: &str, rules: &[String], nodes: &[Server]) {
 }
 
 #[test]
-fn a_quorum_needs_its_rule() {
+fn a_quorum_needs_only_the_rules_of_a_run() {
     let servers = quorum(3);
     // A member votes once up for a ttl (1s) and the drift, rounded up.
     until_voting(&servers, 2);
-    let mut lockrun = rules("run");
-    lockrun.extend(rules("quorum"));
-    let run = |user: &str| {
-        let urls = servers
-            .iter()
-            .map(|server| format!("{}?user={user}", server.url()));
-        urls.fold(Lockrun::new(), |lockrun, url| lockrun.redis(&url))
-            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
-            .key("job")
-            .args(["--ttl", "1s"])
-            .command(["true"])
-            .run()
-    };
-    create_user_on(&servers, "lockrun", &lockrun);
-    let ran = run("lockrun");
+    create_user_on(&servers, "lockrun", &rules("run"));
+    let urls = servers
+        .iter()
+        .map(|server| format!("{}?user=lockrun", server.url()));
+    let ran = urls
+        .fold(Lockrun::new(), |lockrun, url| lockrun.redis(&url))
+        .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
+        .key("job")
+        .args(["--ttl", "1s"])
+        .command(["true"])
+        .run();
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    for rule in rules("quorum") {
-        let fewer: Vec<String> = lockrun.iter().filter(|r| **r != rule).cloned().collect();
-        create_user_on(&servers, "fewer", &fewer);
-        let ran = run("fewer");
-        assert_eq!(ran.code, Some(69), "{rule} taken away: {}", ran.stderr);
-        assert_eq!(rules_named(&ran.stderr), [rule.as_str()], "{}", ran.stderr);
-    }
 }

@@ -64,7 +64,10 @@ fn plant(redis: &Server, command: &[&str]) {
 
 #[test]
 fn a_lock_key_of_another_type_is_named_and_left_alone() {
-    let cases: [(&[&str], &str); 5] = [
+    // The fence and done keys are all a free lock may have: a run that
+    // finds none of the others takes the lock without looking at them
+    // (acquire.lua), but not without checking these two.
+    let cases: [(&[&str], &str); 7] = [
         (
             &["RPUSH", "lockrun:{job}", "a", "b"],
             "lockrun:{job} holds a list, not a lockrun lease; remove it or choose another \
@@ -89,6 +92,16 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
             &["RPUSH", "lockrun:{job}:waiters", "x"],
             "lockrun:{job}:waiters holds a list, not the records of a lockrun wait queue; \
              remove it or choose another --key/--prefix",
+        ),
+        (
+            &["RPUSH", "lockrun:{job}:done", "x"],
+            "lockrun:{job}:done holds a list, not a lockrun --once-per success record; remove \
+             it or choose another --key/--prefix",
+        ),
+        (
+            &["SET", "lockrun:{job}:leases", "x"],
+            "lockrun:{job}:leases holds a string, not the leases of a lockrun lock held \
+             together; remove it or choose another --key/--prefix",
         ),
     ];
     for (planted, want) in cases {
