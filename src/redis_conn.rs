@@ -11,9 +11,12 @@
 //! - `error`: what a failed call means for lockrun, and its message;
 //! - `session`: the connection, its time limits, `WAIT` and subscriptions;
 //! - `sentinel`, `cluster`: finding the server that holds the lock there;
-//! - `tls`: the CA certificates of `--redis-ca-file`, trusted for TLS.
+//! - `tls`: the CA certificates of `--redis-ca-file`, trusted for TLS;
+//! - `cpu_features`: a one-time cost of the crate's reply parser, paid while
+//!   the first request is at Redis.
 
 mod cluster;
+mod cpu_features;
 mod error;
 mod hosts;
 mod sentinel;

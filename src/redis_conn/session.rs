@@ -13,6 +13,7 @@ use redis::{AsyncConnectionConfig, Client, ConnectionInfo, Value};
 use tokio::time::Instant;
 
 use super::cluster;
+use super::cpu_features;
 use super::error::is_read_only;
 use super::target::{show_addr, Topology};
 use super::{ErrorKind, RedisError, Target, Unready};
@@ -171,7 +172,8 @@ impl Session {
             let left = self.timeout.saturating_sub(started.elapsed());
             // Decoded here rather than by the crate, so that a reply of the
             // wrong shape is told apart from a server that is not Redis.
-            let result = tokio::time::timeout(left, call.send(conn)).await;
+            let sent = cpu_features::look_up_meanwhile(call.send(conn));
+            let result = tokio::time::timeout(left, sent).await;
             match result {
                 Ok(Ok(value)) => {
                     return T::from_redis_value(value)
