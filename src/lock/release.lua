@@ -78,8 +78,8 @@ if not ours then
 end
 -- Only while the lease is ours: a run that lost it records nothing.
 local period = tonumber(ARGV[3]) or 0
-local acquired_us = tonumber(redis.call('HGET', HOLDER, 'acquired_us'))
-if period > 0 and acquired_us then
+local acquired_us = period > 0 and tonumber(redis.call('HGET', HOLDER, 'acquired_us'))
+if acquired_us then
   local until_ms = math.floor(acquired_us / 1000) + period
   if until_ms > now_ms then
     local function held(field)
