@@ -397,6 +397,11 @@ impl Server {
         call.arg(self.token.as_str())
             .arg(keep_for.map_or(0, millis))
             .arg(record.map_or(0, millis));
+        // The cluster client routes and redirects a pipeline as a whole;
+        // a single call there keeps its redirections as they are.
+        if !self.target().is_cluster() {
+            call.reply_last();
+        }
         // One key at a time nothing is recorded: the success may run again
         // (docs/guarantees.md).
         let released = match self.invoke(&call).await {

@@ -166,6 +166,12 @@ impl Target {
         }
     }
 
+    /// Whether the lock is on a cluster node, reached through the cluster
+    /// client (which routes and redirects each call itself).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.topology, Topology::Cluster(_))
+    }
+
     /// Whether the URL names a replicated setup (Sentinel or Cluster), where
     /// waiting for replicas is the default.
     pub(crate) fn is_replicated(&self) -> bool {
