@@ -155,6 +155,35 @@ fn a_holder_gives_back_its_lease_and_leaves_a_queue_key_of_another_type_alone() 
 }
 
 #[test]
+fn a_holder_gives_back_its_lease_and_hands_it_on_after_the_scripts_were_flushed() {
+    // The release goes behind a TIME (lock/script.rs): a server that
+    // forgot the script answers that pair NOSCRIPT, and lockrun sends the
+    // script itself.
+    let redis = Server::start();
+    let mut holder = redis.lockrun("job").hold();
+    let dir = scratch();
+    let ran = dir.path().join("ran");
+    let mut waiter = redis
+        .lockrun("job")
+        .args(["--wait", "20s"])
+        .touch(&ran)
+        .spawn();
+    assert!(
+        eventually(PATIENCE, || redis.listening_waiters("job") == 1),
+        "the waiter never listened in line"
+    );
+    let _: () = redis
+        .query(redis::cmd("SCRIPT").arg("FLUSH"))
+        .expect("SCRIPT FLUSH");
+    holder.go();
+    assert!(holder.run.wait().success(), "{}", holder.stderr());
+    let waited = waiter.wait();
+    assert_eq!(waited.code(), Some(0));
+    assert!(ran.exists(), "the waiter's command did not run");
+    assert!(!redis.is_locked("job"), "the lease was not given back");
+}
+
+#[test]
 fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so() {
     // 20,000 keys read at 100 µs each keep Redis loading for a few
     // seconds; both runs below start within milliseconds of the restart.
