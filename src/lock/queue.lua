@@ -58,6 +58,9 @@ local function channel(id)
   return LEASE .. ':wake:' .. id
 end
 
+-- Takes `id` out of line. A waiter's record goes with its last trace
+-- (`join` writes it with the place): a run without one is in none of these
+-- keys, which release.lua relies on.
 local function forget(id)
   redis.call('ZREM', QUEUE, id)
   redis.call('ZREM', PLACES, id)

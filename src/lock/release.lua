@@ -14,14 +14,15 @@
 -- in KEYS[9]; the places it frees go to the runs first in line.
 local me = ARGV[1]
 local keep = tonumber(ARGV[2])
--- A key of another type in the lease's place (GET would fail on it) is not
--- our token.
-local ours = redis.call('TYPE', LEASE).ok == 'string'
-ours = ours and redis.call('GET', LEASE) == me
 -- Whether anyone waits or holds the lock together (queue.lua's LINE): when
 -- nobody does, there is no line to keep in order or to hand the lock to.
 local line = redis.call('EXISTS', unpack(LINE)) > 0
-if wrong_type(line and OURS or ALONE) then
+local wrong = wrong_type(line and OURS or ALONE)
+-- A key of another type in the lease's place (GET would fail on it) is not
+-- our token. Both lists check the lease first, so it is the one named if
+-- it is wrong at all.
+local ours = not (wrong and wrong[4] == LEASE) and redis.call('GET', LEASE) == me
+if wrong then
   -- Another of the lock's keys holds someone else's data (guard.lua): only
   -- our own lease, and a holder record that is one, are given up; the line
   -- is left as it is.
@@ -46,7 +47,11 @@ end
 local before
 if line then
   before = front()
-  forget(me)
+  -- Only a run with a waiter record can be in line (queue.lua's `join`):
+  -- one call instead of four for a holder that never waited.
+  if redis.call('HGET', WAITERS, me) then
+    forget(me)
+  end
   drop_expired()
   drop_expired_leases()
 end
