@@ -159,7 +159,8 @@ end
 -- Nobody holds the lock, waits for it or holds it together (queue.lua's
 -- LINE): the run takes it at once, with nothing in line to keep in order.
 if redis.call('EXISTS', LEASE, HOLDER, unpack(LINE)) == 0 then
-  local wrong = wrong_type(ALONE)
+  -- Of ALONE, the lease and holder record are absent: EXISTS said so.
+  local wrong = wrong_type({{FENCE, 'string'}, {DONE, 'hash'}})
   if wrong then
     return wrong
   end

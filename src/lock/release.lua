@@ -56,6 +56,9 @@ if line then
   drop_expired_leases()
 end
 if not ours then
+  if not line then
+    return {'outcome', 'not_ours'}
+  end
   local record = redis.call('HGET', HOLDERS, me)
   local held_together = record and redis.call('ZSCORE', LEASES, me)
   if held_together then
@@ -102,11 +105,15 @@ if keep > 0 then
   redis.call('HSET', HOLDER, 'finished_us', int(now_us))
   redis.call('PEXPIRE', LEASE, keep)
   redis.call('PEXPIRE', HOLDER, keep)
-  -- The first waiter's idea of when the lease runs out is wrong now.
-  announce(nil, me)
+  if line then
+    -- The first waiter's idea of when the lease runs out is wrong now.
+    announce(nil, me)
+  end
   return {'outcome', 'kept'}
 end
 redis.call('DEL', LEASE, HOLDER)
-admit(nil)
-announce(before, me)
+if line then
+  admit(nil)
+  announce(before, me)
+end
 return {'outcome', 'deleted'}
