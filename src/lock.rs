@@ -241,6 +241,15 @@ impl Lock {
         }
     }
 
+    /// A run that may wait for the lock listens for its wake-up messages on
+    /// the connection it calls on (where the topology allows). A quorum
+    /// does not queue, so nobody sends it any.
+    pub(crate) fn may_wait(&mut self) {
+        if let [one] = self.servers.as_mut_slice() {
+            one.carry_subscription();
+        }
+    }
+
     /// Whether the lock is held on a quorum of servers rather than one.
     pub(crate) fn is_quorum(&self) -> bool {
         self.servers.len() > 1

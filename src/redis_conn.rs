@@ -19,6 +19,7 @@ mod cluster;
 mod cpu_features;
 mod error;
 mod hosts;
+mod pushes;
 mod sentinel;
 mod session;
 mod target;

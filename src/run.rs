@@ -145,6 +145,9 @@ fn lock(config: &RunConfig, token: &Token, report: Report) -> Lock {
         config.replica_acks,
     );
     lock.once_per(config.once_per.is_some());
+    if config.wait.is_some_and(wait::Wait::may_wait) {
+        lock.may_wait();
+    }
     lock
 }
 

@@ -39,6 +39,12 @@ pub(crate) enum Wait {
 }
 
 impl Wait {
+    /// Whether a run with this wait may wait at all: `--wait 0` only tries
+    /// once.
+    pub(crate) fn may_wait(self) -> bool {
+        self != Wait::Up(Duration::ZERO)
+    }
+
     /// The bound on the wait, if it has one.
     pub(crate) fn limit(self) -> Option<Duration> {
         match self {
@@ -118,8 +124,6 @@ pub(crate) async fn acquire(
         started,
         give_up: give_up_at(wait, started),
         wakes: None,
-        // The attempt after subscribing catches a hand-over that came
-        // before the subscription, and tells Redis this run now listens.
         resubscribe: true,
         failing: false,
         report,
@@ -150,9 +154,7 @@ struct Waiter<'a, L> {
     /// Wake-up messages; `None` when there are none, or the subscription
     /// failed or broke.
     wakes: Option<Wakes>,
-    /// Whether to subscribe once Redis answers: at first, and after the
-    /// subscription broke (a Redis restart, a network blip), since polling
-    /// costs a call each time.
+    /// Whether to subscribe before the next attempt (`subscribe_if_due`).
     resubscribe: bool,
     /// Whether Redis stopped answering during the wait.
     failing: bool,
@@ -163,6 +165,7 @@ impl<L: Contended> Waiter<'_, L> {
     async fn until_acquired_or_out(&mut self) -> Result<Attempt, LockError> {
         let mut first = true;
         loop {
+            self.subscribe_if_due().await;
             let attempt = self
                 .lock
                 .try_acquire(self.timing, self.me, self.mode())
@@ -173,25 +176,30 @@ impl<L: Contended> Waiter<'_, L> {
                 ControlFlow::Break(done) => return Ok(done),
                 ControlFlow::Continue(retry) => retry,
             };
-            if self.resubscribe && !self.failing {
-                self.resubscribe = false;
-                match self.lock.subscribe_wakes().await {
-                    Some(Ok(wakes)) => {
-                        // Look again at once: to say it listens, and for a
-                        // hand-over that came before the subscription.
-                        self.wakes = Some(wakes);
-                        continue;
-                    }
-                    Some(Err(err)) => self.report.verbose(
-                        Event::warning("polling").with("error", err.to_string()),
-                        format_args!("no wake-up messages, polling instead: {err}"),
-                    ),
-                    None => {}
-                }
-            }
             if let Some(done) = self.pause(retry, now).await {
                 return Ok(done);
             }
+        }
+    }
+
+    /// Subscribes to this run's wake-up messages before an attempt that
+    /// takes or keeps a place in line: at first, and after the subscription
+    /// broke (a Redis restart, a network blip) once Redis answers again,
+    /// since polling costs a call each time. Subscribed before the attempt,
+    /// the run hears any hand-over that follows it, and the attempt can tell
+    /// Redis that it listens.
+    async fn subscribe_if_due(&mut self) {
+        if !self.resubscribe || self.failing || self.mode() == Mode::Once {
+            return;
+        }
+        self.resubscribe = false;
+        match self.lock.subscribe_wakes().await {
+            Some(Ok(wakes)) => self.wakes = Some(wakes),
+            Some(Err(err)) => self.report.verbose(
+                Event::warning("polling").with("error", err.to_string()),
+                format_args!("no wake-up messages, polling instead: {err}"),
+            ),
+            None => {}
         }
     }
 

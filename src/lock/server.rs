@@ -7,7 +7,6 @@ mod split;
 use std::cell::Cell;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use super::error::{Foreign, LockError};
@@ -105,19 +104,22 @@ impl Server {
         Ok(self.session.open_within(within).await?)
     }
 
-    /// Subscribes to this run's wake-up channel on a connection of its own,
-    /// to the server that publishes it (behind Sentinel, the primary; in a
-    /// cluster, the node owning the lock's slot).
+    /// Subscribes to this run's wake-up channel, on the server that
+    /// publishes it (behind Sentinel, the primary; in a cluster, the node
+    /// owning the lock's slot).
     pub(super) async fn subscribe_wakes(&mut self) -> Result<Wakes, LockError> {
         let channel = self.keys.wake_channel(&self.token);
-        let pubsub = self
+        let messages = self
             .session
             .subscribe(&channel, SUBSCRIBE_TIMEOUT)
             .await
             .map_err(|err| err.under_prefix(self.keys.prefix()))?;
-        Ok(Wakes::new(pubsub.into_on_message().map(|message| {
-            message.get_payload::<String>().unwrap_or_default()
-        })))
+        Ok(Wakes::new(messages))
+    }
+
+    /// Lets this run's subscription ride on its command connection.
+    pub(super) fn carry_subscription(&mut self) {
+        self.session.carry_subscription();
     }
 
     /// Runs a script behind `lock/guard.lua`; a key it found holding

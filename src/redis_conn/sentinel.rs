@@ -18,7 +18,8 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionI
 
 use super::error::{is_auth_error, one_line};
 use super::hosts::{self, MultiHost};
-use super::session::connect;
+use super::pushes::Pushes;
+use super::session::{connect, connect_carrying};
 use super::target::show_addr;
 use super::tls::{trusting, Ca};
 use super::{ErrorKind, InvalidUrl, RedisError, Target, Unready};
@@ -47,6 +48,8 @@ impl fmt::Display for Sentinels {
 pub(super) struct Found {
     pub(super) conn: MultiplexedConnection,
     pub(super) info: ConnectionInfo,
+    /// The connection's push messages, when asked to carry them.
+    pub(super) pushes: Option<Pushes>,
 }
 
 /// Why no primary was found, and how much that says about the cause: the
@@ -125,6 +128,7 @@ impl Sentinels {
         &self,
         settings: &RedisConnectionInfo,
         timeout: Duration,
+        pushes: bool,
     ) -> Result<Found, Failure> {
         let mut answers: FuturesUnordered<_> = self
             .addrs
@@ -138,7 +142,7 @@ impl Sentinels {
                 Ok(named) if tried.contains(&named) => continue,
                 Ok(named) => {
                     tried.push(named.clone());
-                    self.confirm(named, settings, timeout).await
+                    self.confirm(named, settings, timeout, pushes).await
                 }
                 Err(failure) => Err(failure),
             };
@@ -217,6 +221,7 @@ impl Sentinels {
         (host, port): (String, u16),
         settings: &RedisConnectionInfo,
         timeout: Duration,
+        pushes: bool,
     ) -> Result<Found, Failure> {
         let node = hosts::authority(&host, port);
         let failed = |err: &redis::RedisError| {
@@ -244,7 +249,9 @@ impl Sentinels {
             .and_then(|info| trusting(self.ca.as_ref(), info))
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings.clone());
-        let mut conn = connect(&info, timeout).await.map_err(|err| failed(&err))?;
+        let (mut conn, pushes) = connect_carrying(&info, timeout, pushes)
+            .await
+            .map_err(|err| failed(&err))?;
         let role: Role = redis::cmd("ROLE")
             .query_async(&mut conn)
             .await
@@ -259,7 +266,7 @@ impl Sentinels {
                 rank: Rank::PrimaryDown,
             });
         }
-        Ok(Found { conn, info })
+        Ok(Found { conn, info, pushes })
     }
 }
 

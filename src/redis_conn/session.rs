@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, MultiplexedConnection, PubSub};
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionInfo, Value};
 use tokio::time::Instant;
@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::cluster;
 use super::cpu_features;
 use super::error::is_read_only;
+use super::pushes::{self, Pushes};
 use super::target::{show_addr, Topology};
 use super::{ErrorKind, RedisError, Target, Unready};
 use crate::clock::show;
@@ -67,6 +68,8 @@ impl ConnectionLike for Conn {
     }
 }
 
+mod subscribe;
+
 /// One lazily (re)opened connection. After any failure the connection is
 /// dropped, so the next call starts afresh: after a Redis restart the old
 /// socket is dead, a timed-out call may have left it in an unknown state, and
@@ -78,6 +81,12 @@ pub(crate) struct Session {
     conn: Option<Conn>,
     /// The primary that the sentinels named, while connected to it.
     primary: Option<ConnectionInfo>,
+    /// Whether connections to one server or a primary carry pushes
+    /// (`carry_subscription`).
+    carries_pushes: bool,
+    /// The open connection's push messages, until a subscription takes
+    /// them.
+    pushes: Option<Pushes>,
 }
 
 impl Session {
@@ -87,7 +96,17 @@ impl Session {
             timeout,
             conn: None,
             primary: None,
+            carries_pushes: false,
+            pushes: None,
         }
+    }
+
+    /// Makes the connections opened from now on able to carry this run's
+    /// subscription beside its calls (RESP3), so that a run that may wait
+    /// needs no second connection to be told it got the lock. Not in a
+    /// cluster, where the subscription keeps a connection of its own.
+    pub(crate) fn carry_subscription(&mut self) {
+        self.carries_pushes = !matches!(self.target.topology, Topology::Cluster(_));
     }
 
     pub(crate) fn target(&self) -> &Target {
@@ -124,18 +143,20 @@ impl Session {
         let target = &self.target;
         match &target.topology {
             Topology::Single => {
-                let conn = connect(&target.info, timeout)
+                let (conn, pushes) = connect_carrying(&target.info, timeout, self.carries_pushes)
                     .await
                     .map_err(|err| target.call_error(&err, timeout))?;
                 self.conn = Some(Conn::Single(conn));
+                self.pushes = pushes;
             }
             Topology::Sentinel(sentinels) => {
                 let found = sentinels
-                    .primary(target.info.redis_settings(), timeout)
+                    .primary(target.info.redis_settings(), timeout, self.carries_pushes)
                     .await
                     .map_err(|failure| failure.into_error(target))?;
                 self.conn = Some(Conn::Single(found.conn));
                 self.primary = Some(found.info);
+                self.pushes = found.pushes;
             }
             Topology::Cluster(seeds) => {
                 let conn = seeds
@@ -153,6 +174,7 @@ impl Session {
     fn drop_connection(&mut self) {
         self.conn = None;
         self.primary = None;
+        self.pushes = None;
     }
 
     /// Runs one script call within the session's timeout.
@@ -285,61 +307,6 @@ impl Session {
         )
     }
 
-    /// Subscribes to `channel` on a connection of its own, within `within`,
-    /// on the server where the lock's scripts run and publish: the one
-    /// server, the primary the sentinels name, or the cluster node that owns
-    /// the channel's slot (a channel named with the lock's hash tag has the
-    /// lock's slot). There, a script's `PUBSUB NUMSUB` counts this
-    /// subscriber, which tells a live waiter from a dead one.
-    pub(crate) async fn subscribe(
-        &mut self,
-        channel: &str,
-        within: Duration,
-    ) -> Result<PubSub, RedisError> {
-        let started = Instant::now();
-        let node = match &self.target.topology {
-            Topology::Single => Some(self.target.info.clone()),
-            Topology::Sentinel(_) => {
-                self.open_within(within).await?;
-                self.primary.clone()
-            }
-            Topology::Cluster(seeds) => {
-                let seeds = seeds.clone();
-                self.open_within(within).await?;
-                let left = within.saturating_sub(started.elapsed());
-                match self.conn.as_mut() {
-                    Some(Conn::Cluster(conn)) => {
-                        tokio::time::timeout(left, cluster::node_for(conn, channel))
-                            .await
-                            .ok()
-                            .flatten()
-                            .and_then(|node| {
-                                seeds.node_info(&node, self.target.info.redis_settings())
-                            })
-                    }
-                    _ => None,
-                }
-            }
-        };
-        let left = within.saturating_sub(started.elapsed());
-        let subscribed = async {
-            let Some(info) = node else {
-                return Err(redis::RedisError::from((
-                    redis::ErrorKind::Io,
-                    "no primary, or no node owning the lock's slot, to subscribe on",
-                )));
-            };
-            let mut pubsub = Client::open(info)?.get_async_pubsub().await?;
-            pubsub.subscribe(channel).await?;
-            Ok(pubsub)
-        };
-        match tokio::time::timeout(left, subscribed).await {
-            Ok(Ok(pubsub)) => Ok(pubsub),
-            Ok(Err(err)) => Err(self.error(&err)),
-            Err(_) => Err(self.target.timed_out(within)),
-        }
-    }
-
     /// Every key matching `pattern` (a Redis glob), by `SCAN`: on the one
     /// server, the primary the sentinels name, or each primary of a cluster
     /// in turn. Each call has the session's time limit. A key present
@@ -449,6 +416,23 @@ pub(super) async fn connect(
     Client::open(info.clone())?
         .get_multiplexed_async_connection_with_config(&call_limits(timeout))
         .await
+}
+
+/// Opens one connection to the server at `info` like `connect`; with
+/// `pushes`, one that speaks RESP3 and hands its push messages over.
+pub(super) async fn connect_carrying(
+    info: &ConnectionInfo,
+    timeout: Duration,
+    pushes: bool,
+) -> redis::RedisResult<(MultiplexedConnection, Option<Pushes>)> {
+    if !pushes {
+        return Ok((connect(info, timeout).await?, None));
+    }
+    let (info, config, pushes) = pushes::carried(info, call_limits(timeout));
+    let conn = Client::open(info)?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    Ok((conn, Some(pushes)))
 }
 
 /// Connect and response limits for the redis crate, so that its own limits

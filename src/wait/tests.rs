@@ -69,6 +69,8 @@ struct Scripted {
     asked_ago: Duration,
     start: Instant,
     tries: Vec<(Duration, Mode)>,
+    /// How many attempts came before each subscription.
+    subscribed_after: Vec<usize>,
 }
 
 impl Scripted {
@@ -80,6 +82,7 @@ impl Scripted {
             asked_ago: Duration::ZERO,
             start: Instant::now(),
             tries: Vec::new(),
+            subscribed_after: Vec::new(),
         }
     }
 
@@ -106,6 +109,7 @@ impl Contended for Scripted {
     }
 
     async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>> {
+        self.subscribed_after.push(self.tries.len());
         self.wakes.take().map(Ok)
     }
 
@@ -139,6 +143,27 @@ async fn without_wait_one_attempt_that_never_queues() {
     assert!(matches!(found, Attempt::Busy(_)), "{found:?}");
     assert_eq!(lock.tries.len(), 1);
     assert_eq!(lock.tries[0].1, Mode::Once);
+    assert!(lock.subscribed_after.is_empty(), "never subscribes");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_subscribes_before_its_first_attempt_and_says_it_listens() {
+    let mut lock = Scripted::new(&[Queued(None)]).with_wakes(&[(S, "granted 42")]);
+    let found = wait_on(&mut lock, Some(Wait::Forever))
+        .await
+        .expect("handed over");
+    assert!(matches!(found, Attempt::Acquired(_)), "{found:?}");
+    assert_eq!(lock.subscribed_after, [0]);
+    assert!(matches!(
+        lock.tries[..],
+        [(
+            _,
+            Mode::Wait {
+                listening: true,
+                ..
+            }
+        )]
+    ));
 }
 
 #[tokio::test(start_paused = true)]
@@ -202,19 +227,16 @@ async fn without_messages_the_waiter_polls_between_half_and_all_of_200ms() {
 
 #[tokio::test(start_paused = true)]
 async fn a_listening_waiter_looks_again_when_the_lease_could_have_run_out() {
-    let mut lock = Scripted::new(&[Queued(None), Queued(Some(S)), Acquired]).with_wakes(&[]);
+    let mut lock = Scripted::new(&[Queued(Some(S)), Acquired]).with_wakes(&[]);
     let found = wait_on(&mut lock, Some(Wait::Forever))
         .await
         .expect("acquired");
     assert!(matches!(found, Attempt::Acquired(_)), "{found:?}");
-    // Subscribed after its first attempt, it looks again at once to say it
-    // listens, then just past the lease's expiry, not at its 10 s refresh.
-    assert_eq!(
-        lock.times(),
-        [Duration::ZERO, Duration::ZERO, S + EXPIRY_MARGIN]
-    );
+    // Subscribed before its first attempt, which says it listens, it looks
+    // again just past the lease's expiry, not at its 10 s refresh.
+    assert_eq!(lock.times(), [Duration::ZERO, S + EXPIRY_MARGIN]);
     assert!(matches!(
-        lock.tries[1].1,
+        lock.tries[0].1,
         Mode::Wait {
             listening: true,
             ..
@@ -224,15 +246,11 @@ async fn a_listening_waiter_looks_again_when_the_lease_could_have_run_out() {
 
 #[tokio::test(start_paused = true)]
 async fn a_listening_waiter_refreshes_its_place_every_renewal_period() {
-    let mut lock =
-        Scripted::new(&[Queued(None), Queued(None), Queued(None), Acquired]).with_wakes(&[]);
+    let mut lock = Scripted::new(&[Queued(None), Queued(None), Acquired]).with_wakes(&[]);
     wait_on(&mut lock, Some(Wait::Forever))
         .await
         .expect("acquired");
-    assert_eq!(
-        lock.times(),
-        [Duration::ZERO, Duration::ZERO, 10 * S, 20 * S]
-    );
+    assert_eq!(lock.times(), [Duration::ZERO, 10 * S, 20 * S]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -252,13 +270,12 @@ async fn a_lease_handed_over_is_used_at_once_while_fresh() {
         3 * S,
         "no attempt between message and start"
     );
-    assert_eq!(lock.tries.len(), 2);
+    assert_eq!(lock.tries.len(), 1);
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_lease_handed_over_too_late_for_its_first_renewal_is_taken_afresh() {
-    let mut lock =
-        Scripted::new(&[Queued(None), Queued(None), Acquired]).with_wakes(&[(S, "granted 42")]);
+    let mut lock = Scripted::new(&[Queued(None), Acquired]).with_wakes(&[(S, "granted 42")]);
     // First asked for longer ago than a renewal period: the lease as handed
     // over would already be due for renewal.
     lock.asked_ago = 11 * S;
@@ -272,7 +289,7 @@ async fn a_lease_handed_over_too_late_for_its_first_renewal_is_taken_afresh() {
         grant.fence, 7,
         "the next attempt's grant, not the message's"
     );
-    assert_eq!(lock.times(), [Duration::ZERO, Duration::ZERO, S]);
+    assert_eq!(lock.times(), [Duration::ZERO, S]);
 }
 
 #[tokio::test(start_paused = true)]

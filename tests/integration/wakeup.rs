@@ -60,6 +60,35 @@ fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
 }
 
 #[test]
+fn a_waiter_listens_on_the_connection_it_calls_on() {
+    let redis = Server::start();
+    let mut holder = redis.lockrun("job").args(["--ttl", "30s"]).hold();
+    let mut waiter = redis
+        .lockrun("job")
+        .args(["--wait", "forever"])
+        .command(["true"])
+        .spawn();
+    wait_for_subscribers(&redis, "job", 1);
+    let clients: String = redis
+        .query(redis::cmd("CLIENT").arg("LIST"))
+        .expect("CLIENT LIST");
+    let runs: Vec<&str> = clients
+        .lines()
+        .filter(|client| !client.contains("cmd=client"))
+        .collect();
+    // The holder's connection and the waiter's: subscribed, and the one
+    // its place was taken and is refreshed on.
+    assert_eq!(runs.len(), 2, "one connection per run: {clients}");
+    let subscribed: Vec<&&str> = runs.iter().filter(|c| c.contains(" sub=1 ")).collect();
+    assert_eq!(subscribed.len(), 1, "{clients}");
+    assert!(subscribed[0].contains("cmd=evalsha"), "{clients}");
+    holder.go();
+    assert!(holder.run.wait().success());
+    assert!(waiter.wait().success());
+    redis.assert_only_fence("job");
+}
+
+#[test]
 fn a_waiter_acquires_after_the_holder_is_killed_and_its_lease_runs_out() {
     let redis = Server::start();
     let dir = scratch();

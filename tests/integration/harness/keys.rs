@@ -62,8 +62,8 @@ impl Server {
     }
 
     /// How many runs wait in line for lock `name` and listen for their
-    /// wake-up message: a waiter records it once it has subscribed, right
-    /// after taking its place.
+    /// wake-up message: a waiter subscribes before it takes its place, and
+    /// says so in its record.
     pub fn listening_waiters(&self, name: &str) -> usize {
         self.waiter_records(name)
             .iter()
