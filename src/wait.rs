@@ -195,12 +195,17 @@ impl<L: Contended> Waiter<'_, L> {
         self.resubscribe = false;
         match self.lock.subscribe_wakes().await {
             Some(Ok(wakes)) => self.wakes = Some(wakes),
-            Some(Err(err)) => self.report.verbose(
-                Event::warning("polling").with("error", err.to_string()),
-                format_args!("no wake-up messages, polling instead: {err}"),
-            ),
+            Some(Err(err)) => self.polling(&err.to_string()),
             None => {}
         }
+    }
+
+    /// Says, with `--verbose`, that no wake-up message will come, and why.
+    fn polling(&self, why: &str) {
+        self.report.verbose(
+            Event::warning("polling").with("error", why),
+            format_args!("no wake-up messages, polling instead: {why}"),
+        );
     }
 
     /// A wait that is over before it began only tries once; any other
@@ -313,6 +318,13 @@ impl<L: Contended> Waiter<'_, L> {
                         return fresh(self.lock.handed_over(fence, slot), self.timing);
                     }
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),
+                    // The attempt just made said it listens: look again at
+                    // once to say it does not, then poll.
+                    Some(Wake::Unheard(why)) => {
+                        self.wakes = None;
+                        self.polling(&why);
+                        return None;
+                    }
                     // First in line now: only the lease's expiry is left to
                     // watch for.
                     Some(Wake::First(left)) => {

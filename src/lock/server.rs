@@ -7,6 +7,8 @@ mod split;
 use std::cell::Cell;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+
 use tokio::time::Instant;
 
 use super::error::{Foreign, LockError};
@@ -109,12 +111,15 @@ impl Server {
     /// owning the lock's slot).
     pub(super) async fn subscribe_wakes(&mut self) -> Result<Wakes, LockError> {
         let channel = self.keys.wake_channel(&self.token);
+        let prefix = self.keys.prefix().to_owned();
         let messages = self
             .session
             .subscribe(&channel, SUBSCRIBE_TIMEOUT)
             .await
-            .map_err(|err| err.under_prefix(self.keys.prefix()))?;
-        Ok(Wakes::new(messages))
+            .map_err(|err| err.under_prefix(&prefix))?;
+        Ok(Wakes::new(messages.map(move |message| {
+            message.map_err(|err| LockError::from(err.under_prefix(&prefix)).to_string())
+        })))
     }
 
     /// Lets this run's subscription ride on its command connection.

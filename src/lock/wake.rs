@@ -17,6 +17,9 @@ pub(crate) enum Wake {
     First(Option<Duration>),
     /// A newer run with `--supersede` took this run's place ("HOST pid N").
     Superseded(String),
+    /// Redis refused the subscription, for this reason: no message will
+    /// come.
+    Unheard(String),
 }
 
 impl Wake {
@@ -48,19 +51,22 @@ impl Wake {
 }
 
 /// The wake-up messages of one waiting run.
-pub(crate) struct Wakes(LocalBoxStream<'static, String>);
+pub(crate) struct Wakes(LocalBoxStream<'static, Result<String, String>>);
 
 impl Wakes {
-    /// The messages' payloads as they arrive; the stream ends when the
-    /// subscription breaks.
-    pub(crate) fn new(payloads: impl Stream<Item = String> + 'static) -> Self {
+    /// The messages' payloads as they arrive, or why the subscription was
+    /// refused; the stream ends when the subscription breaks.
+    pub(crate) fn new(payloads: impl Stream<Item = Result<String, String>> + 'static) -> Self {
         Wakes(payloads.boxed_local())
     }
 
     /// Waits for the next message. `None` means the subscription broke and
     /// no more messages will come.
     pub(crate) async fn next(&mut self) -> Option<Wake> {
-        Some(Wake::parse(&self.0.next().await?))
+        match self.0.next().await? {
+            Ok(payload) => Some(Wake::parse(&payload)),
+            Err(why) => Some(Wake::Unheard(why)),
+        }
     }
 }
 

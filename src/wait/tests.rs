@@ -93,7 +93,7 @@ impl Scripted {
             tokio::time::sleep(delay).await;
             text.to_owned()
         });
-        self.wakes = Some(Wakes::new(delayed.chain(stream::pending())));
+        self.wakes = Some(Wakes::new(delayed.chain(stream::pending()).map(Ok)));
         self
     }
 
@@ -290,6 +290,41 @@ async fn a_lease_handed_over_too_late_for_its_first_renewal_is_taken_afresh() {
         "the next attempt's grant, not the message's"
     );
     assert_eq!(lock.times(), [Duration::ZERO, S]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_whose_subscription_was_refused_says_so_at_once_then_polls() {
+    let mut lock = Scripted::new(&[Queued(None), Queued(None), Queued(None), Acquired]);
+    let refused = stream::iter([Err("NOPERM no permissions to access a channel".to_owned())]);
+    lock.wakes = Some(Wakes::new(refused.chain(stream::pending())));
+    wait_on(&mut lock, Some(Wait::Forever))
+        .await
+        .expect("acquired");
+    let listening: Vec<bool> = lock
+        .tries
+        .iter()
+        .map(|(_, mode)| {
+            matches!(
+                mode,
+                Mode::Wait {
+                    listening: true,
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert_eq!(listening, [true, false, false, false]);
+    assert_eq!(lock.subscribed_after, [0], "subscribes once");
+    let times = lock.times();
+    assert_eq!(
+        times[1],
+        Duration::ZERO,
+        "says at once that it does not listen"
+    );
+    assert!(
+        times[2] <= Duration::from_millis(200),
+        "then polls: {times:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use futures_util::stream::{LocalBoxStream, StreamExt};
+use futures_util::stream::{self, LocalBoxStream, StreamExt};
+use futures_util::FutureExt;
 use redis::Client;
 use tokio::time::Instant;
 
@@ -15,14 +16,15 @@ use super::{cluster, pushes, Conn, Session};
 use crate::redis_conn::target::Topology;
 use crate::redis_conn::RedisError;
 
-/// The payloads of the messages published on a channel, as they arrive; the
-/// stream ends when the subscription breaks.
-pub(crate) type Messages = LocalBoxStream<'static, String>;
+/// The payloads of the messages published on a channel, as they arrive, or
+/// why the subscription was refused; the stream ends when the subscription
+/// breaks.
+pub(crate) type Messages = LocalBoxStream<'static, Result<String, RedisError>>;
 
 impl Session {
     /// Subscribes to `channel`, within `within`: on the command connection
-    /// where it carries pushes (`carry_subscription`), else on a connection
-    /// of its own.
+    /// where it carries pushes (`carry_subscription`), answered with the
+    /// next call, else on a connection of its own.
     pub(crate) async fn subscribe(
         &mut self,
         channel: &str,
@@ -35,12 +37,16 @@ impl Session {
         }
     }
 
+    /// Subscribes on the command connection without waiting for Redis's
+    /// answer: the request is queued on the connection at once, so it goes
+    /// out ahead of the next call, in the same write, and Redis runs it
+    /// first; that call's reply comes after its answer. A refusal is the
+    /// first item of the messages.
     async fn subscribe_on_calls(
         &mut self,
         channel: &str,
         within: Duration,
     ) -> Result<Messages, RedisError> {
-        let started = Instant::now();
         // A connection whose pushes a subscription took already has lost
         // that subscription (its messages ended): start afresh.
         if self.pushes.is_none() {
@@ -51,15 +57,27 @@ impl Session {
         else {
             return Err(self.target.timed_out(within));
         };
-        let left = within.saturating_sub(started.elapsed());
-        match tokio::time::timeout(left, conn.subscribe(channel)).await {
-            Ok(Ok(())) => Ok(pushes::messages(pushes).boxed_local()),
-            Ok(Err(err)) => Err(self.failed(&err)),
-            Err(_) => {
-                self.drop_connection();
-                Err(self.target.timed_out(within))
+        let mut listener = conn.clone();
+        let channel = channel.to_owned();
+        let mut answer = Box::pin(async move { listener.subscribe(channel).await });
+        // The first poll queues the request; the connection has room, for
+        // it carries one call at a time. The crate's response timeout
+        // bounds the answer.
+        let answered = (&mut answer).now_or_never();
+        let (target, node) = (self.target.clone(), self.primary_node());
+        let refusal = async move {
+            match answered {
+                Some(answer) => answer,
+                None => answer.await,
             }
-        }
+            .err()
+            .map(|err| Err(target.error_at(&err, node.as_deref())))
+        };
+        let messages = pushes::messages(pushes).map(Ok);
+        Ok(stream::once(refusal)
+            .filter_map(std::future::ready)
+            .chain(messages)
+            .boxed_local())
     }
 
     async fn subscribe_apart(
@@ -107,7 +125,7 @@ impl Session {
         match tokio::time::timeout(left, subscribed).await {
             Ok(Ok(pubsub)) => Ok(pubsub
                 .into_on_message()
-                .map(|message| message.get_payload::<String>().unwrap_or_default())
+                .map(|message| Ok(message.get_payload::<String>().unwrap_or_default()))
                 .boxed_local()),
             Ok(Err(err)) => Err(self.error(&err)),
             Err(_) => Err(self.target.timed_out(within)),
