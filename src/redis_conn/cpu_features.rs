@@ -1,4 +1,5 @@
-//! The CPU's features, looked up while the first request is at Redis.
+//! The CPU's features, looked up while the first request is at Redis: the
+//! first script call, or the `HELLO` of a connection that speaks RESP3.
 //!
 //! The redis crate's reply parser searches with memchr, which on its first
 //! search asks std which SIMD instructions the CPU has, and std asks the CPU

@@ -429,9 +429,12 @@ pub(super) async fn connect_carrying(
         return Ok((connect(info, timeout).await?, None));
     }
     let (info, config, pushes) = pushes::carried(info, call_limits(timeout));
-    let conn = Client::open(info)?
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?;
+    let client = Client::open(info)?;
+    // The connection's first request is its `HELLO`, sent as it opens.
+    let conn = cpu_features::look_up_meanwhile(
+        client.get_multiplexed_async_connection_with_config(&config),
+    )
+    .await?;
     Ok((conn, Some(pushes)))
 }
 
