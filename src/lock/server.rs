@@ -8,7 +8,6 @@ use std::cell::Cell;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-
 use tokio::time::Instant;
 
 use super::error::{Foreign, LockError};

@@ -65,19 +65,25 @@ impl Session {
         // bounds the answer.
         let answered = (&mut answer).now_or_never();
         let (target, node) = (self.target.clone(), self.primary_node());
-        let refusal = async move {
-            match answered {
+        let messages = pushes::messages(pushes).map(Ok);
+        let subscribed = async move {
+            let answer = match answered {
                 Some(answer) => answer,
                 None => answer.await,
+            };
+            match answer {
+                Ok(()) => messages.boxed_local(),
+                // Refused by the server (NOPERM): the waiter polls instead.
+                Err(err) if err.code().is_some() => {
+                    stream::iter([Err(target.error_at(&err, node.as_deref()))]).boxed_local()
+                }
+                // The connection failed or timed out: the subscription
+                // broke before it began, and is made again once Redis
+                // answers.
+                Err(_) => stream::empty().boxed_local(),
             }
-            .err()
-            .map(|err| Err(target.error_at(&err, node.as_deref())))
         };
-        let messages = pushes::messages(pushes).map(Ok);
-        Ok(stream::once(refusal)
-            .filter_map(std::future::ready)
-            .chain(messages)
-            .boxed_local())
+        Ok(stream::once(subscribed).flatten().boxed_local())
     }
 
     async fn subscribe_apart(
