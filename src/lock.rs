@@ -241,10 +241,10 @@ impl Lock {
         }
     }
 
-    /// A run that may wait for the lock listens for its wake-up messages on
-    /// the connection it calls on (where the topology allows). A quorum
-    /// does not queue, so nobody sends it any.
-    pub(crate) fn may_wait(&mut self) {
+    /// Readies a run that may wait for the lock to listen for its wake-up
+    /// messages on the connection it calls on (where the topology allows).
+    /// A quorum does not queue, so nobody sends it any.
+    pub(crate) fn ready_to_wait(&mut self) {
         if let [one] = self.servers.as_mut_slice() {
             one.carry_subscription();
         }

@@ -146,7 +146,7 @@ fn lock(config: &RunConfig, token: &Token, report: Report) -> Lock {
     );
     lock.once_per(config.once_per.is_some());
     if config.wait.is_some_and(wait::Wait::may_wait) {
-        lock.may_wait();
+        lock.ready_to_wait();
     }
     lock
 }
