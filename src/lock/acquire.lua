@@ -11,6 +11,8 @@
 -- ARGV[11] '1' for --once-per: a run that would get the lock while a success
 --          is recorded (KEYS[8]) does not take it, and says whose it is
 -- ARGV[12] --slots N (1: alone)  ARGV[13] '1' for --shared
+-- ARGV[14] '1' to count the online replicas, for a run that waits for all of
+--          them to acknowledge (--replica-acks all); INFO is not cheap
 -- Returns field names and values, in pairs, one of:
 --      {kind='acquired', fence, replicas, slot (with N slots)}
 --      {kind='busy', pttl, waiting, holder={holder fields...}, holding}  (once)
@@ -26,7 +28,7 @@
 -- pttl when it is first in line, otherwise until the first waiter's
 -- place runs out (it may have died); -1 for no such moment.
 -- replicas: how many replicas are connected and online, for lockrun to WAIT
--- for.
+-- for; 0 unless ARGV[14] asked.
 local me, ttl = ARGV[1], ARGV[2]
 local waits = ARGV[6] == 'wait'
 local mine = {ttl = ttl, host = ARGV[3], pid = ARGV[4], command = ARGV[5],
@@ -134,7 +136,11 @@ local function agreed_slots(lease)
 end
 
 local function acquired(fence, slot)
-  local reply = {'kind', 'acquired', 'fence', fence, 'replicas', online_replicas()}
+  local replicas = 0
+  if ARGV[14] == '1' then
+    replicas = online_replicas()
+  end
+  local reply = {'kind', 'acquired', 'fence', fence, 'replicas', replicas}
   if slot then
     reply[#reply + 1] = 'slot'
     reply[#reply + 1] = slot

@@ -270,7 +270,8 @@ impl Server {
             .arg(millis(refresh))
             .arg(u8::from(self.once_per))
             .arg(me.share.slots())
-            .arg(u8::from(me.share == Share::Shared));
+            .arg(u8::from(me.share == Share::Shared))
+            .arg(u8::from(self.acks == ReplicaAcks::All));
         if let Some(uptime) = min_uptime {
             // Whole seconds, as Redis counts its uptime; rounded up.
             call.arg(uptime.as_secs() + u64::from(uptime.subsec_nanos() > 0));
