@@ -103,8 +103,9 @@ impl Session {
 
     /// Makes the connections opened from now on able to carry this run's
     /// subscription beside its calls (RESP3), so that a run that may wait
-    /// needs no second connection to be told it got the lock. Not in a
-    /// cluster, where the subscription keeps a connection of its own.
+    /// needs no second connection to be told it got the lock. Given before
+    /// the first connection, so that subscribing does not reconnect. Not in
+    /// a cluster, where the subscription keeps a connection of its own.
     pub(crate) fn carry_subscription(&mut self) {
         self.carries_pushes = !matches!(self.target.topology, Topology::Cluster(_));
     }

@@ -12,7 +12,8 @@ use futures_util::FutureExt;
 use redis::Client;
 use tokio::time::Instant;
 
-use super::{cluster, pushes, Conn, Session};
+use super::cluster::{self, Seeds};
+use super::{pushes, Conn, Session};
 use crate::redis_conn::target::Topology;
 use crate::redis_conn::RedisError;
 
@@ -22,18 +23,23 @@ use crate::redis_conn::RedisError;
 pub(crate) type Messages = LocalBoxStream<'static, Result<String, RedisError>>;
 
 impl Session {
-    /// Subscribes to `channel`, within `within`: on the command connection
-    /// where it carries pushes (`carry_subscription`), answered with the
-    /// next call, else on a connection of its own.
+    /// Subscribes to `channel`, within `within`: in a cluster on a
+    /// connection of its own to the node owning the channel's slot (the
+    /// cluster client routes each call by its keys), elsewhere on the
+    /// command connection, answered with the next call.
     pub(crate) async fn subscribe(
         &mut self,
         channel: &str,
         within: Duration,
     ) -> Result<Messages, RedisError> {
-        if self.carries_pushes {
-            self.subscribe_on_calls(channel, within).await
-        } else {
-            self.subscribe_apart(channel, within).await
+        match &self.target.topology {
+            Topology::Cluster(seeds) => {
+                let seeds = seeds.clone();
+                self.subscribe_on_slot_owner(&seeds, channel, within).await
+            }
+            Topology::Single | Topology::Sentinel(_) => {
+                self.subscribe_on_calls(channel, within).await
+            }
         }
     }
 
@@ -47,8 +53,10 @@ impl Session {
         channel: &str,
         within: Duration,
     ) -> Result<Messages, RedisError> {
-        // A connection whose pushes a subscription took already has lost
-        // that subscription (its messages ended): start afresh.
+        // A connection without pushes to hand over either does not carry
+        // them (`carry_subscription` came too late) or has lost the
+        // subscription that took them (its messages ended): start afresh.
+        self.carries_pushes = true;
         if self.pushes.is_none() {
             self.drop_connection();
         }
@@ -86,42 +94,31 @@ impl Session {
         Ok(stream::once(subscribed).flatten().boxed_local())
     }
 
-    async fn subscribe_apart(
+    async fn subscribe_on_slot_owner(
         &mut self,
+        seeds: &Seeds,
         channel: &str,
         within: Duration,
     ) -> Result<Messages, RedisError> {
         let started = Instant::now();
-        let node = match &self.target.topology {
-            Topology::Single => Some(self.target.info.clone()),
-            Topology::Sentinel(_) => {
-                self.open_within(within).await?;
-                self.primary.clone()
+        self.open_within(within).await?;
+        let left = within.saturating_sub(started.elapsed());
+        let node = match self.conn.as_mut() {
+            Some(Conn::Cluster(conn)) => {
+                tokio::time::timeout(left, cluster::node_for(conn, channel))
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|node| seeds.node_info(&node, self.target.info.redis_settings()))
             }
-            Topology::Cluster(seeds) => {
-                let seeds = seeds.clone();
-                self.open_within(within).await?;
-                let left = within.saturating_sub(started.elapsed());
-                match self.conn.as_mut() {
-                    Some(Conn::Cluster(conn)) => {
-                        tokio::time::timeout(left, cluster::node_for(conn, channel))
-                            .await
-                            .ok()
-                            .flatten()
-                            .and_then(|node| {
-                                seeds.node_info(&node, self.target.info.redis_settings())
-                            })
-                    }
-                    _ => None,
-                }
-            }
+            _ => None,
         };
         let left = within.saturating_sub(started.elapsed());
         let subscribed = async {
             let Some(info) = node else {
                 return Err(redis::RedisError::from((
                     redis::ErrorKind::Io,
-                    "no primary, or no node owning the lock's slot, to subscribe on",
+                    "no node owning the lock's slot to subscribe on",
                 )));
             };
             let mut pubsub = Client::open(info)?.get_async_pubsub().await?;
