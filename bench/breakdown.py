@@ -7,7 +7,7 @@ Run through bench/breakdown.sh, which builds lockrun first; or directly:
     python3 bench/breakdown.py --lockrun old/lockrun --lockrun new/lockrun  # side by side
 
 Starts a throwaway redis-server on a unix socket in a temporary directory
-(never the Redis on 6379), runs `lockrun --redis unix://... --key K -- true`
+and a free loopback TCP port (never the Redis on 6379), runs `lockrun --redis unix://... --key K -- true`
 and reports, as Markdown tables:
 
 1. steps: perf trace (no ptrace stops: the traced processes run on), on
@@ -30,7 +30,13 @@ and reports, as Markdown tables:
      exit          -> lockrun's exit_group
 2. wall, CPU time and page faults per run, untraced: perf stat (software
    counters), lockrun alone (--no-inherit) and with its child;
-3. instructions per run of lockrun alone (its child not counted):
+3. the floor under any Redis lock on this machine: a request's round trip,
+   and redis-server's CPU time per client session of two requests (connect,
+   acquire, release, close), for a PING and for a script that only returns,
+   over TCP and the unix socket, with Redis idle before each request (as a
+   run finds it) and back to back; beside redis-server's CPU time per run of
+   `lockrun -- true`, whose difference is what lockrun's scripts cost;
+4. instructions per run of lockrun alone (its child not counted):
    `perf stat -e instructions:u` where the CPU exposes it, else valgrind's
    callgrind (deterministic to a few hundred instructions, so that changes
    of 1 % show through the noise of a shared machine).
@@ -38,6 +44,7 @@ and reports, as Markdown tables:
 
 import argparse
 import os
+import random
 import re
 import shlex
 import shutil
@@ -58,10 +65,22 @@ CALL = re.compile(r"^\s*(?:\.\.\. \[continued\]: )?(\w+)\((.*)\)\s+=\s*(\S*)")
 FD = re.compile(r"^fd: (\d+)")
 
 
+def free_port():
+    """A loopback TCP port that nothing listens on now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def start_redis(work):
+    """A throwaway redis-server on a unix socket in `work` and on a free
+    loopback TCP port (for the floor's TCP rows); returns it, the socket's
+    path and the port."""
     sock = os.path.join(work, "redis.sock")
+    port = free_port()
     proc = subprocess.Popen(
-        ["redis-server", "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+         "--unixsocket", sock, "--unixsocketperm", "700",
          "--save", "", "--appendonly", "no", "--dir", work],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(100):
@@ -70,7 +89,7 @@ def start_redis(work):
             s.connect(sock)
             s.sendall(b"PING\r\n")
             if s.recv(16).startswith(b"+PONG"):
-                return proc, sock
+                return proc, sock, port
         except OSError:
             pass
         time.sleep(0.05)
@@ -317,6 +336,86 @@ def contended_cpu(args, sock, work, contenders=8, each=25):
     return per
 
 
+def connected(address):
+    """A connection to Redis at a unix socket's path or a TCP port."""
+    if isinstance(address, int):
+        s = socket.create_connection(("127.0.0.1", address))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return s
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(address)
+    return s
+
+
+def session(address, request, idle):
+    """One client's session, as a run of a Redis lock has one: connect, send
+    `request` twice, one at a time, with `idle` s before each (and before
+    connecting), close. Returns the first round trip's wall time, in us."""
+    trips = []
+    time.sleep(idle)
+    s = connected(address)
+    for _ in range(2):
+        time.sleep(idle)
+        t = time.perf_counter_ns()
+        s.sendall(request)
+        s.recv(64)
+        trips.append((time.perf_counter_ns() - t) / 1000)
+    s.close()
+    return trips[0]
+
+
+def resp(*words):
+    return b"".join([b"*%d\r\n" % len(words)]
+                    + [b"$%d\r\n%s\r\n" % (len(w), w) for w in words])
+
+
+def floor(args, sock, port, rounds=6, sessions=50):
+    """What any client of this Redis pays, whatever its requests do: a
+    request's round trip, and redis-server's CPU time per session of two
+    requests (a lock's acquire and release), with Redis idle 2 ms before
+    each request, as a run finds it (a process starts, a command runs), and
+    back to back; for a PING and for a script that only returns, over TCP
+    and the unix socket. Against them, redis-server's CPU time per run of
+    `lockrun -- true`. Each case runs `sessions` times per round, the cases
+    of a round in a random order; the medians of the rounds are returned."""
+    script = b"return 1"
+    s = connected(sock)
+    s.sendall(resp(b"SCRIPT", b"LOAD", script))
+    sha = s.recv(128).split(b"\r\n")[1]
+    s.close()
+    requests = {"PING": resp(b"PING"),
+                "EVALSHA of a script that only returns": resp(b"EVALSHA", sha, b"0")}
+    cases = [(transport, address, name, request, idle)
+             for transport, address in (("TCP", port), ("unix", sock))
+             for name, request in requests.items()
+             for idle in (0.002, 0.0)]
+    runs = {"TCP": f"redis://127.0.0.1:{port}", "unix": "unix://" + sock}
+    trips, cpu = {}, {}
+    for _ in range(rounds):
+        for case in random.sample(cases + list(runs), len(cases) + len(runs)):
+            before = redis_cpu(sock)
+            if case in runs:
+                for _ in range(args.runs):
+                    subprocess.run([args.lockrun[0], "--redis", runs[case], "--key", "floor",
+                                    "--", "true"], check=True, stdin=subprocess.DEVNULL)
+                cpu.setdefault(case, []).append((redis_cpu(sock) - before) * 1000 / args.runs)
+                continue
+            transport, address, name, request, idle = case
+            took = [session(address, request, idle) for _ in range(sessions)]
+            key = (transport, name, idle)
+            trips.setdefault(key, []).append(statistics.median(took))
+            cpu.setdefault(key, []).append((redis_cpu(sock) - before) * 1000 / sessions)
+    rows = {}
+    for transport in runs:
+        for name in requests:
+            rows[f"{transport}: {name}"] = [
+                statistics.median(figures[(transport, name, idle)])
+                for idle in (0.002, 0.0) for figures in (trips, cpu)]
+        rows[f"{transport}: lockrun's acquire and release, per run of `lockrun -- true`"] = [
+            None, statistics.median(cpu[transport]), None, None]
+    return rows
+
+
 def perf_stat(args, binary, sock, inherit):
     cmd = ["perf", "stat", "-x", ",", "-r", str(args.runs), "-e", "task-clock,page-faults"]
     if not inherit:
@@ -361,7 +460,7 @@ def instructions(binary, sock):
     return int(statistics.median(counts)), "callgrind, median of 3 runs"
 
 
-def report(args, sock, work):
+def report(args, sock, port, work):
     names = [os.path.relpath(b) if len(args.lockrun) > 1 else "lockrun" for b in args.lockrun]
     head = "| | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names)
     table = steps(args, sock, work) if shutil.which("perf") else None
@@ -397,6 +496,17 @@ def report(args, sock, work):
               + " |")
         print(f"| measured | {per['lockrun'][2]:.0f} /s | {per['flock'][2]:.0f} /s |")
         print()
+    rows = floor(args, sock, port)
+    print("The floor under any Redis lock here: a client (Python, raw socket) that connects, "
+          "makes two requests one at a time and closes, with Redis idle 2 ms before each "
+          "request (as a run finds it) and back to back; round trips are the first request's; "
+          "medians of 6 rounds of 50 sessions, the cases of a round in a random order:\n")
+    print("| requests | round trip, idle | redis-server CPU per session, idle "
+          "| round trip, back to back | redis-server CPU per session, back to back |")
+    print("|---|---:|---:|---:|---:|")
+    for name, row in rows.items():
+        print(f"| {name} | " + " | ".join("" if v is None else f"{v:.0f} µs" for v in row) + " |")
+    print()
     print(f"Untraced, per run of `lockrun --redis unix://... --key K -- true`:\n")
     print(head)
     walls = wall(args, sock)
@@ -425,9 +535,9 @@ def main():
     # stops the redis-server.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with tempfile.TemporaryDirectory(prefix="lockrun-breakdown.") as work:
-        redis, sock = start_redis(work)
+        redis, sock, port = start_redis(work)
         try:
-            report(args, sock, work)
+            report(args, sock, port, work)
         finally:
             redis.terminate()
             redis.wait()
