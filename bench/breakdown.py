@@ -7,8 +7,8 @@ Run through bench/breakdown.sh, which builds lockrun first; or directly:
     python3 bench/breakdown.py --lockrun old/lockrun --lockrun new/lockrun  # side by side
 
 Starts a throwaway redis-server on a unix socket in a temporary directory
-and a free loopback TCP port (never the Redis on 6379), runs `lockrun --redis unix://... --key K -- true`
-and reports, as Markdown tables:
+and on a free loopback TCP port (never the Redis on 6379), runs
+`lockrun --redis unix://... --key K -- true` and reports, as Markdown tables:
 
 1. steps: perf trace (no ptrace stops: the traced processes run on), on
    a dozen system calls that mark the steps; perf itself competes for the
@@ -63,6 +63,9 @@ TRACED = ("execve,poll,epoll_create1,socket,connect,write,writev,sendto,"
 LINE = re.compile(r"^\s*([\d.]+) \(\s*(?:([\d.]+) ms)?\s*\): (\S+)/(\d+) (.*)$")
 CALL = re.compile(r"^\s*(?:\.\.\. \[continued\]: )?(\w+)\((.*)\)\s+=\s*(\S*)")
 FD = re.compile(r"^fd: (\d+)")
+# The floor's rounds, and each case's sessions per round.
+FLOOR_ROUNDS = 6
+FLOOR_SESSIONS = 50
 
 
 def free_port():
@@ -365,11 +368,12 @@ def session(address, request, idle):
 
 
 def resp(*words):
+    """`words` as one request in Redis's protocol."""
     return b"".join([b"*%d\r\n" % len(words)]
                     + [b"$%d\r\n%s\r\n" % (len(w), w) for w in words])
 
 
-def floor(args, sock, port, rounds=6, sessions=50):
+def floor(args, sock, port, rounds=FLOOR_ROUNDS, sessions=FLOOR_SESSIONS):
     """What any client of this Redis pays, whatever its requests do: a
     request's round trip, and redis-server's CPU time per session of two
     requests (a lock's acquire and release), with Redis idle 2 ms before
@@ -500,7 +504,8 @@ def report(args, sock, port, work):
     print("The floor under any Redis lock here: a client (Python, raw socket) that connects, "
           "makes two requests one at a time and closes, with Redis idle 2 ms before each "
           "request (as a run finds it) and back to back; round trips are the first request's; "
-          "medians of 6 rounds of 50 sessions, the cases of a round in a random order:\n")
+          f"medians of {FLOOR_ROUNDS} rounds of {FLOOR_SESSIONS} sessions, the cases of a round in "
+          "a random order:\n")
     print("| requests | round trip, idle | redis-server CPU per session, idle "
           "| round trip, back to back | redis-server CPU per session, back to back |")
     print("|---|---:|---:|---:|---:|")
