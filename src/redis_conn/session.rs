@@ -107,7 +107,7 @@ impl Session {
     /// the first connection, so that subscribing does not reconnect. Not in
     /// a cluster, where the subscription keeps a connection of its own.
     pub(crate) fn carry_subscription(&mut self) {
-        self.carries_pushes = !matches!(self.target.topology, Topology::Cluster(_));
+        self.carries_pushes = !self.target.is_cluster();
     }
 
     pub(crate) fn target(&self) -> &Target {
