@@ -12,4 +12,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
 target_dir=${CARGO_TARGET_DIR:-target}
-exec python3 bench/breakdown.py --lockrun "$target_dir/$(rustc --print host-tuple)/release/lockrun" "$@"
+exec python3 bench/breakdown.py --lockrun "$target_dir/release/lockrun" "$@"

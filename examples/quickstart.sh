@@ -51,7 +51,7 @@ cargo build
 target=${CARGO_TARGET_DIR:-target}
 case $target in /*) ;; *) target=$PWD/$target ;; esac
 # Under the host's own tuple: .cargo/config.toml builds for a named target.
-lockrun=$target/$(rustc --print host-tuple)/debug/lockrun
+lockrun=$target/debug/lockrun
 url=unix://$dir/redis.sock
 
 # Show each command as it would be typed, then run it.
