@@ -703,6 +703,24 @@ def slots_rows(result, row):
         "", "", "≤ %d" % SLOTS, verdict(most <= SLOTS))
 
 
+# The sections of BENCHMARKS.md that a script writes: run.sh appends this one
+# after bench.py's text. Every other `## ` section holds figures measured by
+# hand for one change, and is kept when the file is rewritten.
+WRITTEN_SECTIONS = ("One run, step by step\n",)
+
+
+def kept_sections(path):
+    """The sections of `path` measured by hand, to write back after the new figures."""
+    try:
+        with open(path) as f:
+            old = f.read()
+    except FileNotFoundError:
+        return ""
+    return "".join("\n## " + part.rstrip("\n") + "\n"
+                   for part in old.split("\n## ")[1:]
+                   if not part.startswith(WRITTEN_SECTIONS))
+
+
 def measure_only(bench, opts, info, began):
     """One case, printed as rows of the BENCHMARKS.md table."""
     print("bench: %s only..." % opts.only, file=sys.stderr, flush=True)
@@ -910,6 +928,7 @@ How each figure is taken:
   acquisition as for the queue, and the most jobs running at once by their CLOCK_MONOTONIC
   stamps. Medians of 3 runs (the most: of all 3).
 """
+    text += kept_sections(opts.out)
     with open(opts.out, "w") as f:
         f.write(text)
     print(table)
