@@ -3,7 +3,7 @@
 
 Run through bench/breakdown.sh, which builds lockrun first; or directly:
 
-    python3 bench/breakdown.py --lockrun target/x86_64-unknown-linux-gnu/release/lockrun [--runs 30]
+    python3 bench/breakdown.py --lockrun target/release/lockrun [--runs 30]
     python3 bench/breakdown.py --lockrun old/lockrun --lockrun new/lockrun  # side by side
 
 Starts a throwaway redis-server on a unix socket in a temporary directory

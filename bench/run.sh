@@ -82,7 +82,6 @@ say "building lockrun (release)"
 cargo build --release --quiet
 target_dir=${CARGO_TARGET_DIR:-target}
 case "$target_dir" in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
-# Under the host's own tuple: .cargo/config.toml builds for a named target.
 lockrun="$target_dir/release/lockrun"
 rustc -O -C panic=abort --edition 2021 bench/stamp.rs -o "$work/stamp"
 
