@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::{env, fs};
 
-use protocol::{Declared, Scope, Takes, DECLARED, LOCK_KEYS};
+use protocol::{Declared, Scope, Takes, DECLARED, LOCK_KEYS, WAKE};
 
 /// What the first line of a script says.
 const SCRIPT: &str = "--! script";
@@ -175,6 +175,7 @@ fn header(declared: &Declared) -> String {
         writeln!(lines, "local ALONE = {{{}}}", typed(Some(Scope::Alone)))
             .expect("writing to a String");
         writeln!(lines, "local CROWD = {{{}}}", crowd.join(", ")).expect("writing to a String");
+        writeln!(lines, "local WAKE = {WAKE:?}").expect("writing to a String");
     }
     lines
 }

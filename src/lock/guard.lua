@@ -1,5 +1,6 @@
--- Put in front of the scripts that work on a lock and its line (`--! script after
--- guard.lua queue.lua`), before queue.lua. Each of a lock's keys holds one type: the lease and the
+-- Put in front of the scripts that work on a lock and its line (their first
+-- line: `--! script after guard.lua queue.lua`), before queue.lua. Each of a
+-- lock's keys holds one type (src/lock/protocol.rs): the lease and the
 -- fence counter a string, the holder record a hash, the line's keys sorted
 -- sets and a hash (queue.lua). A key of another type is someone else's data
 -- under lockrun's name: a list at the lease's name is not a busy lock, and

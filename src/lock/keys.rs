@@ -7,7 +7,7 @@
 use std::ops::Index;
 
 pub(crate) use super::protocol::Part;
-use super::protocol::LOCK_KEYS;
+use super::protocol::{LOCK_KEYS, WAKE};
 
 /// The Redis names belonging to one lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,7 +44,7 @@ impl Keys {
     /// that the lock is its own, that it is first in line, or that it was
     /// superseded.
     pub(crate) fn wake_channel(&self, token: &Token) -> String {
-        format!("{}:wake:{}", self.lock, token.0)
+        format!("{}{WAKE}{}", self.lock, token.0)
     }
 
     /// The `--prefix` the lock's keys and channels start with.

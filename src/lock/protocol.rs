@@ -102,6 +102,12 @@ lock_keys! {
         "the holder records of a lockrun lock held together";
 }
 
+/// What follows the lease's key in the name of the channel on which a
+/// waiting run with token T is told that the lock is its own, that it is
+/// first in line, or that it was superseded: `LEASE:wake:T`. A channel is
+/// not a key, so one per waiter keeps every script within its keys.
+pub(crate) const WAKE: &str = ":wake:";
+
 impl Part {
     /// Its line of `LOCK_KEYS`.
     pub(crate) fn key(self) -> &'static Key {
@@ -114,8 +120,8 @@ impl Part {
 pub(crate) enum Takes {
     /// Every key of the lock, in `LOCK_KEYS`'s order. Such a script also
     /// gets `OURS` (every key with its type, for `wrong_type`), `ALONE`
-    /// (the same for the keys of scope `Alone`) and `CROWD` (the keys of
-    /// scope `Crowd`).
+    /// (the same for the keys of scope `Alone`), `CROWD` (the keys of
+    /// scope `Crowd`) and `WAKE`.
     Lock,
     /// These keys of the lock, in this order.
     Parts(&'static [Part]),

@@ -1,14 +1,13 @@
 -- The wait queue of one lock. build.rs puts this file (after guard.lua) in
 -- front of every script that reads or changes the queue, so that they all
 -- agree on one layout and one set of rules.
--- The lock's keys (LEASE ... HOLDERS), OURS, ALONE and CROWD are declared
--- in src/lock/protocol.rs, which says what each key holds.
+-- The lock's keys (LEASE ... HOLDERS), OURS, ALONE, CROWD and WAKE are
+-- declared in src/lock/protocol.rs, which says what each key holds.
 -- Runs of one lock agree on their number of slots while any holds or waits
 -- (acquire.lua), so the holders together are all --shared runs or all runs
 -- of N slots.
 -- A waiter's id is its run's lock token, so a lease handed over is already
--- the waiter's. Each waiter listens on the channel LEASE:wake:<id>: a
--- channel is not a key, so one per waiter keeps every script within its KEYS.
+-- the waiter's, and it listens on its own channel (`channel`).
 -- Every call does O(log N) work in the queue length N, plus O(1) for each
 -- entry it removes (each entry is removed once).
 if redis.replicate_commands then
@@ -28,7 +27,7 @@ local function int(n)
 end
 
 local function channel(id)
-  return LEASE .. ':wake:' .. id
+  return LEASE .. WAKE .. id
 end
 
 -- Takes `id` out of line. A waiter's record goes with its last trace

@@ -234,15 +234,19 @@ mod tests {
         }
     }
 
-    /// How often `name` is in `code` as a whole word.
+    /// How often `name` is in `code` as a whole word, comments left out.
     fn uses(code: &str, name: &str) -> usize {
         let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
-        code.match_indices(name)
-            .filter(|(at, _)| {
-                !word(code[..*at].chars().next_back())
-                    && !word(code[at + name.len()..].chars().next())
-            })
-            .count()
+        let in_line = |line: &str| {
+            let line = line.split("--").next().unwrap_or_default();
+            line.match_indices(name)
+                .filter(|(at, _)| {
+                    !word(line[..*at].chars().next_back())
+                        && !word(line[at + name.len()..].chars().next())
+                })
+                .count()
+        };
+        code.lines().map(in_line).sum()
     }
 
     #[test]
@@ -253,7 +257,12 @@ mod tests {
                 .find(|lua| lua.name == declared.script)
                 .expect("built from its file");
             let keys: Vec<&str> = match declared.takes {
-                Takes::Lock => protocol::LOCK_KEYS.iter().map(|key| key.lua).collect(),
+                // Each guards them all (OURS) and has a waiter's channel.
+                Takes::Lock => protocol::LOCK_KEYS
+                    .iter()
+                    .map(|key| key.lua)
+                    .chain(["OURS", "WAKE"])
+                    .collect(),
                 Takes::Parts(parts) => parts.iter().map(|part| part.key().lua).collect(),
                 Takes::One => vec!["KEY"],
             };
