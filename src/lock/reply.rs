@@ -231,7 +231,7 @@ impl Reply for Released {
 pub(super) struct Raised;
 
 impl Reply for Raised {
-    const SCRIPT: &'static str = "raise-fence";
+    const SCRIPT: &'static str = "raise_fence";
     fn decode(fields: &Fields) -> Result<Self, ParsingError> {
         fields.get::<u64>("fence").map(|_| Raised)
     }
@@ -275,7 +275,7 @@ impl Reply for Status {
 pub(super) struct ForceRelease(pub(super) Vec<Holder>, pub(super) bool);
 
 impl Reply for ForceRelease {
-    const SCRIPT: &'static str = "force-release";
+    const SCRIPT: &'static str = "force_release";
     fn decode(fields: &Fields) -> Result<Self, ParsingError> {
         let cleared = fields.get::<i64>("cleared")? == 1;
         Ok(ForceRelease(fields.holders("holders")?, cleared))
