@@ -168,10 +168,15 @@ impl Arg for bool {
     }
 }
 
-/// The arguments of the declared script, as many as there are: only as a
-/// script's last argument, which the script receives as a table.
-impl Arg for &[&str] {
-    fn put(&self, argv: &mut Vec<Vec<u8>>) {
+/// Any number of arguments, which the script receives as one table: only
+/// a script's last field, after `..` (one of any length anywhere else
+/// would move the ones after it).
+pub(crate) trait Rest {
+    fn put_all(&self, argv: &mut Vec<Vec<u8>>);
+}
+
+impl Rest for &[&str] {
+    fn put_all(&self, argv: &mut Vec<Vec<u8>>) {
         for arg in *self {
             arg.put(argv);
         }
@@ -185,10 +190,11 @@ pub(crate) struct Declared {
     pub(crate) script: &'static str,
     pub(crate) takes: Takes,
     pub(crate) argv: &'static [&'static str],
-    /// The name of the `Args` type, and whether it has a lifetime.
+    /// The name of the `Args` type.
     pub(crate) rust: &'static str,
+    /// Whether that type has a lifetime.
     pub(crate) borrows: bool,
-    /// Whether its last argument is a list (`&[&str]`).
+    /// Whether its last argument is a list (`Rest`).
     pub(crate) rest: bool,
 }
 
@@ -217,7 +223,7 @@ macro_rules! scripts {
                 #[allow(unused_variables)]
                 fn encode(&self, argv: &mut Vec<Vec<u8>>) {
                     $(Arg::put(&self.$field, argv);)*
-                    $(Arg::put(&self.$rest, argv);)?
+                    $(Rest::put_all(&self.$rest, argv);)?
                 }
             }
         )*
