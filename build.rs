@@ -32,59 +32,13 @@ fn main() {
     // A directory: a script added or removed counts too.
     println!("cargo:rerun-if-changed={}", dir.display());
     let files = lua_files(&dir);
+    check(&files);
     let mut rust = String::from("// Written by build.rs from src/lock/; do not edit.\n");
-    let mut used = Vec::new();
     let mut statics = Vec::new();
     for (file, text) in &files {
-        let Some(parts) = parts_before(text) else {
-            continue;
-        };
-        let script = file.trim_end_matches(".lua");
-        let declared = DECLARED
-            .iter()
-            .find(|declared| declared.script == script)
-            .unwrap_or_else(|| panic!("src/lock/{file} is not declared in src/lock/protocol.rs"));
-        let mut code = header(declared);
-        for part in &parts {
-            let text = files
-                .get(*part)
-                .unwrap_or_else(|| panic!("src/lock/{file}: no part {part}"));
-            code.push_str(text);
-            used.push(*part);
+        if let Some(parts) = parts_before(text) {
+            statics.push(script(&mut rust, &files, file, &parts));
         }
-        code.push_str(text);
-        let name = script.to_uppercase();
-        let sha = sha1_smol::Sha1::from(&code).digest();
-        let of = if declared.borrows { "<'_>" } else { "" };
-        // `{:?}` of a str is a Rust string literal of it.
-        writeln!(
-            rust,
-            "\n/// `{file}`, after {}: see `protocol::{}`.\npub(crate) static {name}: Lua = \
-             Lua {{\n    name: {script:?},\n    code: {code:?},\n    sha: \"{sha}\",\n}};\n\n\
-             impl Script for protocol::{}{of} {{\n    const LUA: &'static Lua = &{name};\n}}",
-            parts_named(&parts),
-            declared.rust,
-            declared.rust,
-        )
-        .expect("writing to a String");
-        statics.push(format!("&{name}"));
-    }
-    for declared in DECLARED {
-        let file = format!("{}.lua", declared.script);
-        assert!(
-            files
-                .get(&file)
-                .is_some_and(|text| parts_before(text).is_some()),
-            "src/lock/protocol.rs declares {}, but src/lock/{file} is no script",
-            declared.script
-        );
-    }
-    for file in files.keys() {
-        let part = parts_before(&files[file]).is_none();
-        assert!(
-            !part || used.contains(&file.as_str()),
-            "src/lock/{file} is neither a script nor a part of one"
-        );
     }
     writeln!(
         rust,
@@ -94,6 +48,74 @@ fn main() {
     )
     .expect("writing to a String");
     fs::write(&out, rust).unwrap_or_else(|err| panic!("writing {}: {err}", out.display()));
+}
+
+/// That each declared script has its file, each script its declaration,
+/// and each part a script that puts it in front of itself.
+fn check(files: &BTreeMap<String, String>) {
+    let scripts = || {
+        files
+            .iter()
+            .filter_map(|(file, text)| Some((file, parts_before(text)?)))
+    };
+    for (file, _) in scripts() {
+        let script = file.trim_end_matches(".lua");
+        assert!(
+            DECLARED.iter().any(|declared| declared.script == script),
+            "src/lock/{file} is not declared in src/lock/protocol.rs"
+        );
+    }
+    for declared in DECLARED {
+        let file = format!("{}.lua", declared.script);
+        assert!(
+            scripts().any(|(script, _)| *script == file),
+            "src/lock/protocol.rs declares {}, but src/lock/{file} is no script",
+            declared.script
+        );
+    }
+    for file in files.keys() {
+        assert!(
+            scripts().any(|(script, parts)| script == file || parts.contains(&file.as_str())),
+            "src/lock/{file} is neither a script nor a part of one"
+        );
+    }
+}
+
+/// Writes to `rust` the static of the script in `file`, after `parts`, and
+/// its link from its `Args`; returns a reference to the static.
+fn script(
+    rust: &mut String,
+    files: &BTreeMap<String, String>,
+    file: &str,
+    parts: &[&str],
+) -> String {
+    let script = file.trim_end_matches(".lua");
+    let declared = DECLARED
+        .iter()
+        .find(|declared| declared.script == script)
+        .expect("checked");
+    let mut code = header(declared);
+    for part in parts.iter().chain([&file]) {
+        let text = files
+            .get(*part)
+            .unwrap_or_else(|| panic!("src/lock/{file}: no part {part}"));
+        code.push_str(text);
+    }
+    let name = script.to_uppercase();
+    let sha = sha1_smol::Sha1::from(&code).digest();
+    let of = if declared.borrows { "<'_>" } else { "" };
+    // `{:?}` of a str is a Rust string literal of it.
+    writeln!(
+        rust,
+        "\n/// {}: see `protocol::{}`.\npub(crate) static {name}: Lua = \
+         Lua {{\n    name: {script:?},\n    code: {code:?},\n    sha: \"{sha}\",\n}};\n\n\
+         impl Script for protocol::{}{of} {{\n    const LUA: &'static Lua = &{name};\n}}",
+        assembly(file, parts),
+        declared.rust,
+        declared.rust,
+    )
+    .expect("writing to a String");
+    format!("&{name}")
 }
 
 /// Every `.lua` file in `dir`, by name, with its text.
@@ -127,11 +149,12 @@ fn parts_before(text: &str) -> Option<Vec<&str>> {
     Some(parts)
 }
 
-fn parts_named(parts: &[&str]) -> String {
+/// A script's file, and the parts before it.
+fn assembly(file: &str, parts: &[&str]) -> String {
     if parts.is_empty() {
-        "nothing".to_owned()
+        format!("`{file}`")
     } else {
-        parts.join(", ")
+        format!("`{file}`, after {}", parts.join(", "))
     }
 }
 
