@@ -2,7 +2,7 @@
 //!
 //! Every key of lock NAME under prefix P shares the hash tag `{NAME}`, so
 //! that they live in one cluster slot and one script can touch them
-//! together (`docs/design.md` lists what each holds).
+//! together (`protocol::LOCK_KEYS` declares them and what each holds).
 
 use std::ops::Index;
 
