@@ -30,8 +30,8 @@
 //!   `redis_conn`, the only modules that name a redis type:
 //!   - `lock/keys`: the lock's Redis names and the run's token;
 //!   - `lock/records`: holder and waiter records;
-//!   - `lock/script` (+ `lock/*.lua`, assembled and hashed by `build.rs`):
-//!     the atomic scripts, sent by hash;
+//!   - `lock/script` (+ `lock/*.lua`, found, assembled and hashed by
+//!     `build.rs`): the atomic scripts, sent by hash;
 //!   - `lock/reply`: one typed reply per script, decoded by field name;
 //!   - `lock/server`: one server's part in a lock: scripts, replicas, what
 //!     this run may have left there; `lock/server/split`: the same one key
@@ -41,6 +41,8 @@
 //!   - `lock/wake`: the wake-up messages of a waiting run;
 //!   - `lock/error`: a server's failure, someone else's data at a lock key,
 //!     a quorum short of a majority;
+//!   - `lock/protocol` (shared with `build.rs`): the lock's keys and each
+//!     script's keys and arguments, declared once for Rust and Lua;
 //! - `redis_conn`: where Redis is and how to talk to it: `target` (URLs,
 //!   one server, the primary Sentinel names, or a cluster; credentials kept
 //!   out of messages), `error` (what a failure means), `session` (one

@@ -11,6 +11,7 @@
 
 mod error;
 mod keys;
+mod protocol;
 mod records;
 mod reply;
 mod script;

@@ -1,18 +1,8 @@
+--! script after guard.lua queue.lua replicas.lua
 -- Take the lock if it is free and nobody waits before us; otherwise, for a
--- run that waits, take its place in line (atomically with the failed try),
--- or refresh the place it has.
--- KEYS as in queue.lua
--- ARGV[1] token (the waiter id)  ARGV[2] ttl in ms  ARGV[3] host  ARGV[4] pid
--- ARGV[5] command  ARGV[6] 'once' (try, never queue) or 'wait'
--- ARGV[7] arrival from an earlier reply, so that a waiter that was dropped
---         (cut off from Redis too long) gets its place back; '' at first
--- ARGV[8] '1' when listening on its wake-up channel  ARGV[9] '1' for --supersede
--- ARGV[10] ms between the refreshes of its place
--- ARGV[11] '1' for --once-per: a run that would get the lock while a success
---          is recorded (KEYS[8]) does not take it, and says whose it is
--- ARGV[12] --slots N (1: alone)  ARGV[13] '1' for --shared
--- ARGV[14] '1' to count the online replicas, for a run that waits for all of
---          them to acknowledge (--replica-acks all); INFO is not cheap
+-- run that WAITS, take its place in line (atomically with the failed try),
+-- or refresh the place it has. The arguments: `AcquireArgs` in
+-- src/lock/protocol.rs.
 -- Returns field names and values, in pairs, one of:
 --      {kind='acquired', fence, replicas, slot (with N slots)}
 --      {kind='busy', pttl, waiting, holder={holder fields...}, holding}  (once)
@@ -21,6 +11,8 @@
 --      {kind='done', done={the record's fields...}}                  (--once-per)
 --      {kind='mismatch', slots}: the lock's holders and waiters agreed on
 --         another number of slots; nothing was changed for this run
+--      {kind='restarted', uptime=seconds}: a quorum member that does not
+--         vote, having changed nothing
 --      or wrong_type's reply (guard.lua), changing nothing, when a key is
 --         not lockrun's
 -- pttl: time_left() (queue.lua). holding: how many hold it together.
@@ -28,11 +20,25 @@
 -- pttl when it is first in line, otherwise until the first waiter's
 -- place runs out (it may have died); -1 for no such moment.
 -- replicas: how many replicas are connected and online, for lockrun to WAIT
--- for; 0 unless ARGV[14] asked.
-local me, ttl = ARGV[1], ARGV[2]
-local waits = ARGV[6] == 'wait'
-local mine = {ttl = ttl, host = ARGV[3], pid = ARGV[4], command = ARGV[5],
-  slots = tonumber(ARGV[12]) or 1, shared = ARGV[13] == '1'}
+-- for; 0 unless COUNT_REPLICAS.
+
+-- A quorum member that restarted less than MIN_UPTIME_S seconds ago (one
+-- ttl plus the drift allowance, rounded up) may have lost, with its keys, a
+-- lease it granted to another run, which still counts it in its majority:
+-- such a member does not vote until that lease must have run out
+-- (Redlock's delayed restart).
+if MIN_UPTIME_S ~= '0' then
+  local uptime = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+  if uptime and uptime < tonumber(MIN_UPTIME_S) then
+    return {'kind', 'restarted', 'uptime', uptime}
+  end
+end
+
+-- The run's token is its id in line.
+local me, ttl = TOKEN, TTL_MS
+local waits = WAITS == '1'
+local mine = {ttl = ttl, host = HOST, pid = PID, command = COMMAND,
+  slots = tonumber(SLOTS) or 1, shared = SHARED == '1'}
 
 local before
 
@@ -40,7 +46,7 @@ local before
 -- (--once-per) and one is there; nil otherwise. Checked in the same call
 -- that would grant the lease, so that no run can slip in between.
 local function recorded()
-  if ARGV[11] ~= '1' then
+  if ONCE_PER ~= '1' then
     return nil
   end
   local done = redis.call('HGETALL', DONE)
@@ -61,19 +67,10 @@ local function skip(done)
   return {'kind', 'done', 'done', done}
 end
 
--- Read after the writes: Redis < 7 refuses writes after INFO in a script.
-local function online_replicas()
-  local n = 0
-  for _ in string.gmatch(redis.call('INFO', 'replication'), 'slave%d+:[^\r\n]*state=online') do
-    n = n + 1
-  end
-  return n
-end
-
 -- A run that gives --supersede takes the place of every older waiting run
 -- that gave it too: they are taken out of line and told by whom.
 local function supersede(arrival)
-  local by = ARGV[3] .. ' pid ' .. ARGV[4]
+  local by = HOST .. ' pid ' .. PID
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', SUPERSEDABLE, '-inf', '(' .. arrival)) do
     redis.call('ZREM', QUEUE, id)
     redis.call('ZREM', SUPERSEDABLE, id)
@@ -88,23 +85,23 @@ end
 local function join()
   local arrival = redis.call('ZSCORE', QUEUE, me)
   if not arrival then
-    arrival = ARGV[7]
+    arrival = ARRIVAL
     local new = arrival == ''
     if new then
       local last = redis.call('ZRANGE', QUEUE, -1, -1, 'WITHSCORES')[2]
       arrival = int(math.max((tonumber(last) or 0) + 1, now_us))
     end
     redis.call('ZADD', QUEUE, arrival, me)
-    if ARGV[9] == '1' then
+    if SUPERSEDE == '1' then
       if new then
         supersede(arrival)
       end
       redis.call('ZADD', SUPERSEDABLE, arrival, me)
     end
   end
-  redis.call('HSET', WAITERS, me, cjson.encode({host = ARGV[3], pid = ARGV[4],
-    command = ARGV[5], ttl = ttl, refresh = ARGV[10], listening = ARGV[8] == '1',
-    supersede = ARGV[9] == '1', slots = mine.slots, shared = mine.shared}))
+  redis.call('HSET', WAITERS, me, cjson.encode({host = HOST, pid = PID,
+    command = COMMAND, ttl = ttl, refresh = REFRESH_MS, listening = LISTENING == '1',
+    supersede = SUPERSEDE == '1', slots = mine.slots, shared = mine.shared}))
   redis.call('ZADD', PLACES, int(now_ms + tonumber(ttl)), me)
   -- The queue's keys go when the last place runs out: runs that all died
   -- leave nothing behind.
@@ -137,7 +134,7 @@ end
 
 local function acquired(fence, slot)
   local replicas = 0
-  if ARGV[14] == '1' then
+  if COUNT_REPLICAS == '1' then
     replicas = online_replicas()
   end
   local reply = {'kind', 'acquired', 'fence', fence, 'replicas', replicas}
@@ -162,9 +159,9 @@ local function held_together()
   return acquired(held.fence, held.slot)
 end
 
--- Nobody holds the lock, waits for it or holds it together (queue.lua's
--- LINE): the run takes it at once, with nothing in line to keep in order.
-if redis.call('EXISTS', LEASE, HOLDER, unpack(LINE)) == 0 then
+-- Nobody holds the lock, waits for it or holds it together (none of CROWD
+-- exists): the run takes it at once, with nothing in line to keep in order.
+if redis.call('EXISTS', LEASE, HOLDER, unpack(CROWD)) == 0 then
   -- Of ALONE, the lease and holder record are absent: EXISTS said so.
   local wrong = wrong_type({{FENCE, 'string'}, {DONE, 'hash'}})
   if wrong then

@@ -86,18 +86,7 @@ pub(crate) struct Foreign {
 
 impl fmt::Display for Foreign {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what = match self.part {
-            Part::Lease => "a lockrun lease",
-            Part::Holder => "a lockrun holder record",
-            Part::Fence => "a lockrun fencing counter",
-            Part::Queue => "a lockrun wait queue",
-            Part::Places => "the deadlines of a lockrun wait queue's places",
-            Part::Waiters => "the records of a lockrun wait queue",
-            Part::Supersedable => "a lockrun wait queue's --supersede runs",
-            Part::Done => "a lockrun --once-per success record",
-            Part::Leases => "the leases of a lockrun lock held together",
-            Part::Holders => "the holder records of a lockrun lock held together",
-        };
+        let what = self.part.key().what;
         write!(
             f,
             "{} holds a {}, not {what}; remove it or choose another --key/--prefix",

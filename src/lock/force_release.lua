@@ -1,10 +1,9 @@
+--! script after guard.lua queue.lua
 -- Remove the lock whoever holds it (lockrun release --force): every holder,
--- or only the one whose token is ARGV[1]; what is freed goes to the runs
+-- or only the one whose token is ONLY; what is freed goes to the runs
 -- first in line, as after a release.
--- KEYS as in queue.lua
--- ARGV[1] the token of the one holder to remove; '' for every holder
--- Removing every holder also clears the success a --once-per run recorded
--- (KEYS[8]), so that the next run runs the job.
+-- Removing every holder (ONLY is '') also clears the success a --once-per
+-- run recorded (DONE), so that the next run runs the job.
 -- Returns {removed=how many holders were removed, holders={{fields...}, ...}
 -- (the records removed, each with its token), cleared=1 if a recorded
 -- success was removed else 0} as name-value pairs, or wrong_type's reply
@@ -13,7 +12,7 @@ local wrong = wrong_type(OURS)
 if wrong then
   return wrong
 end
-local only = ARGV[1] or ''
+local only = ONLY
 local before = front()
 drop_expired()
 drop_expired_leases()

@@ -1,12 +1,13 @@
--- Put in front of the scripts that work on a lock and its line (see build.rs),
--- before queue.lua. Each of a lock's keys holds one type: the lease and the
--- fence counter a string, the holder record a hash, the line's keys sorted
--- sets and a hash (queue.lua). A key of another type is someone else's data
--- under lockrun's name: a list at the lease's name is not a busy lock, and
--- must be neither read as one nor removed. `checks` is a list of
--- {key, type}; the first key that exists with another type is returned as
--- {'kind', 'wrongtype', 'key', key, 'holds', its type}, for the script to return before touching
--- anything; nil when every key is as lockrun keeps it or absent.
+-- Put in front of the scripts that work on a lock and its line (their first
+-- line: `--! script after guard.lua queue.lua`), before queue.lua. Each of a
+-- lock's keys holds one type (`Key::holds`, src/lock/protocol.rs). A key of
+-- another type is someone else's data under lockrun's name: a list at the
+-- lease's name is not a busy lock, and must be neither read as one nor
+-- removed. `checks` is a list of {key, type}, such as OURS; the first key
+-- that exists with another type is returned as
+-- {'kind', 'wrongtype', 'key', key, 'holds', its type}, for the script to
+-- return before touching anything; nil when every key is as lockrun keeps
+-- it or absent.
 local function wrong_type(checks)
   for _, check in ipairs(checks) do
     local holds = redis.call('TYPE', check[1]).ok

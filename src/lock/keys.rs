@@ -2,9 +2,12 @@
 //!
 //! Every key of lock NAME under prefix P shares the hash tag `{NAME}`, so
 //! that they live in one cluster slot and one script can touch them
-//! together (`docs/design.md` lists what each holds).
+//! together (`protocol::LOCK_KEYS` declares them and what each holds).
 
-use super::script::Call;
+use std::ops::Index;
+
+pub(crate) use super::protocol::Part;
+use super::protocol::{LOCK_KEYS, WAKE};
 
 /// The Redis names belonging to one lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -12,81 +15,28 @@ pub(crate) struct Keys {
     /// The name given to `--key`, for the operator's messages; the Redis
     /// names appear only with --verbose and in `lockrun status`.
     pub(crate) name: String,
+    /// `P{NAME}`: the lease's key, which every other key's name and every
+    /// wake-up channel's starts with.
     pub(crate) lock: String,
-    pub(crate) holder: String,
-    pub(crate) fence: String,
-    pub(crate) queue: String,
-    pub(crate) places: String,
-    pub(crate) waiters: String,
-    pub(crate) supersedable: String,
-    pub(crate) done: String,
-    pub(crate) leases: String,
-    pub(crate) holders: String,
-}
-
-/// The keys of a lock, by what lockrun keeps in them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Part {
-    Lease,
-    Holder,
-    Fence,
-    /// The waiting runs in arrival order.
-    Queue,
-    /// When each waiting run's place runs out.
-    Places,
-    /// Each waiting run's record.
-    Waiters,
-    /// The waiting runs that gave `--supersede`.
-    Supersedable,
-    /// The success a `--once-per` run recorded, until its period ends.
-    Done,
-    /// When the lease of each run holding the lock together (`--slots`,
-    /// `--shared`) runs out.
-    Leases,
-    /// Each of those runs' holder record.
-    Holders,
+    /// Each key's Redis name, in `Part`'s order.
+    redis: [String; LOCK_KEYS.len()],
 }
 
 impl Keys {
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
         let lock = format!("{prefix}{{{name}}}");
         Keys {
-            holder: format!("{lock}:holder"),
-            fence: format!("{lock}:fence"),
-            queue: format!("{lock}:queue"),
-            places: format!("{lock}:places"),
-            waiters: format!("{lock}:waiters"),
-            supersedable: format!("{lock}:supersedable"),
-            done: format!("{lock}:done"),
-            leases: format!("{lock}:leases"),
-            holders: format!("{lock}:holders"),
+            redis: std::array::from_fn(|i| format!("{lock}{}", LOCK_KEYS[i].suffix)),
             lock,
             name: name.to_owned(),
         }
     }
 
-    /// Every key with what it holds, in the order `lock/queue.lua` expects
-    /// them as KEYS.
-    fn parts(&self) -> [(&str, Part); 10] {
-        [
-            (&self.lock, Part::Lease),
-            (&self.holder, Part::Holder),
-            (&self.fence, Part::Fence),
-            (&self.queue, Part::Queue),
-            (&self.places, Part::Places),
-            (&self.waiters, Part::Waiters),
-            (&self.supersedable, Part::Supersedable),
-            (&self.done, Part::Done),
-            (&self.leases, Part::Leases),
-            (&self.holders, Part::Holders),
-        ]
-    }
-
     /// What lockrun keeps under `key`, one of this lock's keys.
     pub(crate) fn part_of(&self, key: &str) -> Part {
-        self.parts()
-            .into_iter()
-            .find_map(|(name, part)| (name == key).then_some(part))
+        LOCK_KEYS
+            .iter()
+            .find_map(|k| (self[k.part] == *key).then_some(k.part))
             .unwrap_or(Part::Lease)
     }
 
@@ -94,7 +44,7 @@ impl Keys {
     /// that the lock is its own, that it is first in line, or that it was
     /// superseded.
     pub(crate) fn wake_channel(&self, token: &Token) -> String {
-        format!("{}:wake:{}", self.lock, token.0)
+        format!("{}{WAKE}{}", self.lock, token.0)
     }
 
     /// The `--prefix` the lock's keys and channels start with.
@@ -102,31 +52,15 @@ impl Keys {
         let tag = self.name.len() + 2;
         &self.lock[..self.lock.len() - tag]
     }
-
-    /// Every key of the lock, as the scripts behind `lock/queue.lua` take
-    /// them.
-    pub(crate) fn add_to(&self, call: &mut Call) {
-        for (key, _) in self.parts() {
-            call.key(key);
-        }
-    }
 }
 
-/// What follows `P{NAME}` in each key of lock NAME, as `Keys::new` names
-/// them: the lease, then the holder, the fence, the line's keys, the
-/// recorded success and the leases held together.
-const SUFFIXES: [&str; 10] = [
-    "",
-    ":holder",
-    ":fence",
-    ":queue",
-    ":places",
-    ":waiters",
-    ":supersedable",
-    ":done",
-    ":leases",
-    ":holders",
-];
+impl Index<Part> for Keys {
+    type Output = str;
+
+    fn index(&self, part: Part) -> &str {
+        &self.redis[part as usize]
+    }
+}
 
 /// The `SCAN` pattern for every key of the locks under `prefix` whose name
 /// matches `glob` (Redis glob syntax). The prefix is matched as it is
@@ -150,9 +84,9 @@ pub(crate) fn scan_pattern(prefix: &str, glob: &str) -> String {
 /// suffix ends another, so at most one fits.
 pub(crate) fn name_of<'k>(prefix: &str, key: &'k str) -> Option<&'k str> {
     let tagged = key.strip_prefix(prefix)?.strip_prefix('{')?;
-    SUFFIXES.iter().find_map(|suffix| {
+    LOCK_KEYS.iter().find_map(|key| {
         tagged
-            .strip_suffix(suffix)?
+            .strip_suffix(key.suffix)?
             .strip_suffix('}')
             .filter(|name| !name.is_empty())
     })
@@ -186,28 +120,20 @@ mod tests {
     fn keys_share_one_hash_tag() {
         let keys = Keys::new("lockrun:", "billing");
         assert_eq!(keys.lock, "lockrun:{billing}");
-        assert_eq!(keys.holder, "lockrun:{billing}:holder");
-        assert_eq!(keys.fence, "lockrun:{billing}:fence");
-        assert_eq!(keys.queue, "lockrun:{billing}:queue");
-        assert_eq!(keys.supersedable, "lockrun:{billing}:supersedable");
+        assert_eq!(&keys[Part::Lease], "lockrun:{billing}");
+        assert_eq!(&keys[Part::Holder], "lockrun:{billing}:holder");
+        assert_eq!(&keys[Part::Fence], "lockrun:{billing}:fence");
+        assert_eq!(&keys[Part::Queue], "lockrun:{billing}:queue");
+        assert_eq!(&keys[Part::Supersedable], "lockrun:{billing}:supersedable");
+        assert_eq!(keys.prefix(), "lockrun:");
     }
 
     #[test]
     fn every_key_is_known_by_what_it_holds() {
         let keys = Keys::new("lockrun:", "job");
-        for (key, part) in [
-            (&keys.lock, Part::Lease),
-            (&keys.holder, Part::Holder),
-            (&keys.fence, Part::Fence),
-            (&keys.queue, Part::Queue),
-            (&keys.places, Part::Places),
-            (&keys.waiters, Part::Waiters),
-            (&keys.supersedable, Part::Supersedable),
-            (&keys.done, Part::Done),
-            (&keys.leases, Part::Leases),
-            (&keys.holders, Part::Holders),
-        ] {
-            assert_eq!(keys.part_of(key), part, "{key}");
+        for (i, key) in LOCK_KEYS.iter().enumerate() {
+            assert_eq!(key.part as usize, i, "{}", key.lua);
+            assert_eq!(keys.part_of(&keys[key.part]), key.part, "{}", key.lua);
         }
     }
 
@@ -215,7 +141,8 @@ mod tests {
     fn every_key_of_a_lock_names_it_and_no_other_key_does() {
         for name in ["billing", "a}b", "x}:fence", "{}"] {
             let keys = Keys::new("team:", name);
-            for (key, _) in keys.parts() {
+            for key in LOCK_KEYS {
+                let key = &keys[key.part];
                 assert_eq!(name_of("team:", key), Some(name), "{key}");
             }
         }

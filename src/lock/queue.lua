@@ -1,47 +1,19 @@
 -- The wait queue of one lock. build.rs puts this file (after guard.lua) in
 -- front of every script that reads or changes the queue, so that they all
 -- agree on one layout and one set of rules.
--- KEYS[1] lease  KEYS[2] holder record  KEYS[3] fence counter
--- KEYS[4] queue: waiter id -> arrival (server time in us, strictly increasing)
--- KEYS[5] places: waiter id -> when its place runs out (server time in ms)
--- KEYS[6] waiters: waiter id -> its record (JSON), or why it was taken out
--- KEYS[7] supersedable: waiter id -> arrival, for waiters that gave --supersede
--- KEYS[8] done: the last success of a --once-per run (a hash), until its
---         period ends (PEXPIREAT)
--- KEYS[9] leases: holder token -> when its lease runs out (server time in ms),
---         for runs that hold the lock together (--slots above 1, --shared);
---         a run that holds it alone has KEYS[1] and KEYS[2] instead
--- KEYS[10] holders: holder token -> its record (JSON), for the same runs
+-- The lock's keys (LEASE ... HOLDERS), OURS, ALONE, CROWD and WAKE are
+-- declared in src/lock/protocol.rs, which says what each key holds.
 -- Runs of one lock agree on their number of slots while any holds or waits
 -- (acquire.lua), so the holders together are all --shared runs or all runs
 -- of N slots.
 -- A waiter's id is its run's lock token, so a lease handed over is already
--- the waiter's. Each waiter listens on the channel KEYS[1]:wake:<id>: a
--- channel is not a key, so one per waiter keeps every script within its KEYS.
+-- the waiter's, and it listens on its own channel (`channel`).
 -- Every call does O(log N) work in the queue length N, plus O(1) for each
 -- entry it removes (each entry is removed once).
 if redis.replicate_commands then
   -- Redis < 7 must be told before TIME is followed by writes; 7+ ignores it.
   redis.replicate_commands()
 end
-local LEASE, HOLDER, FENCE = KEYS[1], KEYS[2], KEYS[3]
-local QUEUE, PLACES, WAITERS, SUPERSEDABLE = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local DONE, LEASES, HOLDERS = KEYS[8], KEYS[9], KEYS[10]
--- The type lockrun keeps in each key, for guard.lua's wrong_type: a script
--- stops before it touches any of them while one holds someone else's data.
-local OURS = {{LEASE, 'string'}, {HOLDER, 'hash'}, {FENCE, 'string'}, {QUEUE, 'zset'},
-  {PLACES, 'zset'}, {WAITERS, 'hash'}, {SUPERSEDABLE, 'zset'}, {DONE, 'hash'},
-  {LEASES, 'zset'}, {HOLDERS, 'hash'}}
--- The keys of the line and of the runs holding the lock together. While none
--- of them exists (one EXISTS tells), nobody waits for the lock and nobody
--- holds it together, which is how a lock that is not contended looks: a call
--- that finds so skips the line's bookkeeping, and guards only ALONE, the keys
--- of a lock held alone, for they are all that it touches then. Each
--- redis.call costs a script far more than the command itself does, and a run
--- makes two such calls.
-local LINE = {QUEUE, PLACES, WAITERS, SUPERSEDABLE, LEASES, HOLDERS}
-local ALONE = {{LEASE, 'string'}, {HOLDER, 'hash'}, {FENCE, 'string'}, {DONE, 'hash'}}
-
 local now_us, now_ms
 do
   local now = redis.call('TIME')
@@ -55,7 +27,7 @@ local function int(n)
 end
 
 local function channel(id)
-  return LEASE .. ':wake:' .. id
+  return LEASE .. WAKE .. id
 end
 
 -- Takes `id` out of line. A waiter's record goes with its last trace
@@ -203,7 +175,7 @@ local function grant(id, run)
 end
 
 -- A record of a run holding the lock together, as the name-value fields of
--- a holder record (KEYS[2]), with its token and slot.
+-- a holder record (HOLDER), with its token and slot.
 local function holder_fields(id, record)
   local held = cjson.decode(record)
   local fields = {'token', id, 'shared', held.shared and '1' or '0'}

@@ -1,23 +1,23 @@
+--! script after guard.lua queue.lua
 -- Give the lock up, or keep it for --min-hold, but only while it still holds
 -- our token; a lock given up goes straight to the first waiter. Takes the
 -- caller out of line too: a run that stops waiting (a signal, --wait ran
 -- out) gives back whatever it may have got meanwhile.
--- KEYS as in queue.lua
--- ARGV[1] token  ARGV[2] ms to keep it (0: release now)
--- ARGV[3] --once-per's period in ms when the command succeeded (0: none):
---         the success is recorded in KEYS[8] until that long after the
---         lease was granted (the holder record's acquired_us), on this
---         server's clock
--- Returns {outcome='deleted'}, {outcome='kept'} (for ARGV[2] ms) or
+-- The arguments: `ReleaseArgs` in src/lock/protocol.rs. A success of a
+-- --once-per run (PERIOD_MS above 0) is recorded in DONE until that long
+-- after the lease was granted (the holder record's acquired_us), on this
+-- server's clock.
+-- Returns {outcome='deleted'}, {outcome='kept'} (for KEEP_MS) or
 -- {outcome='not_ours'}, as name-value pairs.
 -- A run holding the lock together (--slots, --shared) gives up its own lease
--- in KEYS[9]; the places it frees go to the runs first in line.
-local me = ARGV[1]
-local keep = tonumber(ARGV[2])
--- Whether anyone waits or holds the lock together (queue.lua's LINE): when
--- nobody does, there is no line to keep in order or to hand the lock to.
-local line = redis.call('EXISTS', unpack(LINE)) > 0
-local wrong = wrong_type(line and OURS or ALONE)
+-- in LEASES; the places it frees go to the runs first in line.
+local me = TOKEN
+local keep = tonumber(KEEP_MS)
+-- Whether anyone waits or holds the lock together (any of CROWD exists):
+-- when nobody does, there is no line to keep in order or to hand the lock
+-- to.
+local crowded = redis.call('EXISTS', unpack(CROWD)) > 0
+local wrong = wrong_type(crowded and OURS or ALONE)
 -- A key of another type in the lease's place (GET would fail on it) is not
 -- our token. Both lists check the lease first, so it is the one named if
 -- it is wrong at all.
@@ -45,7 +45,7 @@ if wrong then
   return {'outcome', 'deleted'}
 end
 local before
-if line then
+if crowded then
   before = front()
   -- Only a run with a waiter record can be in line (queue.lua's `join`):
   -- one call instead of four for a holder that never waited.
@@ -56,7 +56,7 @@ if line then
   drop_expired_leases()
 end
 if not ours then
-  if not line then
+  if not crowded then
     return {'outcome', 'not_ours'}
   end
   local record = redis.call('HGET', HOLDERS, me)
@@ -85,7 +85,7 @@ if not ours then
   return {'outcome', 'not_ours'}
 end
 -- Only while the lease is ours: a run that lost it records nothing.
-local period = tonumber(ARGV[3]) or 0
+local period = tonumber(PERIOD_MS) or 0
 local acquired_us = period > 0 and tonumber(redis.call('HGET', HOLDER, 'acquired_us'))
 if acquired_us then
   local until_ms = math.floor(acquired_us / 1000) + period
@@ -105,14 +105,14 @@ if keep > 0 then
   redis.call('HSET', HOLDER, 'finished_us', int(now_us))
   redis.call('PEXPIRE', LEASE, keep)
   redis.call('PEXPIRE', HOLDER, keep)
-  if line then
+  if crowded then
     -- The first waiter's idea of when the lease runs out is wrong now.
     announce(nil, me)
   end
   return {'outcome', 'kept'}
 end
 redis.call('DEL', LEASE, HOLDER)
-if line then
+if crowded then
   admit(nil)
   announce(before, me)
 end

@@ -28,6 +28,18 @@ impl Fields {
         T::from_redis_value_ref(value)
     }
 
+    /// A field that the script returns only in some cases; `None` when
+    /// absent, an error when there but not a `T`.
+    pub(super) fn optional<T: FromRedisValue>(
+        &self,
+        name: &str,
+    ) -> Result<Option<T>, ParsingError> {
+        match self.0.iter().find(|(field, _)| field == name) {
+            Some((_, value)) => T::from_redis_value_ref(value).map(Some),
+            None => Ok(None),
+        }
+    }
+
     fn kind(&self) -> Result<String, ParsingError> {
         self.get("kind")
     }
@@ -54,9 +66,20 @@ impl Fields {
             left: self.millis("pttl")?,
             holder: self.holder()?,
             waiting: self.get("waiting")?,
-            // Absent from a server still running an older script.
-            holding: self.get("holding").unwrap_or(0),
+            holding: self.get("holding")?,
         })
+    }
+
+    /// The last fencing token, which the scripts return as a string: empty
+    /// when there is none.
+    pub(super) fn fence(&self) -> Result<Option<u64>, ParsingError> {
+        match self.get::<String>("fence")?.as_str() {
+            "" => Ok(None),
+            fence => fence
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("fencing token {fence:?}").into()),
+        }
     }
 
     /// Holder records in a list, each as name-value pairs.
@@ -103,7 +126,7 @@ pub(super) trait Reply: Sized {
     fn decode(fields: &Fields) -> Result<Self, ParsingError>;
 }
 
-/// `lock/acquire.lua`, with `lock/fresh.lua` in front for a quorum member.
+/// `lock/acquire.lua`.
 #[derive(Debug)]
 pub(super) enum Acquire {
     Acquired {
@@ -142,7 +165,7 @@ impl Reply for Acquire {
             "acquired" => Acquire::Acquired {
                 fence: fields.get("fence")?,
                 replicas: fields.get("replicas")?,
-                slot: fields.get("slot").ok(),
+                slot: fields.optional("slot")?,
             },
             "busy" => Acquire::Busy(fields.taken()?),
             "queued" => Acquire::Queued {
@@ -208,7 +231,7 @@ impl Reply for Released {
 pub(super) struct Raised;
 
 impl Reply for Raised {
-    const SCRIPT: &'static str = "raise-fence";
+    const SCRIPT: &'static str = "raise_fence";
     fn decode(fields: &Fields) -> Result<Self, ParsingError> {
         fields.get::<u64>("fence").map(|_| Raised)
     }
@@ -231,18 +254,18 @@ pub(super) struct Status {
 impl Reply for Status {
     const SCRIPT: &'static str = "status";
     fn decode(fields: &Fields) -> Result<Self, ParsingError> {
+        let lease: String = fields.get("lease")?;
         Ok(Status {
             pttl: fields.get("pttl")?,
             holder: fields.holder()?.map(|holder| Holder {
-                token: fields.get::<String>("lease").ok().filter(|t| !t.is_empty()),
+                token: Some(lease).filter(|t| !t.is_empty()),
                 ..holder
             }),
             now_us: fields.get("now_us")?,
-            fence: fields.get::<String>("fence")?.parse().ok(),
+            fence: fields.fence()?,
             waiters: fields.get("waiters")?,
-            // Absent from a server still running an older script.
-            done: fields.done().ok().flatten(),
-            together: fields.holders("together").unwrap_or_default(),
+            done: fields.done()?,
+            together: fields.holders("together")?,
         })
     }
 }
@@ -252,9 +275,9 @@ impl Reply for Status {
 pub(super) struct ForceRelease(pub(super) Vec<Holder>, pub(super) bool);
 
 impl Reply for ForceRelease {
-    const SCRIPT: &'static str = "force-release";
+    const SCRIPT: &'static str = "force_release";
     fn decode(fields: &Fields) -> Result<Self, ParsingError> {
-        let cleared = fields.get::<i64>("cleared").is_ok_and(|n| n == 1);
+        let cleared = fields.get::<i64>("cleared")? == 1;
         Ok(ForceRelease(fields.holders("holders")?, cleared))
     }
 }
@@ -304,6 +327,7 @@ mod tests {
                 "holder",
                 Value::Array(vec![bulk("host"), bulk("h1"), bulk("pid"), bulk("42")]),
             ),
+            ("holding", Value::Int(0)),
             ("arrival", bulk("17")),
             ("retry", Value::Int(-1)),
         ]);

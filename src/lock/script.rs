@@ -2,38 +2,36 @@
 //! build script computed, and EVAL once for a server that does not know the
 //! script yet (EVAL caches it under the same hash).
 //!
-//! `build.rs` assembles each script from its parts in this directory and
-//! hashes it. `redis::Script` would hash its text whenever one is made, that
-//! is at every start of lockrun; with the queue's rules in front of each
-//! script, that was a third of the instructions of a whole `lockrun -- true`.
+//! `build.rs` assembles each script from its parts in this directory, with
+//! the names of its keys and arguments from `protocol.rs` in front, and
+//! hashes it: `redis::Script` would hash its text whenever one is made, that
+//! is at every start of lockrun, and the queue's rules make the scripts
+//! long. A call is made from a script's `Args`, so it takes the keys and
+//! sends the arguments that script names, in its order.
 
 use redis::aio::ConnectionLike;
-use redis::{RedisResult, ToRedisArgs, Value};
+use redis::{RedisResult, Value};
 
+use super::keys::Keys;
+use super::protocol::{self, Args, Part, Takes};
 use crate::redis_conn::Request;
 
 /// A script and its SHA-1, in lower-case hex as Redis names it.
 pub(crate) struct Lua {
+    /// Its file in this directory, without `.lua`.
+    #[cfg_attr(not(test), allow(dead_code))]
+    name: &'static str,
     code: &'static str,
     sha: &'static str,
 }
 
-// ACQUIRE, RENEW, SPLIT, ACKED, RELEASE, FORCE_RELEASE, STATUS, VOTE,
-// RAISE_FENCE: each
-// assembled from its parts and hashed by build.rs.
-include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
-
-impl Lua {
-    /// A call of this script, to which keys and arguments are added.
-    pub(crate) fn call(&'static self) -> Call {
-        Call {
-            lua: self,
-            keys: Vec::new(),
-            args: Vec::new(),
-            reply_last: false,
-        }
-    }
+/// The script that a call with these arguments runs.
+pub(crate) trait Script: Args {
+    const LUA: &'static Lua;
 }
+
+// One `Lua` static per script in this directory, each linked to its `Args`.
+include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
 
 /// One call of a script: its KEYS and ARGV.
 pub(crate) struct Call {
@@ -46,14 +44,50 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
-        key.write_redis_args(&mut self.keys);
-        self
+    /// A call of the script `args` are for, on the keys of `lock` it takes.
+    pub(crate) fn new<A: Script>(lock: &Keys, args: &A) -> Self {
+        const {
+            assert!(
+                !matches!(A::TAKES, Takes::One),
+                "a script of one key: on_key"
+            );
+        };
+        let parts = match A::TAKES {
+            Takes::Lock => protocol::EVERY_PART,
+            Takes::Parts(parts) => parts,
+            Takes::One => &[],
+        };
+        let mut call = Call::of(args);
+        call.keys = parts
+            .iter()
+            .map(|&part| lock[part].as_bytes().to_vec())
+            .collect();
+        call
     }
 
-    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
-        arg.write_redis_args(&mut self.args);
-        self
+    /// A call of a script that takes one key of the lock, chosen for each
+    /// call (`Takes::One`): `part`'s.
+    pub(crate) fn on_key<A: Script>(lock: &Keys, part: Part, args: &A) -> Self {
+        const {
+            assert!(
+                matches!(A::TAKES, Takes::One),
+                "a script of several keys: new"
+            );
+        };
+        let mut call = Call::of(args);
+        call.keys.push(lock[part].as_bytes().to_vec());
+        call
+    }
+
+    fn of<A: Script>(declared: &A) -> Self {
+        let mut args = Vec::with_capacity(A::ARGV.len());
+        declared.encode(&mut args);
+        Call {
+            lua: A::LUA,
+            keys: Vec::new(),
+            args,
+            reply_last: false,
+        }
     }
 
     /// Sends the script behind a `TIME` whose answer is ignored, so that
@@ -62,7 +96,7 @@ impl Call {
     /// first, so the grant a release publishes reaches the waiter before
     /// the release's reply reaches this run: on a busy CPU, the waiter then
     /// starts its command while this run is still exiting, instead of after
-    /// (0.1 ms of a hand-off, measured; docs/design.md).
+    /// (docs/design.md).
     pub(crate) fn reply_last(&mut self) -> &mut Self {
         self.reply_last = true;
         self
@@ -173,40 +207,75 @@ mod tests {
 
     use super::*;
 
-    /// Every script, by the name lockrun gives it.
-    const ALL: [(&str, &Lua); 9] = [
-        ("acquire", &ACQUIRE),
-        ("renew", &RENEW),
-        ("split", &SPLIT),
-        ("acked", &ACKED),
-        ("release", &RELEASE),
-        ("force_release", &FORCE_RELEASE),
-        ("status", &STATUS),
-        ("vote", &VOTE),
-        ("raise_fence", &RAISE_FENCE),
-    ];
+    /// Every `.lua` file in this directory, by name, with its text.
+    fn lua_files() -> Vec<(String, String)> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lock");
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).expect("src/lock") {
+            let path = entry.expect("src/lock").path();
+            if path.extension().is_some_and(|ext| ext == "lua") {
+                let text = std::fs::read_to_string(&path).expect("a script");
+                files.push((path.display().to_string(), text));
+            }
+        }
+        assert!(files.len() > 5, "{files:?}");
+        files
+    }
 
     #[test]
-    fn scripts_are_their_parts_in_order() {
-        let queue = concat!(include_str!("guard.lua"), include_str!("queue.lua"));
-        assert_eq!(ACQUIRE.code, queue.to_owned() + include_str!("acquire.lua"));
-        assert_eq!(RENEW.code, include_str!("renew.lua"));
-        assert_eq!(SPLIT.code, include_str!("split.lua"));
-        assert_eq!(ACKED.code, include_str!("acked.lua"));
-        assert_eq!(RELEASE.code, queue.to_owned() + include_str!("release.lua"));
-        assert_eq!(
-            FORCE_RELEASE.code,
-            queue.to_owned() + include_str!("force_release.lua")
-        );
-        assert_eq!(STATUS.code, queue.to_owned() + include_str!("status.lua"));
-        assert_eq!(
-            VOTE.code,
-            queue.to_owned() + include_str!("fresh.lua") + include_str!("acquire.lua")
-        );
-        assert_eq!(
-            RAISE_FENCE.code,
-            queue.to_owned() + include_str!("raise_fence.lua")
-        );
+    fn the_scripts_read_their_keys_and_arguments_by_name() {
+        for (file, text) in lua_files() {
+            for positional in ["KEYS[", "ARGV["] {
+                assert!(
+                    !text.contains(positional),
+                    "{file} reads {positional}...]: declare the name in protocol.rs"
+                );
+            }
+        }
+    }
+
+    /// How often `name` is in `code` as a whole word, comments left out.
+    fn uses(code: &str, name: &str) -> usize {
+        let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+        let in_line = |line: &str| {
+            let line = line.split("--").next().unwrap_or_default();
+            line.match_indices(name)
+                .filter(|(at, _)| {
+                    !word(line[..*at].chars().next_back())
+                        && !word(line[at + name.len()..].chars().next())
+                })
+                .count()
+        };
+        code.lines().map(in_line).sum()
+    }
+
+    #[test]
+    fn every_declared_key_and_argument_is_used() {
+        for declared in protocol::DECLARED {
+            let lua = ALL
+                .iter()
+                .find(|lua| lua.name == declared.script)
+                .expect("built from its file");
+            let keys: Vec<&str> = match declared.takes {
+                // Each guards them all (OURS) and has a waiter's channel.
+                Takes::Lock => protocol::LOCK_KEYS
+                    .iter()
+                    .map(|key| key.lua)
+                    .chain(["OURS", "WAKE"])
+                    .collect(),
+                Takes::Parts(parts) => parts.iter().map(|part| part.key().lua).collect(),
+                Takes::One => vec!["KEY"],
+            };
+            let args = declared.argv.iter().map(|arg| arg.to_uppercase());
+            for name in keys.into_iter().map(str::to_owned).chain(args) {
+                // Its `local` line is one.
+                assert!(
+                    uses(lua.code, &name) > 1,
+                    "{}.lua does not use {name}",
+                    declared.script
+                );
+            }
+        }
     }
 
     #[test]
@@ -248,10 +317,10 @@ mod tests {
     /// line calls one command at most.
     #[test]
     fn each_line_of_a_script_calls_one_command_at_most() {
-        for (name, lua) in ALL {
+        for lua in ALL {
             for (n, line) in lua.code.lines().enumerate() {
                 let calls = commands_on(line).len();
-                assert!(calls <= 1, "{name} line {}: {line}", n + 1);
+                assert!(calls <= 1, "{} line {}: {line}", lua.name, n + 1);
             }
         }
     }
@@ -307,26 +376,37 @@ mod tests {
     fn hashes_are_the_ones_redis_computes() {
         let server = Server::start();
         let mut conn = server.connect();
-        for (name, lua) in ALL {
+        for lua in ALL {
             let loaded: String = redis::cmd("SCRIPT")
                 .arg("LOAD")
                 .arg(lua.code)
                 .query(&mut conn)
-                .unwrap_or_else(|err| panic!("SCRIPT LOAD {name}: {err}"));
-            assert_eq!(lua.sha, loaded, "{name}");
+                .unwrap_or_else(|err| panic!("SCRIPT LOAD {}: {err}", lua.name));
+            assert_eq!(lua.sha, loaded, "{}", lua.name);
         }
     }
 
-    /// What `split.lua` says of `op` on `key`: its `kind`, and its
+    /// What `one_key.lua` says of `op` on `key`: its `kind`, and its
     /// `fence` when it hands one out.
-    fn split(conn: &mut redis::Connection, key: &str, op: &[&str]) -> (String, Option<u64>) {
+    fn one_key(conn: &mut redis::Connection, key: &str, op: &[&str]) -> (String, Option<u64>) {
+        let part = match op[0].split('_').next() {
+            Some("holder") => Part::Holder,
+            Some("fence") => Part::Fence,
+            _ => Part::Lease,
+        };
+        let mut argv = Vec::new();
+        protocol::OneKeyArgs {
+            op: op[0],
+            holds: part.key().holds,
+            name_node: false,
+            operands: &op[1..],
+        }
+        .encode(&mut argv);
         let reply: Vec<redis::Value> = redis::cmd("EVAL")
-            .arg(SPLIT.code)
+            .arg(ONE_KEY.code)
             .arg(1)
             .arg(key)
-            .arg(op[0])
-            .arg(0)
-            .arg(&op[1..])
+            .arg(argv)
             .query(conn)
             .unwrap_or_else(|err| panic!("{op:?}: {err}"));
         let field = |name: &str| {
@@ -340,10 +420,10 @@ mod tests {
     }
 
     #[test]
-    fn split_changes_only_what_holds_the_callers_token() {
+    fn one_key_changes_only_what_holds_the_callers_token() {
         let server = Server::start();
         let mut conn = server.connect();
-        let kind = |conn: &mut redis::Connection, key: &str, op: &[&str]| split(conn, key, op).0;
+        let kind = |conn: &mut redis::Connection, key: &str, op: &[&str]| one_key(conn, key, op).0;
         assert_eq!(kind(&mut conn, "L", &["lease_take", "t1", "5000"]), "taken");
         assert_eq!(kind(&mut conn, "L", &["lease_take", "t2", "5000"]), "busy");
         assert_eq!(kind(&mut conn, "L", &["lease_take", "t1", "5000"]), "mine");
@@ -360,10 +440,10 @@ mod tests {
             .arg(5)
             .query(&mut conn)
             .expect("SET");
-        let (_, fence) = split(&mut conn, "F", &["fence_next"]);
+        let (_, fence) = one_key(&mut conn, "F", &["fence_next"]);
         let fence = fence.expect("a new token");
         assert!(fence > 5, "{fence}");
-        assert_eq!(split(&mut conn, "F", &["fence_get"]).1, Some(fence));
+        assert_eq!(one_key(&mut conn, "F", &["fence_get"]).1, Some(fence));
 
         let set = ["holder_set", "host", "1", "cmd", "42", "5000"];
         assert_eq!(kind(&mut conn, "H", &set), "set");

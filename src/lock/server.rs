@@ -12,11 +12,13 @@ use tokio::time::Instant;
 
 use super::error::{Foreign, LockError};
 use super::keys::{Keys, Token};
+use super::protocol::{
+    AckedArgs, AcquireArgs, ForceReleaseArgs, RaiseFenceArgs, ReleaseArgs, RenewArgs,
+    RenewTogetherArgs, StatusArgs,
+};
 use super::records::{Holder, Me, Share, Waiter};
 use super::reply::{self, Guarded, Released, Reply};
-use super::script::{
-    Call, Lua, ACKED, ACQUIRE, FORCE_RELEASE, RAISE_FENCE, RELEASE, RENEW, STATUS, VOTE,
-};
+use super::script::Call;
 use super::status::{Occupancy, Status};
 use super::wake::Wakes;
 use super::{millis, Attempt, Grant, Mode, ReplicaAcks};
@@ -243,40 +245,35 @@ impl Server {
         mode: Mode,
         min_uptime: Option<Duration>,
     ) -> Call {
-        let (how, listening, supersede, refresh) = match mode {
-            Mode::Once => ("once", false, false, Duration::ZERO),
+        let (waits, listening, supersede, refresh) = match mode {
+            Mode::Once => (false, false, false, Duration::ZERO),
             Mode::Wait {
                 listening,
                 supersede,
                 refresh,
-            } => ("wait", listening, supersede, refresh),
+            } => (true, listening, supersede, refresh),
         };
-        let lua: &'static Lua = if min_uptime.is_some() {
-            &VOTE
-        } else {
-            &ACQUIRE
-        };
-        let mut call = lua.call();
-        self.keys.add_to(&mut call);
-        call.arg(self.token.as_str())
-            .arg(millis(ttl))
-            .arg(&me.host)
-            .arg(me.pid)
-            .arg(&me.command)
-            .arg(how)
-            .arg(self.arrival.as_deref().unwrap_or(""))
-            .arg(u8::from(listening))
-            .arg(u8::from(supersede))
-            .arg(millis(refresh))
-            .arg(u8::from(self.once_per))
-            .arg(me.share.slots())
-            .arg(u8::from(me.share == Share::Shared))
-            .arg(u8::from(self.acks == ReplicaAcks::All));
-        if let Some(uptime) = min_uptime {
+        let args = AcquireArgs {
+            token: self.token.as_str(),
+            ttl_ms: millis(ttl),
+            host: &me.host,
+            pid: me.pid,
+            command: &me.command,
+            waits,
+            arrival: self.arrival.as_deref().unwrap_or(""),
+            listening,
+            supersede,
+            refresh_ms: millis(refresh),
+            once_per: self.once_per,
+            slots: me.share.slots(),
+            shared: me.share == Share::Shared,
+            count_replicas: self.acks == ReplicaAcks::All,
             // Whole seconds, as Redis counts its uptime; rounded up.
-            call.arg(uptime.as_secs() + u64::from(uptime.subsec_nanos() > 0));
-        }
-        call
+            min_uptime_s: min_uptime.map_or(0, |uptime| {
+                uptime.as_secs() + u64::from(uptime.subsec_nanos() > 0)
+            }),
+        };
+        Call::new(&self.keys, &args)
     }
 
     /// The grant a wake-up message announced: the release that sent it
@@ -297,9 +294,11 @@ impl Server {
 
     /// Raises this server's fence counter to at least `to`.
     pub(super) async fn raise_fence(&mut self, to: u64) -> Result<(), LockError> {
-        let mut call = RAISE_FENCE.call();
-        self.keys.add_to(&mut call);
-        call.arg(self.token.as_str()).arg(to);
+        let args = RaiseFenceArgs {
+            token: self.token.as_str(),
+            at_least: to,
+        };
+        let call = Call::new(&self.keys, &args);
         self.invoke::<reply::Raised>(&call).await.map(|_| ())
     }
 
@@ -308,15 +307,12 @@ impl Server {
     /// With replica acknowledgement, a renewal that too few replicas
     /// acknowledged is an error, like one Redis never answered.
     pub(super) async fn renew(&mut self, ttl: Duration) -> Result<bool, LockError> {
-        let mut call = RENEW.call();
-        call.key(&self.keys.lock).key(&self.keys.holder);
-        if self.together {
-            call.key(&self.keys.leases).key(&self.keys.holders);
-        }
-        call.arg(self.token.as_str()).arg(millis(ttl));
-        if self.together {
-            call.arg(1);
-        }
+        let (token, ttl_ms) = (self.token.as_str(), millis(ttl));
+        let call = if self.together {
+            Call::new(&self.keys, &RenewTogetherArgs { token, ttl_ms })
+        } else {
+            Call::new(&self.keys, &RenewArgs { token, ttl_ms })
+        };
         let started = Instant::now();
         let reply: reply::Renew = match self.invoke(&call).await {
             Err(err) if split::migrating(&err) && !self.together => {
@@ -373,11 +369,11 @@ impl Server {
     /// when replicas were asked and the count changed: no round trip is
     /// added otherwise. A note that fails is left out; it only informs.
     async fn note_acked(&mut self, acked: u32, started: Instant) {
-        let mut call = ACKED.call();
-        call.key(&self.keys.lock)
-            .key(&self.keys.holder)
-            .arg(self.token.as_str())
-            .arg(acked);
+        let args = AckedArgs {
+            token: self.token.as_str(),
+            replicas_acked: acked,
+        };
+        let call = Call::new(&self.keys, &args);
         self.acked = Some(acked);
         let left = self.timeout.saturating_sub(started.elapsed());
         let _ = tokio::time::timeout(left, self.session.invoke::<i64>(&call)).await;
@@ -399,11 +395,12 @@ impl Server {
         keep_for: Option<Duration>,
         record: Option<Duration>,
     ) -> Result<Released, LockError> {
-        let mut call = RELEASE.call();
-        self.keys.add_to(&mut call);
-        call.arg(self.token.as_str())
-            .arg(keep_for.map_or(0, millis))
-            .arg(record.map_or(0, millis));
+        let args = ReleaseArgs {
+            token: self.token.as_str(),
+            keep_ms: keep_for.map_or(0, millis),
+            period_ms: record.map_or(0, millis),
+        };
+        let mut call = Call::new(&self.keys, &args);
         // The cluster client routes and redirects a pipeline as a whole;
         // a single call there keeps its redirections as they are.
         if !self.target().is_cluster() {
@@ -435,8 +432,7 @@ impl Server {
 
     /// The lock's state as this server sees it.
     pub(super) async fn status(&mut self) -> Result<Status, LockError> {
-        let mut call = STATUS.call();
-        self.keys.add_to(&mut call);
+        let call = Call::new(&self.keys, &StatusArgs {});
         let reply: reply::Status = match self.invoke(&call).await {
             Err(err) if split::migrating(&err) => self.status_split().await?,
             other => other?,
@@ -480,9 +476,10 @@ impl Server {
         &mut self,
         only: Option<&str>,
     ) -> Result<(Vec<Holder>, bool), LockError> {
-        let mut call = FORCE_RELEASE.call();
-        self.keys.add_to(&mut call);
-        call.arg(only.unwrap_or(""));
+        let args = ForceReleaseArgs {
+            only: only.unwrap_or(""),
+        };
+        let call = Call::new(&self.keys, &args);
         match self.invoke::<reply::ForceRelease>(&call).await {
             // One key at a time, only a holder alone can be removed.
             Err(err) if split::migrating(&err) && only.is_none() => Ok((

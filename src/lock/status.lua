@@ -1,7 +1,7 @@
+--! script after guard.lua queue.lua
 -- Read the lock's state and its queue in one consistent view, changing
 -- nothing. Unlike the other scripts it lists the whole queue, O(N): an
 -- operator asked for all of it.
--- KEYS as in queue.lua
 -- Returns name-value pairs: {pttl, holder={fields...}, lease=its token or '', now_us=server time,
 --          fence=last fence or '', waiters={arrival, record, ...} of live
 --          waiters in order, done={fields...} of the recorded success,

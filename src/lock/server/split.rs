@@ -4,7 +4,7 @@
 //! keys not all on one node, which the lock's scripts do, naming the line's
 //! keys even when nobody waits. After such a refusal, the lease, its fence
 //! counter and its holder record are each handled by a call that names that
-//! one key (`lock/split.lua`), which the cluster client follows to wherever
+//! one key (`lock/one_key.lua`), which the cluster client follows to wherever
 //! the key is. The three steps are not one atomic change, but the lease, the
 //! one key that decides who holds the lock, is only ever changed on its
 //! own; nobody takes a place in line and no release hands the lock over:
@@ -20,9 +20,10 @@ use super::{Server, Written};
 use crate::clock::BootInstant;
 use crate::lock::error::LockError;
 use crate::lock::keys::Part;
+use crate::lock::protocol::OneKeyArgs;
 use crate::lock::records::{Holder, Me, Taken};
 use crate::lock::reply::{self, Fields, Released, Reply};
-use crate::lock::script::SPLIT;
+use crate::lock::script::Call;
 use crate::lock::{millis, Attempt, Grant, ReplicaAcks};
 use crate::redis_conn::{ErrorKind, Unready};
 
@@ -32,7 +33,7 @@ pub(super) fn migrating(err: &LockError) -> bool {
     matches!(err, LockError::Redis(err) if err.kind == ErrorKind::Transient(Unready::TryAgain))
 }
 
-/// What `lock/split.lua` found or did with one key.
+/// What `lock/one_key.lua` found or did with one key.
 pub(in crate::lock) struct Piece {
     kind: String,
     /// The cluster id of the node that ran it; empty unless asked for.
@@ -45,23 +46,22 @@ pub(in crate::lock) struct Piece {
 }
 
 impl Reply for Piece {
-    const SCRIPT: &'static str = "split";
+    const SCRIPT: &'static str = "one_key";
     fn decode(fields: &Fields) -> Result<Self, ParsingError> {
         let kind: String = fields.get("kind")?;
-        let fence = fields
-            .get::<String>("fence")
-            .ok()
-            .and_then(|f| f.parse().ok());
+        let fence = match fields.optional::<String>("fence")? {
+            Some(_) => fields.fence()?,
+            None => None,
+        };
         if kind == "next" && fence.is_none() {
             return Err("no new fencing token".into());
         }
         Ok(Piece {
             fence,
             now_us: fields.get("now_us")?,
-            pttl: fields.get("pttl").ok(),
+            pttl: fields.optional("pttl")?,
             holder: fields
-                .get::<HashMap<String, String>>("holder")
-                .ok()
+                .optional::<HashMap<String, String>>("holder")?
                 .and_then(|record| Holder::from_fields(&record)),
             node: fields.get("node")?,
             replicas: fields.get("replicas")?,
@@ -71,21 +71,16 @@ impl Reply for Piece {
 }
 
 impl Server {
-    /// One operation of `lock/split.lua` on the lock's key `part`.
+    /// One operation of `lock/one_key.lua` on the lock's key `part`.
     async fn piece(&mut self, part: Part, op: &str, args: &[&str]) -> Result<Piece, LockError> {
-        let key = match part {
-            Part::Holder => &self.keys.holder,
-            Part::Fence => &self.keys.fence,
-            _ => &self.keys.lock,
+        let args = OneKeyArgs {
+            op,
+            holds: part.key().holds,
+            // Only a write that replicas must acknowledge needs its node named.
+            name_node: self.acks != ReplicaAcks::Count(0),
+            operands: args,
         };
-        let mut call = SPLIT.call();
-        // Only a write that replicas must acknowledge needs its node named.
-        let named = u8::from(self.acks != ReplicaAcks::Count(0));
-        call.key(key).arg(op).arg(named);
-        for arg in args {
-            call.arg(*arg);
-        }
-        self.invoke(&call).await
+        self.invoke(&Call::on_key(&self.keys, part, &args)).await
     }
 
     /// What the replicas of the node that took `piece` must acknowledge.

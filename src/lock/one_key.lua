@@ -1,3 +1,4 @@
+--! script after replicas.lua
 -- One key of a lock whose cluster slot is being migrated (docs/design.md, "A
 -- slot being migrated"). Its keys may then be split between the source and
 -- the target node, and a script that names several of them is refused with
@@ -5,8 +6,8 @@
 -- one key and touches nothing else, so that it runs wherever that key is:
 -- on the source while the key is still there, otherwise (ASK) on the
 -- target, where a key created during the migration belongs anyway.
--- KEYS[1] the key  ARGV[1] what to do  ARGV[2] '1' to return the node's id
--- ARGV[3...] the operation's arguments:
+-- The arguments: `OneKeyArgs` in src/lock/protocol.rs; the operations, each
+-- with its OPERANDS:
 --   lease_take token ttl   lease_renew token ttl   lease_release token keep_ms
 --   lease_get              lease_remove            fence_next   fence_get
 --   holder_get             holder_remove           holder_drop fence
@@ -21,10 +22,8 @@ if redis.replicate_commands then
   -- Redis < 7 must be told before TIME is followed by writes; 7+ ignores it.
   redis.replicate_commands()
 end
-local KEY, OP = KEYS[1], ARGV[1]
-local OURS = {lease = 'string', fence = 'string', holder = 'hash'}
 local holds = redis.call('TYPE', KEY).ok
-if holds ~= 'none' and holds ~= OURS[string.match(OP, '^(%a+)_')] then
+if holds ~= 'none' and holds ~= HOLDS then
   return {'kind', 'wrongtype', 'key', KEY, 'holds', holds}
 end
 
@@ -37,14 +36,11 @@ local function now_us()
   return tonumber(now[1]) * 1000000 + tonumber(now[2])
 end
 
--- Read after the writes: Redis < 7 refuses writes after INFO in a script.
+-- Called after the writes, for online_replicas.
 local function reply(kind, ...)
-  local replicas = 0
-  for _ in string.gmatch(redis.call('INFO', 'replication'), 'slave%d+:[^\r\n]*state=online') do
-    replicas = replicas + 1
-  end
+  local replicas = online_replicas()
   local node = ''
-  if ARGV[2] == '1' then
+  if NAME_NODE == '1' then
     node = redis.call('CLUSTER', 'MYID')
   end
   return {'kind', kind, 'node', node, 'replicas', replicas, 'now_us', int(now_us()), ...}
@@ -150,4 +146,4 @@ local op = lease_ops[OP] or fence_ops[OP] or holder_ops[OP]
 if not op then
   return redis.error_reply('unknown operation ' .. OP)
 end
-return op(unpack(ARGV, 3))
+return op(unpack(OPERANDS))
