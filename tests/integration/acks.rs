@@ -14,7 +14,7 @@ fn acknowledged(url: &str) -> Value {
         .key("job")
         .arg("--json")
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     let status: Value = serde_json::from_str(&ran.stdout).expect("status --json");
     status["replicas_acknowledged"].clone()
 }
@@ -57,7 +57,7 @@ fn all_with_no_replica_warns_once_and_status_counts_the_acknowledgements() {
     assert!(renewed, "never renewed");
     holder.go();
     let mut holder = holder;
-    assert_eq!(holder.run.wait().code(), Some(0));
+    holder.end().assert(Expect::success());
     let stderr = holder.stderr();
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
@@ -87,7 +87,7 @@ fn one_json_event(url: &str) {
         .args(["--log-format", "json"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     let events = checked_events(&ran.stderr, Some("job"));
     assert_eq!(events.len(), 1, "{}", ran.stderr);
     assert_eq!(events[0]["event"], "unacknowledged");

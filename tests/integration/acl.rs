@@ -340,13 +340,13 @@ fn sentinel_needs_each_of_its_rules() {
     create_user_on(&set.servers, "lockrun", &lockrun);
     create_user_on(&set.sentinels, "default", &sentinels);
     let ran = run("lockrun");
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     assert!(ran.stderr.is_empty(), "{}", ran.stderr);
     for rule in rules("acks").iter().chain(&rules("sentinel")) {
         let fewer: Vec<String> = lockrun.iter().filter(|r| *r != rule).cloned().collect();
         create_user_on(&set.servers, "fewer", &fewer);
         let ran = run("fewer");
-        assert_eq!(ran.code, Some(69), "{rule} taken away: {}", ran.stderr);
+        ran.assert(Expect::code(69).context(format!("{rule} taken away")));
         assert_eq!(rules_named(&ran.stderr), [rule.as_str()], "{}", ran.stderr);
     }
     create_user_on(&set.sentinels, "default", &[]);
@@ -356,7 +356,7 @@ fn sentinel_needs_each_of_its_rules() {
         "default",
         &["+@all".into(), "~*".into(), "&*".into()],
     );
-    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
+    ran.assert(Expect::code(69));
     assert_eq!(
         rules_named(&ran.stderr),
         [sentinels[0].as_str()],
@@ -380,7 +380,7 @@ fn cluster_needs_each_of_its_rules() {
     };
     create_user_on(&cluster.nodes, "lockrun", &lockrun);
     let ran = as_user("lockrun").command(["true"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     assert!(ran.stderr.is_empty(), "{}", ran.stderr);
     let node = |user: &str| {
         let ran = as_user(user).subcommand("status").arg("--json").run();
@@ -396,7 +396,7 @@ fn cluster_needs_each_of_its_rules() {
         let fewer: Vec<String> = lockrun.iter().filter(|r| *r != rule).cloned().collect();
         create_user_on(&cluster.nodes, "fewer", &fewer);
         let ran = as_user("fewer").command(["true"]).run();
-        assert_eq!(ran.code, Some(69), "{rule} taken away: {}", ran.stderr);
+        ran.assert(Expect::code(69).context(format!("{rule} taken away")));
         assert_eq!(rules_named(&ran.stderr), [rule.as_str()], "{}", ran.stderr);
     }
     list_needs_scan(&url, &lockrun, &cluster.nodes);
@@ -421,12 +421,11 @@ fn list_needs_scan(url: &str, rules: &[String], nodes: &[Server]) {
     };
     let holder = as_user("lockrun").key("job").hold();
     let listed = as_user("lockrun").subcommand("list").run();
-    assert_eq!(listed.code, Some(0), "{}", listed.stderr);
-    listed.assert_stdout_has("job");
+    listed.assert(Expect::success().stdout_has("job"));
     let fewer: Vec<String> = rules.iter().filter(|r| *r != "+scan").cloned().collect();
     create_user_on(nodes, "fewer", &fewer);
     let listed = as_user("fewer").subcommand("list").run();
-    assert_eq!(listed.code, Some(69), "{}", listed.stderr);
+    listed.assert(Expect::code(69));
     assert_eq!(rules_named(&listed.stderr), ["+scan"], "{}", listed.stderr);
     holder.go();
 }
@@ -447,5 +446,5 @@ fn a_quorum_needs_only_the_rules_of_a_run() {
         .args(["--ttl", "1s"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
 }

@@ -11,7 +11,7 @@ fn exit_statuses_pass_through_and_nothing_is_left_behind() {
             .lockrun("job")
             .command(["sh", "-c", &format!("exit {code}")])
             .run();
-        assert_eq!(ran.code, Some(code));
+        ran.assert(Expect::code(code));
         assert!(
             ran.stdout.is_empty() && ran.stderr.is_empty(),
             "silent on success"

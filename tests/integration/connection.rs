@@ -12,14 +12,14 @@ fn tcp_url_and_environment_url_both_work() {
         .key("job")
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
 
     let ran = Lockrun::new()
         .env("LOCKRUN_REDIS_URL", redis.tcp_url())
         .key("job")
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     redis.assert_only_fence("job");
 }
 
@@ -44,13 +44,12 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
 
     // No password: refused, and told where to put one.
     let ran = Lockrun::via(&url).key("job").command(["true"]).run();
-    assert_eq!(ran.code, Some(69));
-    ran.assert_stderr_has("LOCKRUN_REDIS_PASSWORD");
+    ran.assert(Expect::code(69).stderr_has("LOCKRUN_REDIS_PASSWORD"));
 
     // A wrong password in the URL: refused, and the password is not echoed.
     let wrong = url.replace("redis://", "redis://:wrong-pass@");
     let ran = Lockrun::via(&wrong).key("job").command(["true"]).run();
-    assert_eq!(ran.code, Some(69));
+    ran.assert(Expect::code(69));
     assert!(!ran.stderr.contains("wrong-pass"), "{}", ran.stderr);
     ran.assert_stderr_has("refused authentication");
 
@@ -60,12 +59,12 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
         .key("job")
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
 
     // And in the URL.
     let right = url.replace("redis://", &format!("redis://:{secret}@"));
     let ran = Lockrun::via(&right).key("job").command(["true"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
 
     // A lease lost to a Redis that went away names the address, not the secret.
     let ran = Lockrun::via(&right)

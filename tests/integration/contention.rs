@@ -15,8 +15,7 @@ fn a_busy_lock_is_refused_as_configured() {
 
     // No --wait: one attempt, the default busy status, one line naming the holder.
     let ran = attempt(&[]);
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
-    assert!(ran.stdout.is_empty());
+    ran.assert(Expect::code(75));
     assert!(
         ran.stderr.starts_with("lockrun: job is held by ") && ran.stderr.lines().count() == 1,
         "{:?}",
@@ -30,7 +29,7 @@ fn a_busy_lock_is_refused_as_configured() {
 
     // For cron: skip quietly.
     let ran = attempt(&["--busy-exit-code", "0"]);
-    assert_eq!(ran.code, Some(0));
+    ran.assert(Expect::success());
     assert!(
         ran.stdout.is_empty() && ran.stderr.is_empty(),
         "{}",
@@ -38,7 +37,7 @@ fn a_busy_lock_is_refused_as_configured() {
     );
 
     let ran = attempt(&["--quiet"]);
-    assert_eq!(ran.code, Some(75));
+    ran.assert(Expect::code(75));
     assert!(
         ran.stdout.is_empty() && ran.stderr.is_empty(),
         "{}",
@@ -49,7 +48,7 @@ fn a_busy_lock_is_refused_as_configured() {
     let started = Instant::now();
     let ran = attempt(&["--wait", "500ms"]);
     let waited = started.elapsed();
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    ran.assert(Expect::code(75));
     assert!(
         waited >= Duration::from_millis(500),
         "gave up after {waited:?}"
@@ -62,7 +61,7 @@ fn a_busy_lock_is_refused_as_configured() {
         Some(holder.token.as_str())
     );
     holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0));
+    holder.end().assert(Expect::success());
     redis.assert_only_fence("job");
 }
 
@@ -98,7 +97,7 @@ fn a_command_that_outlives_several_ttls_keeps_the_lock() {
         if done.exists() {
             break;
         }
-        assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+        ran.assert(Expect::code(75));
         refused.push(Instant::now());
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -133,9 +132,11 @@ fn release_leaves_only_the_fencing_counter() {
         .args(["-v", "--ttl", "2s"])
         .command(["sleep", "1.5"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    ran.assert_stderr_has("lockrun: renewed lockrun:{job}");
-    ran.assert_stderr_has("lockrun: released lockrun:{job}");
+    ran.assert(
+        Expect::success()
+            .stderr_has("lockrun: renewed lockrun:{job}")
+            .stderr_has("lockrun: released lockrun:{job}"),
+    );
     redis.assert_only_fence("job");
 }
 

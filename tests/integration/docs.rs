@@ -339,11 +339,9 @@ fn example_command_lines_are_accepted() {
             .args(&args)
             .command(["true"])
             .run();
-        assert_eq!(
-            ran.code,
-            Some(i32::from(lockrun::exit_code::REDIS_UNAVAILABLE)),
-            "{line}\n{}",
-            ran.stderr
+        ran.assert(
+            Expect::code(i32::from(lockrun::exit_code::REDIS_UNAVAILABLE))
+                .context(format!("{line}\n")),
         );
     }
     // examples/ci/deploy.sh is run for real in examples.rs.

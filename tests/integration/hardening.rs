@@ -30,7 +30,7 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
     ];
     for args in cases {
         let run = redis.lockrun("job").args(args).touch(&ran).run();
-        assert_eq!(run.code, Some(64), "{args:?}: {}", run.stderr);
+        run.assert(Expect::code(64).context(format!("{args:?}")));
         let line = run.one_line();
         assert!(
             line.starts_with(&format!("{} ", args[0]))
@@ -47,7 +47,7 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
         .args(["--ttl", "1y", "--timeout", "1y", "--wait", "1y"])
         .touch(&ran)
         .run();
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    run.assert(Expect::success());
     assert!(ran.exists(), "the command did not run");
     redis.assert_only_fence("job");
 }
@@ -145,7 +145,7 @@ fn a_holder_gives_back_its_lease_and_leaves_a_queue_key_of_another_type_alone() 
     // Someone else's data appears where the lock's line would be.
     plant(&redis, &["SET", "lockrun:{job}:queue", "theirs"]);
     holder.go();
-    assert!(holder.run.wait().success(), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     assert!(!redis.is_locked("job"), "the lease was not given back");
     assert_eq!(
         redis.keys(),
@@ -176,7 +176,7 @@ fn a_holder_gives_back_its_lease_and_hands_it_on_after_the_scripts_were_flushed(
         .query(redis::cmd("SCRIPT").arg("FLUSH"))
         .expect("SCRIPT FLUSH");
     holder.go();
-    assert!(holder.run.wait().success(), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     let waited = waiter.wait();
     assert_eq!(waited.code(), Some(0));
     assert!(ran.exists(), "the waiter's command did not run");
@@ -215,7 +215,7 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
     let ran = dir.path().join("ran");
 
     let run = redis.lockrun("job").touch(&ran).run();
-    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    run.assert(Expect::code(69));
     let line = run.one_line();
     assert!(
         line.starts_with("Redis at unix://")
@@ -232,7 +232,7 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
         .args(["--wait", "30s"])
         .touch(&ran)
         .run();
-    assert_eq!(waiter.code, Some(0), "{}", waiter.stderr);
+    waiter.assert(Expect::success());
     assert!(ran.exists(), "the waiter never ran its command");
     assert!(
         waiter
@@ -265,7 +265,7 @@ fn a_waiter_waits_while_a_script_keeps_redis_busy() {
     let ran = dir.path().join("ran");
 
     let run = redis.lockrun("job").touch(&ran).run();
-    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    run.assert(Expect::code(69));
     assert!(
         run.one_line().ends_with(
             "is busy running a script or function (BUSY) and serves nothing else until it \
@@ -320,7 +320,7 @@ fn a_server_that_is_not_redis_is_named_as_such() {
     let ran = dir.path().join("ran");
 
     let run = Lockrun::via(&url).key("job").touch(&ran).run();
-    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    run.assert(Expect::code(69));
     assert_eq!(
         run.one_line(),
         format!(
@@ -339,10 +339,10 @@ fn a_server_that_wants_a_password_says_so() {
         redis.url()
     );
     let run = redis.lockrun("job").command(["true"]).run();
-    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    run.assert(Expect::code(69));
     assert_eq!(run.one_line(), want);
     let status = redis.lockrun("job").subcommand("status").run();
-    assert_eq!(status.code, Some(69), "{}", status.stderr);
+    status.assert(Expect::code(69));
     assert_eq!(status.one_line(), want);
 }
 
@@ -358,7 +358,7 @@ fn an_unanswered_acquire_says_how_long_lockrun_waited_in_all() {
         .run();
     let took = began.elapsed();
     redis.resume();
-    assert_eq!(run.code, Some(69), "{}", run.stderr);
+    run.assert(Expect::code(69));
     let line = run.one_line();
     // One timeout for the acquire, one for giving back what it may have
     // taken: the line accounts for both, so for all the time that passed.
@@ -380,7 +380,7 @@ fn when_redis_dies_mid_run_the_lost_lease_is_said_before_the_failed_release() {
     let mut redis = Server::start();
     let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     redis.kill();
-    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
+    holder.end().assert(Expect::code(76));
     let text = holder.stderr();
     let last = text.lines().last().unwrap_or_default();
     assert!(

@@ -145,7 +145,7 @@ fn the_file_is_prometheus_text_after_a_success_a_failure_and_a_busy_run() {
     let path = dir.path().join("lockrun.prom");
     let metrics = ["--metrics-file", path.to_str().expect("UTF-8")];
     let ran = redis.lockrun("job").args(metrics).command(["true"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     let s = samples(&path);
     assert_eq!(runs(&s, "job", "ok"), 1.0);
     assert_eq!(value(&s, "lockrun_running", "job"), 0.0);
@@ -158,7 +158,7 @@ fn the_file_is_prometheus_text_after_a_success_a_failure_and_a_busy_run() {
         .args(metrics)
         .command(["sh", "-c", "exit 3"])
         .run();
-    assert_eq!(ran.code, Some(3), "{}", ran.stderr);
+    ran.assert(Expect::code(3));
     let s = samples(&path);
     assert_eq!(
         (runs(&s, "job", "ok"), runs(&s, "job", "failed")),
@@ -176,7 +176,7 @@ fn the_file_is_prometheus_text_after_a_success_a_failure_and_a_busy_run() {
     });
     assert!(running, "never running: {:?}", samples(&path));
     let ran = redis.lockrun("job").args(metrics).command(["true"]).run();
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    ran.assert(Expect::code(75));
     let s = samples(&path);
     assert_eq!(runs(&s, "job", "busy"), 1.0);
     assert_eq!(
@@ -185,7 +185,7 @@ fn the_file_is_prometheus_text_after_a_success_a_failure_and_a_busy_run() {
         "a busy run leaves it"
     );
     holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0));
+    holder.end().assert(Expect::success());
     let s = samples(&path);
     assert_eq!(value(&s, "lockrun_running", "job"), 0.0);
     assert_eq!(runs(&s, "job", "ok"), 2.0);
@@ -205,7 +205,7 @@ fn keys_are_escaped_and_the_man_page_lists_every_metric() {
             .arg(&path)
             .command(["true"])
             .run();
-        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+        ran.assert(Expect::success());
     }
     let text = std::fs::read_to_string(&path).expect("the file");
     assert!(text.contains("{key=\"we\\\"ird\\\\key\"}"), "{text}");
@@ -408,7 +408,7 @@ fn an_unwritable_metrics_file_only_warns() {
         .arg(missing)
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    ran.assert(Expect::code(75));
     assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
     holder.go();
     holder.run.wait();
@@ -418,7 +418,7 @@ fn an_unwritable_metrics_file_only_warns() {
         .arg(missing)
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
+    ran.assert(Expect::code(69));
     assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
 }
 
@@ -438,7 +438,7 @@ fn a_held_metrics_lock_delays_neither_the_lease_nor_the_command() {
         .arg(&path)
         .command(["sleep", "2.5"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     assert_eq!(ran.stderr.lines().count(), 1, "{}", ran.stderr);
     assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
     ran.assert_stderr_has("for more than 2s");

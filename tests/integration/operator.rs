@@ -27,7 +27,7 @@ fn status_reports_holder_and_free_lock() {
         .subcommand("status")
         .arg("--json")
         .run();
-    assert_eq!(ran.code, Some(0));
+    ran.assert(Expect::success());
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("one JSON object");
     let fields = field_names(&json);
     assert_eq!(
@@ -90,7 +90,7 @@ fn status_reports_holder_and_free_lock() {
         .subcommand("status")
         .arg("--json")
         .run();
-    assert_eq!(ran.code, Some(1));
+    ran.assert(Expect::code(1));
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("JSON");
     assert_eq!(json["held"], false);
     assert!(json["holder"].is_null());
@@ -112,7 +112,7 @@ fn busy_message_names_the_holder() {
     let redis = Server::start();
     let holder = redis.lockrun("job").command(["sleep", "60"]).hold();
     let ran = redis.lockrun("job").command(["true"]).run();
-    assert_eq!(ran.code, Some(75));
+    ran.assert(Expect::code(75));
     let host = nix::unistd::gethostname().expect("hostname");
     let expected = format!(
         "held by {} pid {}",
@@ -142,18 +142,17 @@ fn force_release_stops_the_old_holder() {
         .subcommand("release")
         .arg("--force")
         .run();
-    assert_eq!(ran.code, Some(0));
+    ran.assert(Expect::success());
     ran.assert_stdout_has(&format!("pid {}", holder.run.pid()));
     // The old holder notices at its next renewal and stops its command.
-    assert_eq!(holder.run.wait().code(), Some(76));
+    holder.end().assert(Expect::code(76));
 
     let ran = redis
         .lockrun("job")
         .subcommand("release")
         .arg("--force")
         .run();
-    assert_eq!(ran.code, Some(0));
-    ran.assert_stdout_has("was not held");
+    ran.assert(Expect::success().stdout_has("was not held"));
 }
 
 #[test]
@@ -164,7 +163,7 @@ fn min_hold_keeps_a_late_second_run_out_then_lets_it_in() {
         .args(["--min-hold", "3s"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0));
+    ran.assert(Expect::success());
     assert!(redis.is_locked("job"), "kept after the command ended");
     let pttl = redis.pttl("job");
     assert!(
@@ -180,7 +179,7 @@ fn min_hold_keeps_a_late_second_run_out_then_lets_it_in() {
     // Once the minimum is over, the next run gets in.
     assert!(eventually(PATIENCE, || !redis.is_locked("job")));
     let ran = redis.lockrun("job").command(["true"]).run();
-    assert_eq!(ran.code, Some(0));
+    ran.assert(Expect::success());
     redis.assert_only_fence("job");
 }
 
@@ -192,10 +191,10 @@ fn a_lock_kept_for_min_hold_is_shown_as_finished_not_as_a_live_holder() {
         .args(["--min-hold", "60s"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
 
     let status = redis.lockrun("job").subcommand("status").run();
-    assert_eq!(status.code, Some(0), "still held: {}", status.stderr);
+    status.assert(Expect::success().context("still held"));
     assert!(
         status.stdout.starts_with("job: kept for --min-hold for ")
             && status.stdout.contains("; the command finished "),
@@ -211,7 +210,7 @@ fn a_lock_kept_for_min_hold_is_shown_as_finished_not_as_a_live_holder() {
     assert!(json["holder"]["finished_at_ms"].is_u64(), "{json}");
 
     let busy = redis.lockrun("job").command(["true"]).run();
-    assert_eq!(busy.code, Some(75));
+    busy.assert(Expect::code(75));
     assert!(
         busy.stderr
             .starts_with("lockrun: job is kept for --min-hold for ")
@@ -228,7 +227,7 @@ fn a_lock_kept_for_min_hold_is_shown_as_finished_not_as_a_live_holder() {
         .subcommand("release")
         .arg("--force")
         .run();
-    assert_eq!(released.code, Some(0));
+    released.assert(Expect::success());
     redis.assert_only_fence("job");
 }
 
@@ -240,8 +239,7 @@ fn timeout_stops_the_command_and_releases() {
         .args(["--timeout", "500ms"])
         .command(["sleep", "30"])
         .run();
-    assert_eq!(ran.code, Some(124));
-    ran.assert_stderr_has("--timeout");
+    ran.assert(Expect::code(124).stderr_has("--timeout"));
     redis.assert_only_fence("job");
 }
 
@@ -259,7 +257,7 @@ fn timeout_kills_a_command_that_ignores_sigterm() {
         .args(["--timeout", "500ms", "--kill-grace", "500ms"])
         .command(["sh", "-c", &script])
         .run();
-    assert_eq!(ran.code, Some(124));
+    ran.assert(Expect::code(124));
     let pid: i32 = read_when_ready(&pidfile).parse().expect("pid");
     assert!(eventually(PATIENCE, || !alive(pid)), "command killed");
     assert!(!redis.is_locked("job"));
@@ -300,7 +298,7 @@ fn status_and_release_honour_the_prefix() {
         .subcommand("status")
         .args(["--prefix", "team-a:"])
         .run();
-    assert_eq!(ran.code, Some(0));
+    ran.assert(Expect::success());
     let ran = redis
         .lockrun("job")
         .subcommand("status")

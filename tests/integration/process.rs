@@ -101,7 +101,7 @@ fn a_background_lockrun_is_not_stopped_by_its_own_messages() {
 /// printed after checking that the run succeeded, so the password worked.
 fn env_of(command: Lockrun) -> String {
     let ran = command.key("job").command(["env"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     ran.stdout
 }
 
@@ -149,7 +149,7 @@ fn a_password_file_serves_runs_status_and_release() {
     let flag = ["--redis-password-file", file.as_str()];
 
     let ran = redis.lockrun("job").args(flag).command(["true"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     let env = env_of(Lockrun::at(&redis).env("LOCKRUN_REDIS_PASSWORD_FILE", &file));
     assert!(
         env.contains(&format!("LOCKRUN_REDIS_PASSWORD_FILE={file}\n")),
@@ -162,14 +162,14 @@ fn a_password_file_serves_runs_status_and_release() {
         Some(69)
     );
     let status = redis.lockrun("job").subcommand("status").args(flag).run();
-    assert_eq!(status.code, Some(1), "{}", status.stderr);
+    status.assert(Expect::code(1));
     let release = redis
         .lockrun("job")
         .subcommand("release")
         .arg("--force")
         .args(flag)
         .run();
-    assert_eq!(release.code, Some(0), "{}", release.stderr);
+    release.assert(Expect::success());
 
     // Two passwords: which one was meant cannot be guessed.
     let both = redis
@@ -178,7 +178,7 @@ fn a_password_file_serves_runs_status_and_release() {
         .command(["true"])
         .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
         .run();
-    assert_eq!(both.code, Some(64), "{}", both.stderr);
+    both.assert(Expect::code(64));
     assert!(!both.stderr.contains(PASSWORD));
 }
 
@@ -209,7 +209,7 @@ fn a_password_file_every_user_can_read_is_refused() {
 
     // The file's group may read it: a secret shared with a service account.
     let output = run(&password_file(dir.path(), 0o640));
-    assert_eq!(output.code, Some(0), "{}", output.stderr);
+    output.assert(Expect::success());
     assert!(ran.exists());
 }
 

@@ -61,7 +61,7 @@ fn shared_runs_hold_the_key_together() {
     // An exclusive run without --wait finds the key busy.
     let dir = scratch();
     let busy = redis.lockrun(NAME).touch(dir.path().join("ran")).run();
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    busy.assert(Expect::code(75));
     assert_eq!(busy.stderr.lines().count(), 1, "{}", busy.stderr);
     assert!(!dir.path().join("ran").exists());
 
@@ -136,7 +136,7 @@ fn shared_an_exclusive_run_waits_for_every_shared_holder_and_then_runs_alone() {
     assert!(listed[0]["slot"].is_null(), "{json}");
     assert_eq!(listed[0]["fencing_token"], exclusive.fence(), "{json}");
     let busy = redis.lockrun(NAME).arg("--shared").command(["true"]).run();
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    busy.assert(Expect::code(75));
 
     exclusive.finish();
     late.until_entered();
@@ -214,7 +214,7 @@ fn shared_waiters_at_the_head_of_the_line_are_admitted_together() {
 
     let released = Instant::now();
     holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     for waiter in &mut group {
         waiter.until_entered();
     }

@@ -95,7 +95,7 @@ fn slots_go_to_waiters_in_arrival_order_each_taking_the_place_freed() {
         "tokens out of grant order: {tokens:?}"
     );
     for holder in &mut holders {
-        assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+        holder.end().assert(Expect::success());
     }
     for waiter in &mut waiters {
         waiter.finish();
@@ -199,7 +199,7 @@ fn slots_lockrun_slot_is_set_only_with_slots() {
             .args(args)
             .command(["sh", "-c", print])
             .run();
-        assert_eq!(ran.code, Some(0), "{args:?}: {}", ran.stderr);
+        ran.assert(Expect::success().context(format!("{args:?}")));
         assert_eq!(ran.stdout.trim(), want, "{args:?}");
     }
     // LOCKRUN_SLOTS gives the number too.
@@ -227,7 +227,7 @@ fn slots_a_full_house_is_busy_without_wait() {
         .args(["--slots", "2"])
         .touch(dir.path().join("ran"))
         .run();
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    ran.assert(Expect::code(75));
     assert_eq!(ran.stderr.lines().count(), 1, "{}", ran.stderr);
     assert!(!dir.path().join("ran").exists());
     for holder in &mut holders {
@@ -252,7 +252,7 @@ fn slots_mismatched_n_exits_64_names_both_numbers_and_changes_nothing() {
     ];
     for (args, gave) in cases {
         let ran = redis.lockrun(NAME).args(args).touch(&marker).run();
-        assert_eq!(ran.code, Some(64), "{args:?}: {}", ran.stderr);
+        ran.assert(Expect::code(64).context(format!("{args:?}")));
         let line = ran.one_line();
         assert!(
             line.contains(NAME) && line.contains("--slots 5"),
@@ -283,7 +283,7 @@ fn slots_mismatched_n_exits_64_names_both_numbers_and_changes_nothing() {
         .args(["--slots", "3", "--wait", "20s"])
         .touch(&marker)
         .run();
-    assert_eq!(ran.code, Some(64), "{}", ran.stderr);
+    ran.assert(Expect::code(64));
     let line = ran.one_line();
     assert!(
         line.contains("--slots 1") && line.contains("--slots 3"),
@@ -321,8 +321,7 @@ fn slots_and_shared_refusals_exit_64_before_anything_reaches_redis() {
     ];
     for args in cases {
         let ran = redis.lockrun(NAME).args(args).touch(&marker).run();
-        assert_eq!(ran.code, Some(64), "{args:?}: {}", ran.stderr);
-        assert!(ran.stdout.is_empty(), "{args:?}: {}", ran.stdout);
+        ran.assert(Expect::code(64).context(format!("{args:?}")));
         ran.one_line();
     }
     // The variable counts as the flag.
@@ -332,12 +331,7 @@ fn slots_and_shared_refusals_exit_64_before_anything_reaches_redis() {
         .env("LOCKRUN_SLOTS", "3")
         .touch(&marker)
         .run();
-    assert_eq!(
-        ran.code,
-        Some(64),
-        "LOCKRUN_SLOTS=3 --shared: {}",
-        ran.stderr
-    );
+    ran.assert(Expect::code(64).context("LOCKRUN_SLOTS=3 --shared"));
     ran.one_line();
     assert!(redis.keys().is_empty(), "{:?}", redis.keys());
 
@@ -349,7 +343,7 @@ fn slots_and_shared_refusals_exit_64_before_anything_reaches_redis() {
             .args(args)
             .touch(&marker)
             .run();
-        assert_eq!(ran.code, Some(64), "quorum {args:?}: {}", ran.stderr);
+        ran.assert(Expect::code(64).context(format!("quorum {args:?}")));
         ran.one_line();
     }
     for server in &servers {

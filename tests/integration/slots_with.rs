@@ -66,7 +66,7 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
 
     // The text lists every holder, a line each.
     let text = redis.lockrun(NAME).subcommand("status").run();
-    assert_eq!(text.code, Some(0), "{}", text.stderr);
+    text.assert(Expect::success());
     for holder in &holders {
         let pid = format!("pid {}", holder.run.pid());
         let lines = text.stdout.lines().filter(|l| l.contains(&pid)).count();
@@ -86,7 +86,7 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
         .subcommand("release")
         .args(["--force", "--holder", "0123456789abcdef"])
         .run();
-    assert_eq!(nobody.code, Some(1), "{}", nobody.stderr);
+    nobody.assert(Expect::code(1));
     assert_eq!(
         (nobody.stdout.lines().count() + nobody.stderr.lines().count()),
         1,
@@ -100,7 +100,7 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
     redis.force_release(NAME, &[]);
     holders[0].lost();
     holders[2].lost();
-    assert_eq!(waiter.run.wait().code(), Some(76), "{}", waiter.stderr());
+    waiter.end().assert(Expect::code(76));
     let (code, json) = redis.lockrun(NAME).status_json();
     assert_eq!(code, Some(1), "free: {json}");
     assert_eq!(json["held"], false, "{json}");
@@ -126,7 +126,7 @@ fn two_slots_via(url: &str, holders: impl Fn() -> usize) {
         .args(["--slots", "2"])
         .command(["true"])
         .run();
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    busy.assert(Expect::code(75));
 
     let status = Lockrun::via(url)
         .key(NAME)
@@ -139,7 +139,7 @@ fn two_slots_via(url: &str, holders: impl Fn() -> usize) {
 
     let mut waiter = Lockrun::via(url).key(NAME).args(args).spawn_waiter();
     first.go();
-    assert_eq!(first.run.wait().code(), Some(0), "{}", first.stderr());
+    first.end().assert(Expect::success());
     waiter.until_entered();
     assert_eq!(waiter.slot(), first.slot());
     assert!(waiter.fence() > second.fence());
@@ -194,7 +194,7 @@ fn slots_acquired_event_says_the_slot() {
         .args(["--slots", "3", "--log-format", "json", "-v"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     let acquired = acquired_event(&ran);
     assert_eq!(acquired["slot"], 1, "{acquired}");
 
@@ -204,7 +204,7 @@ fn slots_acquired_event_says_the_slot() {
         .args(["--log-format", "json", "-v"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     let acquired = acquired_event(&ran);
     assert!(acquired["slot"].is_null(), "{acquired}");
 }
@@ -217,7 +217,7 @@ fn slots_min_hold_keeps_that_runs_place_only() {
         .args(["--slots", "2", "--min-hold", "60s"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     // Its place is kept, finished; the other one is free.
     let holders = redis.slot_holders(NAME);
     assert_eq!(holders.len(), 1, "{holders:?}");
@@ -228,7 +228,7 @@ fn slots_min_hold_keeps_that_runs_place_only() {
         .args(["--slots", "2"])
         .command(["true"])
         .run();
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    busy.assert(Expect::code(75));
     let (code, json) = redis.lockrun(NAME).status_json();
     assert_eq!(code, Some(0), "{json}");
     let listed = json["holders"].as_array().expect("holders");
@@ -260,7 +260,7 @@ fn slots_min_hold_keeps_that_runs_place_only() {
         .subcommand("release")
         .arg("--force")
         .run();
-    assert_eq!(released.code, Some(0), "{}", released.stderr);
+    released.assert(Expect::success());
     redis.assert_only_fence(NAME);
 }
 

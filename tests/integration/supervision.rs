@@ -39,7 +39,7 @@ fn stdin_reaches_the_command_unchanged() {
         .command(["cat"])
         .input(data.clone())
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     assert!(
         ran.stdout_bytes() == data,
         "stdin came out changed ({} bytes)",
@@ -62,7 +62,7 @@ fn large_stdout_carries_only_the_commands_bytes() {
         .command(["head", "-c", &(20 << 20).to_string()])
         .command([&file])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     assert!(
         ran.stdout_bytes() == data,
         "stdout differs from the command's output ({} bytes, want {})",
@@ -82,7 +82,7 @@ fn a_command_killed_by_a_signal_gives_128_plus_n() {
     let redis = Server::start();
     for (script, want) in [("kill -9 $$", 137), ("kill -TERM $$", 143)] {
         let ran = redis.lockrun("job").command(["sh", "-c", script]).run();
-        assert_eq!(ran.code, Some(want), "{script}: {}", ran.stderr);
+        ran.assert(Expect::code(want).context(format!("{script}")));
     }
     redis.assert_only_fence("job");
 }
@@ -117,7 +117,7 @@ fn a_command_that_cannot_start_gives_126_or_127_and_releases_the_lock() {
     for (program, want, why) in cases {
         let ran = redis.lockrun("job").command([program]).run();
         let what = program.display();
-        assert_eq!(ran.code, Some(want.into()), "{what}: {}", ran.stderr);
+        ran.assert(Expect::code(want.into()).context(format!("{what}")));
         assert_one_line(&ran, &what.to_string());
         assert!(ran.stderr.contains(why), "{what}: says {why:?}");
         assert!(
@@ -147,8 +147,7 @@ fn usage_errors_exit_64_and_touch_nothing() {
     ];
     for (args, command) in cases {
         let ran = Lockrun::at(&redis).args(args).command(command).run();
-        assert_eq!(ran.code, Some(64), "{args:?}: {}", ran.stderr);
-        assert!(ran.stdout.is_empty(), "{args:?}: usage errors go to stderr");
+        ran.assert(Expect::code(64).context(format!("{args:?}")));
         // Also clap's own errors: one line, like every other lockrun error.
         assert_one_line(&ran, &format!("{args:?}"));
     }
@@ -171,7 +170,7 @@ fn unsafe_timing_says_what_would_fit() {
         .args(["--ttl", "1s", "--kill-grace", "5s"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(64));
+    ran.assert(Expect::code(64));
     assert!(
         ran.stderr.starts_with("lockrun: unsafe timing:"),
         "{}",

@@ -78,7 +78,7 @@ fn sentinel_lease_handed_to_a_waiter_is_acknowledged_before_its_command_starts()
         replica.pause();
     }
     holder.go();
-    assert!(holder.run.wait().success(), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     let unacknowledged = wait_for_text(&stderr, "replicas acknowledged the write");
     let cut_off = read_log(&stderr);
     let ran_early = started.exists();
@@ -115,7 +115,7 @@ fn sentinel_run_keeps_its_lock_through_a_primary_crash() {
 
     // The lock moved with the failover: a second run finds it busy.
     let busy = run_true(&url);
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    busy.assert(Expect::code(75));
 
     let status = Lockrun::via(&url)
         .key("job")
@@ -127,7 +127,7 @@ fn sentinel_run_keeps_its_lock_through_a_primary_crash() {
     assert_eq!(json["redis_node"], primary.addr());
 
     holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     assert!(!primary.is_locked("job"));
 }
 
@@ -156,10 +156,10 @@ fn sentinel_run_moves_to_the_new_primary_while_the_old_one_still_takes_writes() 
         "the old primary was demoted before lockrun moved"
     );
     let busy = run_true(&url);
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    busy.assert(Expect::code(75));
 
     holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
 }
 
 #[test]
@@ -172,7 +172,7 @@ fn sentinel_acknowledgement_refuses_to_start_without_replicas_and_leaves_no_lock
 
     // A plain URL at a replica is told what to use instead.
     let plain = run_true(&replicas[0].url());
-    assert_eq!(plain.code, Some(69), "{}", plain.stderr);
+    plain.assert(Expect::code(69));
     assert!(
         plain
             .stderr
@@ -199,11 +199,10 @@ fn sentinel_acknowledgement_refuses_to_start_without_replicas_and_leaves_no_lock
         replica.resume();
     }
     let (took, waited_for) = (refused.took, waited.took);
-    assert_eq!(refused.code, Some(69), "{}", refused.stderr);
-    refused.assert_stderr_has("only 0 of 2 replicas acknowledged");
+    refused.assert(Expect::code(69).stderr_has("only 0 of 2 replicas acknowledged"));
     assert!(took < Duration::from_secs(5), "took {took:?}");
     // A waiting run keeps trying until its wait runs out.
-    assert_eq!(waited.code, Some(69), "{}", waited.stderr);
+    waited.assert(Expect::code(69));
     assert!(waited_for >= Duration::from_secs(1), "{waited_for:?}");
     waited.assert_stderr_has("still waiting");
     assert!(!ran.exists(), "the command ran without acknowledgement");
@@ -215,7 +214,7 @@ fn sentinel_acknowledgement_refuses_to_start_without_replicas_and_leaves_no_lock
     }
 
     let ok = Lockrun::via(&url).key("job").touch(&ran).run();
-    assert_eq!(ok.code, Some(0), "{}", ok.stderr);
+    ok.assert(Expect::success());
     assert!(ran.exists());
 }
 
@@ -257,24 +256,22 @@ fn sentinel_url_works_while_any_sentinel_answers() {
     };
 
     let refused = run(None);
-    assert_eq!(refused.code, Some(69));
-    refused.assert_stderr_has("LOCKRUN_SENTINEL_PASSWORD");
+    refused.assert(Expect::code(69).stderr_has("LOCKRUN_SENTINEL_PASSWORD"));
     let wrong = run(Some("wrong-guess"));
-    assert_eq!(wrong.code, Some(69));
+    wrong.assert(Expect::code(69));
     assert!(!wrong.stderr.contains("wrong-guess"), "{}", wrong.stderr);
 
     for dead in 0..2 {
         let ok = run(Some(sentinel_pass));
-        assert_eq!(ok.code, Some(0), "{}", ok.stderr);
+        ok.assert(Expect::success());
         set.sentinels[dead].kill();
     }
     let ok = run(Some(sentinel_pass));
-    assert_eq!(ok.code, Some(0), "{}", ok.stderr);
+    ok.assert(Expect::success());
 
     set.sentinels[2].kill();
     let none = run(Some(sentinel_pass));
-    assert_eq!(none.code, Some(69));
-    none.assert_stderr_has("no sentinel answered");
+    none.assert(Expect::code(69).stderr_has("no sentinel answered"));
     for secret in [redis_pass, sentinel_pass] {
         for output in [&refused, &wrong, &none] {
             assert!(!output.stderr.contains(secret), "{}", output.stderr);
@@ -303,7 +300,7 @@ fn cluster_follows_moved_from_a_node_that_does_not_own_the_slot() {
     // A plain URL at a cluster node is told what to use instead.
     let plain_url = cluster.node(other).url();
     let plain = run_true(&plain_url);
-    assert_eq!(plain.code, Some(69), "{}", plain.stderr);
+    plain.assert(Expect::code(69));
     let hint = format!(
         "this is a Redis Cluster node; use --redis redis+cluster://{}",
         cluster.node(other).addr()
@@ -329,8 +326,8 @@ fn cluster_follows_moved_from_a_node_that_does_not_own_the_slot() {
         .subcommand("release")
         .arg("--force")
         .run();
-    assert_eq!(released.code, Some(0), "{}", released.stderr);
-    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
+    released.assert(Expect::success());
+    holder.end().assert(Expect::code(76));
     assert_eq!(cluster.node(owner).lock_value("job"), None);
 }
 
@@ -348,10 +345,10 @@ fn cluster_run_keeps_its_lock_through_a_failover_of_its_slot() {
         holder.stderr()
     );
     let busy = run_true(&url);
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    busy.assert(Expect::code(75));
 
     holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     assert_eq!(cluster.node(new_owner).lock_value("job"), None);
 }
 
@@ -385,7 +382,7 @@ fn clusterdown_ends_a_run_without_wait_within_the_redis_timeout() {
         .touch(&ran)
         .run();
     let took = output.took;
-    assert_eq!(output.code, Some(69), "{}", output.stderr);
+    output.assert(Expect::code(69));
     assert!(
         output.stderr.to_lowercase().contains("clusterdown"),
         "{}",

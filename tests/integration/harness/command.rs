@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{eventually, Running, Server, PATIENCE};
+use super::{eventually, Expect, Running, Server, PATIENCE};
 
 /// The lockrun just built.
 pub const LOCKRUN: &str = env!("CARGO_BIN_EXE_lockrun");
@@ -31,7 +31,7 @@ pub struct Lockrun<'a> {
     pub(super) prefix: Option<String>,
     env: Vec<(OsString, OsString)>,
     input: Option<Vec<u8>>,
-    stdout: Option<Stdio>,
+    pub(super) stdout: Option<Stdio>,
     pub(super) stderr: Option<Stdio>,
 }
 
@@ -222,6 +222,7 @@ impl<'a> Lockrun<'a> {
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
             stdout_bytes: stdout,
             took,
+            command: format!("{command:?}"),
         }
     }
 
@@ -230,7 +231,7 @@ impl<'a> Lockrun<'a> {
         let ran = self
             .command(["sh", "-c", r#"echo "$LOCKRUN_FENCING_TOKEN""#])
             .run();
-        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+        ran.assert(Expect::success().stdout_any());
         ran.stdout
             .trim()
             .parse()
@@ -254,7 +255,7 @@ impl Server {
             .arg("--force")
             .args(args)
             .run();
-        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+        ran.assert(Expect::success().stdout_any().stderr_any());
         ran
     }
 }
@@ -288,6 +289,8 @@ pub struct Ran {
     pub stderr: String,
     stdout_bytes: Vec<u8>,
     pub took: Duration,
+    /// The command line, for a failure's report.
+    pub(super) command: String,
 }
 
 impl Ran {
@@ -306,13 +309,7 @@ impl Ran {
     /// stdout, and the line that says Redis cannot be reached.
     #[track_caller]
     pub fn assert_redis_unreachable(&self) {
-        assert_eq!(self.code, Some(69), "{}", self.stderr);
-        assert!(self.stdout.is_empty(), "{}", self.stdout);
-        assert!(
-            self.stderr.starts_with("lockrun: cannot reach Redis"),
-            "{}",
-            self.stderr
-        );
+        self.assert(Expect::code(69).stderr_starts("lockrun: cannot reach Redis"));
     }
 
     /// Asserts that stderr holds `needle`, showing all of it if not.
@@ -337,6 +334,26 @@ impl Ran {
     /// Exactly the bytes written to stdout.
     pub fn stdout_bytes(&self) -> &[u8] {
         &self.stdout_bytes
+    }
+}
+
+impl Running {
+    /// Waits up to `PATIENCE` for the end of a run whose stdout and stderr
+    /// went to the files `stdout` and `stderr`, and returns it as a `Ran`.
+    #[track_caller]
+    pub(super) fn ended(&mut self, stdout: &Path, stderr: &Path) -> Ran {
+        let status = self.wait();
+        let took = self.began.elapsed();
+        let stdout = std::fs::read(stdout).unwrap_or_default();
+        let stderr = std::fs::read(stderr).unwrap_or_default();
+        Ran {
+            code: status.code(),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            stdout_bytes: stdout,
+            took,
+            command: self.command.clone(),
+        }
     }
 }
 
