@@ -27,11 +27,10 @@ fn tcp_url_and_environment_url_both_work() {
 fn invalid_url_is_a_usage_error() {
     for url in ["localhost:6379", "http://example.com", ""] {
         let ran = Lockrun::via(url).key("job").command(["true"]).run();
-        assert_eq!(ran.code, Some(64), "{url}");
-        assert!(
-            ran.stderr.starts_with("lockrun: invalid Redis URL"),
-            "{}",
-            ran.stderr
+        ran.assert(
+            Expect::code(64)
+                .stderr_starts("lockrun: invalid Redis URL")
+                .context(format!("{url:?}")),
         );
     }
 }
@@ -49,9 +48,12 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
     // A wrong password in the URL: refused, and the password is not echoed.
     let wrong = url.replace("redis://", "redis://:wrong-pass@");
     let ran = Lockrun::via(&wrong).key("job").command(["true"]).run();
-    ran.assert(Expect::code(69));
-    assert!(!ran.stderr.contains("wrong-pass"), "{}", ran.stderr);
-    ran.assert_stderr_has("refused authentication");
+    ran.assert(
+        Expect::code(69)
+            .stderr_has("refused authentication")
+            .stderr_lacks("wrong-pass")
+            .stderr_one_line(),
+    );
 
     // The right password from the environment overrides the URL's.
     let ran = Lockrun::via(&wrong)
@@ -72,7 +74,7 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
         .arg("-v")
         .command(["true"])
         .run();
-    assert!(!ran.stderr.contains(secret), "{}", ran.stderr);
+    ran.assert(Expect::success().stderr_lacks(secret));
 }
 
 /// Runs `lockrun -- bash -c COMMAND` on a pseudo-terminal, feeding it

@@ -341,7 +341,9 @@ fn example_command_lines_are_accepted() {
             .run();
         ran.assert(
             Expect::code(i32::from(lockrun::exit_code::REDIS_UNAVAILABLE))
-                .context(format!("{line}\n")),
+                .stderr_starts(format!("lockrun: cannot reach Redis at {unreachable}: "))
+                .stderr_one_line()
+                .context(line),
         );
     }
     // examples/ci/deploy.sh is run for real in examples.rs.

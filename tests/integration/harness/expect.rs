@@ -67,6 +67,12 @@ impl Expect {
         self
     }
 
+    /// stdout begins with `prefix`.
+    pub fn stdout_starts(mut self, prefix: impl Into<String>) -> Self {
+        self.stdout.add(Check::StartsWith(prefix.into()));
+        self
+    }
+
     /// stdout has the property that `what` describes.
     pub fn stdout_where(
         mut self,
