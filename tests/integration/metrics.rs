@@ -176,7 +176,11 @@ fn the_file_is_prometheus_text_after_a_success_a_failure_and_a_busy_run() {
     });
     assert!(running, "never running: {:?}", samples(&path));
     let ran = redis.lockrun("job").args(metrics).command(["true"]).run();
-    ran.assert(Expect::code(75));
+    ran.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: job is held by ")
+            .stderr_one_line(),
+    );
     let s = samples(&path);
     assert_eq!(runs(&s, "job", "busy"), 1.0);
     assert_eq!(
@@ -376,6 +380,11 @@ fn warnings(stderr: &str) -> usize {
         .count()
 }
 
+/// `expect`, and among the lines on stderr one metrics warning.
+fn one_warning(expect: Expect) -> Expect {
+    expect.stderr_where("one metrics warning", |stderr| warnings(stderr) == 1)
+}
+
 #[test]
 fn an_unwritable_metrics_file_only_warns() {
     let redis = Server::start();
@@ -395,10 +404,11 @@ fn an_unwritable_metrics_file_only_warns() {
             .arg(path)
             .command(["sh", "-c", "echo out; exit 3"])
             .run();
-        assert_eq!(ran.code, Some(3), "{}: {}", path.display(), ran.stderr);
-        assert_eq!(ran.stdout, "out\n");
-        assert_eq!(ran.stderr.lines().count(), 1, "{}", ran.stderr);
-        assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
+        ran.assert(
+            one_warning(Expect::code(3).stdout("out\n"))
+                .stderr_one_line()
+                .context(path.display().to_string()),
+        );
     }
     let missing = &unwritable[0];
     let mut holder = redis.lockrun("job").hold();
@@ -408,8 +418,7 @@ fn an_unwritable_metrics_file_only_warns() {
         .arg(missing)
         .command(["true"])
         .run();
-    ran.assert(Expect::code(75));
-    assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
+    ran.assert(one_warning(Expect::code(75)).stderr_has("\nlockrun: job is held by "));
     holder.go();
     holder.run.wait();
     let ran = Lockrun::via("redis://127.0.0.1:1")
@@ -418,8 +427,10 @@ fn an_unwritable_metrics_file_only_warns() {
         .arg(missing)
         .command(["true"])
         .run();
-    ran.assert(Expect::code(69));
-    assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
+    ran.assert(
+        one_warning(Expect::code(69))
+            .stderr_has("\nlockrun: cannot reach Redis at redis://127.0.0.1:1: "),
+    );
 }
 
 /// A lock file that another process holds makes each write give up after
@@ -438,10 +449,11 @@ fn a_held_metrics_lock_delays_neither_the_lease_nor_the_command() {
         .arg(&path)
         .command(["sleep", "2.5"])
         .run();
-    ran.assert(Expect::success());
-    assert_eq!(ran.stderr.lines().count(), 1, "{}", ran.stderr);
-    assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
-    ran.assert_stderr_has("for more than 2s");
+    ran.assert(
+        one_warning(Expect::success())
+            .stderr_has("for more than 2s")
+            .stderr_one_line(),
+    );
     assert!(!path.exists());
     drop(held);
 }
