@@ -32,7 +32,7 @@ fn the_command_starts_with_no_signal_blocked_or_ignored() {
         .lockrun("job")
         .command(["cat", "/proc/self/status"])
         .run();
-    ran.assert(Expect::success());
+    ran.assert(Expect::success().stdout_any());
     let mask = |field: &str| {
         let line = ran
             .stdout
@@ -107,7 +107,8 @@ fn every_forwarded_signal_reaches_the_command_once_and_lockrun_waits_for_it() {
     );
 
     std::fs::write(holder.dir().join("stop"), "").expect("write stop");
-    holder.end().assert(Expect::code(42));
+    // bash may report the children the signals killed.
+    holder.end().assert(Expect::code(42).stderr_any());
     let got = std::fs::read_to_string(&log).expect("log");
     let want: Vec<&str> = forwarded.iter().map(|(_, name)| *name).collect();
     assert_eq!(

@@ -66,7 +66,7 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
 
     // The text lists every holder, a line each.
     let text = redis.lockrun(NAME).subcommand("status").run();
-    text.assert(Expect::success());
+    text.assert(Expect::success().stdout_starts("wave: held in 3 of 3 slots\n"));
     for holder in &holders {
         let pid = format!("pid {}", holder.run.pid());
         let lines = text.stdout.lines().filter(|l| l.contains(&pid)).count();
@@ -86,21 +86,17 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
         .subcommand("release")
         .args(["--force", "--holder", "0123456789abcdef"])
         .run();
-    nobody.assert(Expect::code(1));
-    assert_eq!(
-        (nobody.stdout.lines().count() + nobody.stderr.lines().count()),
-        1,
-        "one line: {} {}",
-        nobody.stdout,
-        nobody.stderr
-    );
+    nobody.assert(Expect::code(1).stdout("no holder of wave has the token 0123456789abcdef\n"));
     assert_eq!(redis.slot_holders(NAME).len(), 3);
 
     // Every holder.
     redis.force_release(NAME, &[]);
     holders[0].lost();
     holders[2].lost();
-    waiter.end().assert(Expect::code(76));
+    waiter.end().assert(Expect::code(76).stderr(
+        "lockrun: lost the lock wave: its key no longer holds this run's token (it expired, was \
+         removed with `lockrun release --force`, or Redis restarted empty); stopped the command\n",
+    ));
     let (code, json) = redis.lockrun(NAME).status_json();
     assert_eq!(code, Some(1), "free: {json}");
     assert_eq!(json["held"], false, "{json}");
@@ -126,7 +122,12 @@ fn two_slots_via(url: &str, holders: impl Fn() -> usize) {
         .args(["--slots", "2"])
         .command(["true"])
         .run();
-    busy.assert(Expect::code(75));
+    busy.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: wave is held by 2 runs together (--slots or --shared), ")
+            .stderr_has("; not running true (exit 75)")
+            .stderr_one_line(),
+    );
 
     let status = Lockrun::via(url)
         .key(NAME)
@@ -228,7 +229,12 @@ fn slots_min_hold_keeps_that_runs_place_only() {
         .args(["--slots", "2"])
         .command(["true"])
         .run();
-    busy.assert(Expect::code(75));
+    busy.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: wave is held by 2 runs together (--slots or --shared), ")
+            .stderr_has("; not running true (exit 75)")
+            .stderr_one_line(),
+    );
     let (code, json) = redis.lockrun(NAME).status_json();
     assert_eq!(code, Some(0), "{json}");
     let listed = json["holders"].as_array().expect("holders");
@@ -255,7 +261,7 @@ fn slots_min_hold_keeps_that_runs_place_only() {
         .subcommand("release")
         .arg("--force")
         .run();
-    released.assert(Expect::success());
+    released.assert(Expect::success().stdout_starts("released wave held by "));
     redis.assert_only_fence(NAME);
 }
 

@@ -135,14 +135,20 @@ fn lock_busy_wait_and_status(url: &str, certs: &Certificates, node: &Server, ack
     assert!(node.is_locked("job"), "{}", holder.stderr());
 
     let busy = trusting(url, certs).args(acks).command(["true"]).run();
-    busy.assert(Expect::code(75));
+    busy.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: job is held by ")
+            .stderr_has("; not running true (exit 75)")
+            .stderr_one_line(),
+    );
 
     let status = trusting(url, certs)
         .subcommand("status")
         .arg("--json")
         .run();
+    status.assert(Expect::success().stdout_any());
     let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("JSON");
-    assert_eq!(json["held"], true, "{}", status.stderr);
+    assert_eq!(json["held"], true, "{json}");
     assert_eq!(json["holder"]["fencing_token"], holder.fence());
     assert_eq!(json["redis_node"], node.addr());
 
