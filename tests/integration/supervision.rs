@@ -82,7 +82,7 @@ fn a_command_killed_by_a_signal_gives_128_plus_n() {
     let redis = Server::start();
     for (script, want) in [("kill -9 $$", 137), ("kill -TERM $$", 143)] {
         let ran = redis.lockrun("job").command(["sh", "-c", script]).run();
-        ran.assert(Expect::code(want).context(format!("{script}")));
+        ran.assert(Expect::code(want).context(script));
     }
     redis.assert_only_fence("job");
 }
