@@ -114,13 +114,21 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
         // Neither a busy lock (75) nor one worth waiting for.
         for wait in [&[][..], &["--wait", "forever"]] {
             let run = redis.lockrun("job").args(wait).touch(&ran).run();
-            run.assert(Expect::code(69).stderr(format!("lockrun: {want}\n")));
+            run.assert(
+                Expect::code(69)
+                    .stderr(format!("lockrun: {want}\n"))
+                    .context(format!("{planted:?}")),
+            );
             assert!(!ran.exists(), "{planted:?}: the command ran");
             assert_eq!(redis.keys(), before, "{planted:?}: Redis was changed");
         }
 
         let status = redis.lockrun("job").subcommand("status").run();
-        status.assert(Expect::code(69).stderr(format!("lockrun: {want}\n")));
+        status.assert(
+            Expect::code(69)
+                .stderr(format!("lockrun: {want}\n"))
+                .context(format!("{planted:?}")),
+        );
 
         // A forced release may hand the lock to a waiter, with a new
         // fencing token: every key counts.
@@ -129,7 +137,11 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
             .subcommand("release")
             .arg("--force")
             .run();
-        release.assert(Expect::code(69).stderr(format!("lockrun: {want}\n")));
+        release.assert(
+            Expect::code(69)
+                .stderr(format!("lockrun: {want}\n"))
+                .context(format!("{planted:?}")),
+        );
         assert_eq!(redis.keys(), before, "{planted:?}: Redis was changed");
     }
 }
