@@ -14,7 +14,7 @@ fn acknowledged(url: &str) -> Value {
         .key("job")
         .arg("--json")
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stdout_any());
     let status: Value = serde_json::from_str(&ran.stdout).expect("status --json");
     status["replicas_acknowledged"].clone()
 }
@@ -30,12 +30,9 @@ fn hold(url: &str) -> Holder {
 /// Lets `holder` finish, and checks it never said its lease was unprotected.
 fn ends_without_warning(mut holder: Holder) {
     holder.go();
-    holder.run.wait();
-    assert!(
-        !holder.stderr().contains("--replica-acks all"),
-        "{}",
-        holder.stderr()
-    );
+    holder
+        .end()
+        .assert(Expect::success().stderr_lacks("--replica-acks all"));
 }
 
 #[test]
@@ -57,15 +54,13 @@ fn all_with_no_replica_warns_once_and_status_counts_the_acknowledgements() {
     assert!(renewed, "never renewed");
     holder.go();
     let mut holder = holder;
-    assert_eq!(holder.run.wait().code(), Some(0));
-    let stderr = holder.stderr();
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.starts_with(
-            "lockrun: --replica-acks all found no replica connected to the primary holding \
-             lockrun:{job}: the lease is not protected against a failover"
-        ),
-        "{stderr}"
+    holder.end().assert(
+        Expect::success()
+            .stderr_starts(
+                "lockrun: --replica-acks all found no replica connected to the primary holding \
+                 lockrun:{job}: the lease is not protected against a failover",
+            )
+            .stderr_one_line(),
     );
 
     one_json_event(&url);
@@ -87,9 +82,8 @@ fn one_json_event(url: &str) {
         .args(["--log-format", "json"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stderr_one_line());
     let events = checked_events(&ran.stderr, Some("job"));
-    assert_eq!(events.len(), 1, "{}", ran.stderr);
     assert_eq!(events[0]["event"], "unacknowledged");
     assert_eq!(events[0]["level"], "warning");
 }

@@ -12,14 +12,14 @@ fn tcp_url_and_environment_url_both_work() {
         .key("job")
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
 
     let ran = Lockrun::new()
         .env("LOCKRUN_REDIS_URL", redis.tcp_url())
         .key("job")
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     redis.assert_only_fence("job");
 }
 
@@ -27,11 +27,10 @@ fn tcp_url_and_environment_url_both_work() {
 fn invalid_url_is_a_usage_error() {
     for url in ["localhost:6379", "http://example.com", ""] {
         let ran = Lockrun::via(url).key("job").command(["true"]).run();
-        assert_eq!(ran.code, Some(64), "{url}");
-        assert!(
-            ran.stderr.starts_with("lockrun: invalid Redis URL"),
-            "{}",
-            ran.stderr
+        ran.assert(
+            Expect::code(64)
+                .stderr_starts("lockrun: invalid Redis URL")
+                .context(format!("{url:?}")),
         );
     }
 }
@@ -44,15 +43,17 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
 
     // No password: refused, and told where to put one.
     let ran = Lockrun::via(&url).key("job").command(["true"]).run();
-    assert_eq!(ran.code, Some(69));
-    ran.assert_stderr_has("LOCKRUN_REDIS_PASSWORD");
+    ran.assert(Expect::code(69).stderr_has("LOCKRUN_REDIS_PASSWORD"));
 
     // A wrong password in the URL: refused, and the password is not echoed.
     let wrong = url.replace("redis://", "redis://:wrong-pass@");
     let ran = Lockrun::via(&wrong).key("job").command(["true"]).run();
-    assert_eq!(ran.code, Some(69));
-    assert!(!ran.stderr.contains("wrong-pass"), "{}", ran.stderr);
-    ran.assert_stderr_has("refused authentication");
+    ran.assert(
+        Expect::code(69)
+            .stderr_has("refused authentication")
+            .stderr_lacks("wrong-pass")
+            .stderr_one_line(),
+    );
 
     // The right password from the environment overrides the URL's.
     let ran = Lockrun::via(&wrong)
@@ -60,12 +61,12 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
         .key("job")
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
 
     // And in the URL.
     let right = url.replace("redis://", &format!("redis://:{secret}@"));
     let ran = Lockrun::via(&right).key("job").command(["true"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
 
     // A lease lost to a Redis that went away names the address, not the secret.
     let ran = Lockrun::via(&right)
@@ -73,7 +74,7 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
         .arg("-v")
         .command(["true"])
         .run();
-    assert!(!ran.stderr.contains(secret), "{}", ran.stderr);
+    ran.assert(Expect::success().stderr_lacks(secret));
 }
 
 /// Runs `lockrun -- bash -c COMMAND` on a pseudo-terminal, feeding it

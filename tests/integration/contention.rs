@@ -15,46 +15,35 @@ fn a_busy_lock_is_refused_as_configured() {
 
     // No --wait: one attempt, the default busy status, one line naming the holder.
     let ran = attempt(&[]);
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
-    assert!(ran.stdout.is_empty());
-    assert!(
-        ran.stderr.starts_with("lockrun: job is held by ") && ran.stderr.lines().count() == 1,
-        "{:?}",
-        ran.stderr
-    );
-    assert!(
-        ran.stderr.contains(&format!("pid {}", holder.run.pid())),
-        "names the holder: {}",
-        ran.stderr
+    ran.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: job is held by ")
+            .stderr_has(format!("pid {}", holder.run.pid()))
+            .stderr_has("; not running touch (exit 75)")
+            .stderr_one_line(),
     );
 
     // For cron: skip quietly.
     let ran = attempt(&["--busy-exit-code", "0"]);
-    assert_eq!(ran.code, Some(0));
-    assert!(
-        ran.stdout.is_empty() && ran.stderr.is_empty(),
-        "{}",
-        ran.stderr
-    );
+    ran.assert(Expect::success());
 
     let ran = attempt(&["--quiet"]);
-    assert_eq!(ran.code, Some(75));
-    assert!(
-        ran.stdout.is_empty() && ran.stderr.is_empty(),
-        "{}",
-        ran.stderr
-    );
+    ran.assert(Expect::code(75));
 
     // A bounded wait tries until its limit, then gives up the same way.
     let started = Instant::now();
     let ran = attempt(&["--wait", "500ms"]);
     let waited = started.elapsed();
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    ran.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: job is held by ")
+            .stderr_has("; not running touch after waiting 500ms (exit 75)")
+            .stderr_one_line(),
+    );
     assert!(
         waited >= Duration::from_millis(500),
         "gave up after {waited:?}"
     );
-    ran.assert_stderr_has("after waiting 500ms");
 
     assert!(!marker.exists(), "a refused run ran its command");
     assert_eq!(
@@ -62,7 +51,7 @@ fn a_busy_lock_is_refused_as_configured() {
         Some(holder.token.as_str())
     );
     holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0));
+    holder.end().assert(Expect::success());
     redis.assert_only_fence("job");
 }
 
@@ -98,7 +87,12 @@ fn a_command_that_outlives_several_ttls_keeps_the_lock() {
         if done.exists() {
             break;
         }
-        assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+        ran.assert(
+            Expect::code(75)
+                .stderr_starts("lockrun: job is held by ")
+                .stderr_has("; not running sh (exit 75)")
+                .stderr_one_line(),
+        );
         refused.push(Instant::now());
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -133,9 +127,11 @@ fn release_leaves_only_the_fencing_counter() {
         .args(["-v", "--ttl", "2s"])
         .command(["sleep", "1.5"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    ran.assert_stderr_has("lockrun: renewed lockrun:{job}");
-    ran.assert_stderr_has("lockrun: released lockrun:{job}");
+    ran.assert(
+        Expect::success()
+            .stderr_has("lockrun: renewed lockrun:{job}")
+            .stderr_has("lockrun: released lockrun:{job}"),
+    );
     redis.assert_only_fence("job");
 }
 

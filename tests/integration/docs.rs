@@ -339,11 +339,11 @@ fn example_command_lines_are_accepted() {
             .args(&args)
             .command(["true"])
             .run();
-        assert_eq!(
-            ran.code,
-            Some(i32::from(lockrun::exit_code::REDIS_UNAVAILABLE)),
-            "{line}\n{}",
-            ran.stderr
+        ran.assert(
+            Expect::code(i32::from(lockrun::exit_code::REDIS_UNAVAILABLE))
+                .stderr_starts(format!("lockrun: cannot reach Redis at {unreachable}: "))
+                .stderr_one_line()
+                .context(line),
         );
     }
     // examples/ci/deploy.sh is run for real in examples.rs.

@@ -37,12 +37,9 @@ fn redis_killed_mid_run_stops_the_command_before_the_lease_could_lapse() {
         gone - killed
     );
 
-    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
-    assert!(
-        holder.stderr().contains("lost the lock job:"),
-        "{}",
-        holder.stderr()
-    );
+    holder
+        .end()
+        .assert(Expect::code(76).stderr_has("lockrun: lost the lock job: "));
 }
 
 #[test]
@@ -64,7 +61,9 @@ fn a_command_that_ignores_sigterm_is_killed_when_the_lease_cannot_be_renewed() {
         "SIGKILL came late: the command died {:?} after Redis did, ttl {TTL:?}",
         gone - killed
     );
-    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
+    holder
+        .end()
+        .assert(Expect::code(76).stderr_has("lockrun: lost the lock job: "));
 }
 
 #[test]
@@ -78,7 +77,9 @@ fn redis_paused_mid_run_stops_the_command_before_the_lease_could_lapse() {
         "the command outlived the lease: stopped {:?} after Redis froze, ttl {TTL:?}",
         gone - paused
     );
-    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
+    holder
+        .end()
+        .assert(Expect::code(76).stderr_has("lockrun: lost the lock job: "));
 
     // Once Redis runs again the lease expires on its own (or the queued
     // release removes it): nothing stays locked.
@@ -101,7 +102,9 @@ fn redis_restarted_empty_mid_run_exits_76_and_fencing_tokens_keep_growing() {
         "the command ran on {:?} after Redis lost its lock, ttl {TTL:?}",
         gone - restarted
     );
-    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
+    holder
+        .end()
+        .assert(Expect::code(76).stderr_has("lockrun: lost the lock job: "));
     assert!(
         !redis.is_locked("job"),
         "lockrun must not recreate the key it lost"
@@ -130,12 +133,11 @@ fn lockrun_paused_past_its_ttl_stops_its_command_and_spares_the_new_holder() {
     assert!(first.run.running(), "the first run must still be paused");
 
     first.run.signal(Signal::SIGCONT);
-    assert_eq!(first.run.wait().code(), Some(76), "{}", first.stderr());
-    assert!(
-        first.stderr().contains("paused or suspended"),
-        "the message must say why: {}",
-        first.stderr()
-    );
+    // The message must say why.
+    first.end().assert(Expect::code(76).stderr(
+        "lockrun: lost the lock job: the lease ran out while lockrun could not run \
+         (paused or suspended); stopped the command\n",
+    ));
     assert!(
         !alive(first.child()),
         "the paused run's command survived its lease"
@@ -156,7 +158,7 @@ fn lockrun_paused_past_its_ttl_stops_its_command_and_spares_the_new_holder() {
     );
 
     second.go();
-    assert_eq!(second.run.wait().code(), Some(0), "{}", second.stderr());
+    second.end().assert(Expect::success());
     redis.assert_only_fence("job");
 }
 
@@ -197,17 +199,13 @@ fn redis_down_at_start_exits_69_and_runs_nothing() {
     ];
     for url in urls {
         let ran = Lockrun::via(&url).key("job").touch(&marker).run();
-        assert_eq!(ran.code, Some(69), "{url}: {}", ran.stderr);
+        // Nothing on stdout, which belongs to the command, and one line
+        // saying Redis is unreachable.
+        ran.assert(
+            Expect::code(69)
+                .stderr_starts(format!("lockrun: cannot reach Redis at {url}: "))
+                .stderr_one_line(),
+        );
         assert!(!marker.exists(), "{url}: the command ran without the lock");
-        assert!(
-            ran.stdout.is_empty(),
-            "{url}: stdout belongs to the command"
-        );
-        assert!(
-            ran.stderr.starts_with("lockrun: cannot reach Redis at ")
-                && ran.stderr.lines().count() == 1,
-            "{url}: want one line saying Redis is unreachable, got {:?}",
-            ran.stderr
-        );
     }
 }

@@ -30,12 +30,12 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
     ];
     for args in cases {
         let run = redis.lockrun("job").args(args).touch(&ran).run();
-        assert_eq!(run.code, Some(64), "{args:?}: {}", run.stderr);
-        let line = run.one_line();
-        assert!(
-            line.starts_with(&format!("{} ", args[0]))
-                && line.ends_with("is too long; use 1y (365.25 days) or less"),
-            "{args:?}: {line}"
+        run.assert(
+            Expect::code(64)
+                .stderr_starts(format!("lockrun: {} ", args[0]))
+                .stderr_has("is too long; use 1y (365.25 days) or less\n")
+                .stderr_one_line()
+                .context(format!("{args:?}")),
         );
         assert!(!ran.exists(), "{args:?}: the command ran");
         assert!(redis.keys().is_empty(), "{args:?}: {:?}", redis.keys());
@@ -47,7 +47,7 @@ fn a_duration_past_one_year_is_a_usage_error_and_nothing_runs() {
         .args(["--ttl", "1y", "--timeout", "1y", "--wait", "1y"])
         .touch(&ran)
         .run();
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    run.assert(Expect::success());
     assert!(ran.exists(), "the command did not run");
     redis.assert_only_fence("job");
 }
@@ -114,16 +114,21 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
         // Neither a busy lock (75) nor one worth waiting for.
         for wait in [&[][..], &["--wait", "forever"]] {
             let run = redis.lockrun("job").args(wait).touch(&ran).run();
-            assert_eq!(run.code, Some(69), "{planted:?} {wait:?}");
-            assert_eq!(run.one_line(), want, "{planted:?} {wait:?}");
+            run.assert(
+                Expect::code(69)
+                    .stderr(format!("lockrun: {want}\n"))
+                    .context(format!("{planted:?}")),
+            );
             assert!(!ran.exists(), "{planted:?}: the command ran");
             assert_eq!(redis.keys(), before, "{planted:?}: Redis was changed");
         }
 
         let status = redis.lockrun("job").subcommand("status").run();
-        assert_eq!(status.code, Some(69), "{planted:?}");
-        assert_eq!(status.one_line(), want, "{planted:?}");
-        assert!(status.stdout.is_empty(), "{planted:?}");
+        status.assert(
+            Expect::code(69)
+                .stderr(format!("lockrun: {want}\n"))
+                .context(format!("{planted:?}")),
+        );
 
         // A forced release may hand the lock to a waiter, with a new
         // fencing token: every key counts.
@@ -132,8 +137,11 @@ fn a_lock_key_of_another_type_is_named_and_left_alone() {
             .subcommand("release")
             .arg("--force")
             .run();
-        assert_eq!(release.code, Some(69), "{planted:?}");
-        assert_eq!(release.one_line(), want, "{planted:?}");
+        release.assert(
+            Expect::code(69)
+                .stderr(format!("lockrun: {want}\n"))
+                .context(format!("{planted:?}")),
+        );
         assert_eq!(redis.keys(), before, "{planted:?}: Redis was changed");
     }
 }
@@ -145,7 +153,7 @@ fn a_holder_gives_back_its_lease_and_leaves_a_queue_key_of_another_type_alone() 
     // Someone else's data appears where the lock's line would be.
     plant(&redis, &["SET", "lockrun:{job}:queue", "theirs"]);
     holder.go();
-    assert!(holder.run.wait().success(), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     assert!(!redis.is_locked("job"), "the lease was not given back");
     assert_eq!(
         redis.keys(),
@@ -176,7 +184,7 @@ fn a_holder_gives_back_its_lease_and_hands_it_on_after_the_scripts_were_flushed(
         .query(redis::cmd("SCRIPT").arg("FLUSH"))
         .expect("SCRIPT FLUSH");
     holder.go();
-    assert!(holder.run.wait().success(), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     let waited = waiter.wait();
     assert_eq!(waited.code(), Some(0));
     assert!(ran.exists(), "the waiter's command did not run");
@@ -215,16 +223,12 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
     let ran = dir.path().join("ran");
 
     let run = redis.lockrun("job").touch(&ran).run();
-    assert_eq!(run.code, Some(69), "{}", run.stderr);
-    let line = run.one_line();
-    assert!(
-        line.starts_with("Redis at unix://")
-            && line.ends_with(
-                "is loading its data set into memory (LOADING); it cannot \
-                 serve the lock yet"
-            ),
-        "{line}"
+    let loading = format!(
+        "lockrun: Redis at {} is loading its data set into memory (LOADING); it cannot serve \
+         the lock yet",
+        redis.url()
     );
+    run.assert(Expect::code(69).stderr(format!("{loading}\n")));
     assert!(!ran.exists(), "the command ran without the lock");
 
     let waiter = redis
@@ -232,15 +236,8 @@ fn a_waiter_waits_while_redis_loads_its_snapshot_and_a_run_without_wait_says_so(
         .args(["--wait", "30s"])
         .touch(&ran)
         .run();
-    assert_eq!(waiter.code, Some(0), "{}", waiter.stderr);
+    waiter.assert(Expect::success().stderr(format!("{loading}; still waiting\n")));
     assert!(ran.exists(), "the waiter never ran its command");
-    assert!(
-        waiter
-            .one_line()
-            .ends_with("it cannot serve the lock yet; still waiting"),
-        "{}",
-        waiter.stderr
-    );
     assert!(!answers(&redis, "LOADING") && !redis.is_locked("job"));
 }
 
@@ -265,15 +262,11 @@ fn a_waiter_waits_while_a_script_keeps_redis_busy() {
     let ran = dir.path().join("ran");
 
     let run = redis.lockrun("job").touch(&ran).run();
-    assert_eq!(run.code, Some(69), "{}", run.stderr);
-    assert!(
-        run.one_line().ends_with(
-            "is busy running a script or function (BUSY) and serves nothing else until it \
-             ends or is killed; it cannot serve the lock yet"
-        ),
-        "{}",
-        run.stderr
-    );
+    run.assert(Expect::code(69).stderr(format!(
+        "lockrun: Redis at {} is busy running a script or function (BUSY) and serves nothing \
+         else until it ends or is killed; it cannot serve the lock yet\n",
+        redis.url()
+    )));
     assert!(!ran.exists(), "the command ran without the lock");
 
     let log = dir.path().join("stderr");
@@ -320,14 +313,10 @@ fn a_server_that_is_not_redis_is_named_as_such() {
     let ran = dir.path().join("ran");
 
     let run = Lockrun::via(&url).key("job").touch(&ran).run();
-    assert_eq!(run.code, Some(69), "{}", run.stderr);
-    assert_eq!(
-        run.one_line(),
-        format!(
-            "the server at {url} does not speak the Redis protocol; check --redis (or \
-             LOCKRUN_REDIS_URL)"
-        )
-    );
+    run.assert(Expect::code(69).stderr(format!(
+        "lockrun: the server at {url} does not speak the Redis protocol; check --redis (or \
+         LOCKRUN_REDIS_URL)\n"
+    )));
     assert!(!ran.exists(), "the command ran without the lock");
 }
 
@@ -335,15 +324,14 @@ fn a_server_that_is_not_redis_is_named_as_such() {
 fn a_server_that_wants_a_password_says_so() {
     let redis = Server::start_with(None, &["--requirepass", "s3cret"]);
     let want = format!(
-        "Redis at {} requires a password; give it in LOCKRUN_REDIS_PASSWORD, --redis-password-file or the URL",
+        "lockrun: Redis at {} requires a password; give it in LOCKRUN_REDIS_PASSWORD, \
+         --redis-password-file or the URL\n",
         redis.url()
     );
     let run = redis.lockrun("job").command(["true"]).run();
-    assert_eq!(run.code, Some(69), "{}", run.stderr);
-    assert_eq!(run.one_line(), want);
+    run.assert(Expect::code(69).stderr(&want));
     let status = redis.lockrun("job").subcommand("status").run();
-    assert_eq!(status.code, Some(69), "{}", status.stderr);
-    assert_eq!(status.one_line(), want);
+    status.assert(Expect::code(69).stderr(want));
 }
 
 #[test]
@@ -358,16 +346,16 @@ fn an_unanswered_acquire_says_how_long_lockrun_waited_in_all() {
         .run();
     let took = began.elapsed();
     redis.resume();
-    assert_eq!(run.code, Some(69), "{}", run.stderr);
-    let line = run.one_line();
     // One timeout for the acquire, one for giving back what it may have
     // taken: the line accounts for both, so for all the time that passed.
-    assert!(
-        line.contains(
-            ": no answer within 1s, nor within 1s more to giving back a lock that call may \
-             have taken;"
-        ),
-        "{line}"
+    run.assert(
+        Expect::code(69)
+            .stderr_starts(format!("lockrun: cannot reach Redis at {}", redis.url()))
+            .stderr_has(
+                ": no answer within 1s, nor within 1s more to giving back a lock that call \
+                 may have taken;",
+            )
+            .stderr_one_line(),
     );
     assert!(
         took >= std::time::Duration::from_secs(2),
@@ -380,16 +368,17 @@ fn when_redis_dies_mid_run_the_lost_lease_is_said_before_the_failed_release() {
     let mut redis = Server::start();
     let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
     redis.kill();
-    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
-    let text = holder.stderr();
-    let last = text.lines().last().unwrap_or_default();
-    assert!(
-        last.starts_with("lockrun: lost the lock job: the lease could not be renewed in time; stopped the command; could not release job, it will expire within 2s: cannot reach Redis"),
-        "{text}"
-    );
-    assert!(
-        text.lines()
-            .all(|line| !line.starts_with("lockrun: could not release")),
-        "{text}"
+    // The retries before it vary with timing.
+    let last = "lockrun: lost the lock job: the lease could not be renewed in time; stopped the \
+                command; could not release job, it will expire within 2s: cannot reach Redis";
+    holder.end().assert(
+        Expect::code(76)
+            .stderr_where(format!("its last line to start {last:?}"), move |text| {
+                text.lines().last().unwrap_or_default().starts_with(last)
+            })
+            .stderr_where("no line to start \"lockrun: could not release\"", |text| {
+                text.lines()
+                    .all(|line| !line.starts_with("lockrun: could not release"))
+            }),
     );
 }

@@ -45,7 +45,7 @@ fn list_shows_the_held_and_waited_for_locks_among_other_keys() {
     let _gamma = redis.lockrun("gamma").hold();
     let _other_prefix = redis.lockrun("delta").prefix("team:").hold();
     let freed = redis.lockrun("free").command(["true"]).run();
-    assert_eq!(freed.code, Some(0), "{}", freed.stderr);
+    freed.assert(Expect::success());
     let _waiter = redis
         .lockrun("beta")
         .args(["--wait", "1m"])
@@ -54,7 +54,7 @@ fn list_shows_the_held_and_waited_for_locks_among_other_keys() {
     assert!(eventually(PATIENCE, || redis.in_line("beta") == 1));
 
     let ran = list(&redis, &[]);
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stdout_any());
     assert_eq!(
         listed_names(&ran),
         ["alpha", "beta", "gamma"],
@@ -74,21 +74,18 @@ fn list_shows_the_held_and_waited_for_locks_among_other_keys() {
     assert_eq!(before_time(alpha), before_time(&status.stdout));
 
     let all = list(&redis, &["--all"]);
-    assert_eq!(all.code, Some(0), "{}", all.stderr);
+    all.assert(Expect::success().stdout_has("\nfree: free (last fencing token "));
     assert_eq!(listed_names(&all), ["alpha", "beta", "free", "gamma"]);
-    all.assert_stdout_has("free: free (last fencing token ");
 
     let globbed = list(&redis, &["[ag]*"]);
-    assert_eq!(
-        listed_names(&globbed),
-        ["alpha", "gamma"],
-        "{}",
-        globbed.stderr
-    );
+    globbed.assert(Expect::success().stdout_any());
+    assert_eq!(listed_names(&globbed), ["alpha", "gamma"]);
     let globbed = list(&redis, &["b?ta"]);
-    assert_eq!(listed_names(&globbed), ["beta"], "{}", globbed.stderr);
+    globbed.assert(Expect::success().stdout_any());
+    assert_eq!(listed_names(&globbed), ["beta"]);
     let prefixed = list(&redis, &["--prefix", "team:"]);
-    assert_eq!(listed_names(&prefixed), ["delta"], "{}", prefixed.stderr);
+    prefixed.assert(Expect::success().stdout_any());
+    assert_eq!(listed_names(&prefixed), ["delta"]);
 }
 
 #[test]
@@ -104,8 +101,7 @@ fn list_json_has_the_fields_of_status_json() {
     assert!(eventually(PATIENCE, || redis.in_line("beta") == 1));
 
     let ran = list(&redis, &["--json"]);
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    assert_eq!(ran.stdout.lines().count(), 1, "one line: {}", ran.stdout);
+    ran.assert(Expect::success().stdout_where("one line", |out| out.lines().count() == 1));
     let locks = parse_array(&ran);
     assert_eq!(locks.len(), 2, "{}", ran.stdout);
     let status = redis
@@ -142,16 +138,14 @@ fn list_json_has_the_fields_of_status_json() {
 fn list_exits_1_when_no_lock_is_held() {
     let redis = Server::start();
     let ran = list(&redis, &[]);
-    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
-    assert_eq!(ran.stdout, "");
+    ran.assert(Expect::code(1));
 
     let ran = redis.lockrun("done").command(["true"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     let ran = list(&redis, &["--json"]);
-    assert_eq!(ran.code, Some(1), "{}", ran.stderr);
-    assert_eq!(ran.stdout.trim(), "[]");
+    ran.assert(Expect::code(1).stdout("[]\n"));
     let ran = list(&redis, &["--all", "--json"]);
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stdout_any());
     let locks = parse_array(&ran);
     assert_eq!(locks.len(), 1);
     assert_eq!(locks[0]["held"], false);
@@ -186,10 +180,10 @@ fn list_scans_every_primary_of_a_cluster() {
         .map(|name| Lockrun::via(&url).key(name).hold())
         .collect();
     let freed = Lockrun::via(&url).key("free").command(["true"]).run();
-    assert_eq!(freed.code, Some(0), "{}", freed.stderr);
+    freed.assert(Expect::success());
 
     let ran = Lockrun::via(&url).subcommand("list").arg("--json").run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stdout_any());
     let locks = parse_array(&ran);
     let listed: Vec<&str> = locks.iter().filter_map(|l| l["key"].as_str()).collect();
     let mut expected: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -206,7 +200,7 @@ fn list_scans_every_primary_of_a_cluster() {
         assert_eq!(lock["held"], true, "{lock}");
     }
     let all = Lockrun::via(&url).subcommand("list").arg("--all").run();
-    assert_eq!(all.stdout.lines().count(), 4, "{}", all.stdout);
+    all.assert(Expect::success().stdout_where("4 lines", |out| out.lines().count() == 4));
 }
 
 #[test]
@@ -215,7 +209,7 @@ fn list_behind_sentinel_scans_the_primary() {
     let url = set.url();
     let _holder = Lockrun::via(&url).key("job").hold();
     let ran = Lockrun::via(&url).subcommand("list").arg("--json").run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stdout_any());
     let locks = parse_array(&ran);
     assert_eq!(locks.len(), 1, "{}", ran.stdout);
     assert_eq!(locks[0]["key"], "job");
@@ -248,7 +242,7 @@ fn list_over_a_quorum_shows_the_majority_view_and_needs_a_majority() {
         .expect("SET");
 
     let ran = Lockrun::on_all(&servers).subcommand("list").run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stdout_any());
     let lines: Vec<&str> = ran.stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{}", ran.stdout);
     assert!(lines[0].starts_with("q: held by "), "{}", ran.stdout);
@@ -268,9 +262,8 @@ fn list_over_a_quorum_shows_the_majority_view_and_needs_a_majority() {
 
     servers[2].kill();
     let ran = Lockrun::on_all(&servers).subcommand("list").arg("q").run();
-    assert_eq!(ran.code, Some(0), "2 of 3 answer: {}", ran.stderr);
+    ran.assert(Expect::success().stdout_any().context("2 of 3 answer"));
     servers[1].kill();
     let ran = Lockrun::on_all(&servers).subcommand("list").run();
-    assert_eq!(ran.code, Some(69), "{}", ran.stdout);
-    assert!(ran.stdout.is_empty());
+    ran.assert(Expect::code(69).stderr_has("no majority").stderr_one_line());
 }

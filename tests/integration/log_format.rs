@@ -226,7 +226,8 @@ fn a_busy_run_writes_one_busy_event_with_its_holder() {
         .args(["--log-format", "json"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    // stderr: checked_events reads every line.
+    ran.assert(Expect::code(75).stderr_any());
     let events = checked_events(&ran.stderr, Some("job"));
     assert_eq!(names(&events), ["busy"]);
     let busy = &events[0];
@@ -247,7 +248,7 @@ fn a_busy_run_writes_one_busy_event_with_its_holder() {
         .args(["--log-format", "json", "-q"])
         .command(["true"])
         .run();
-    assert_eq!((quiet.code, quiet.stderr.as_str()), (Some(75), ""));
+    quiet.assert(Expect::code(75));
     holder.go();
 }
 
@@ -271,7 +272,7 @@ fn a_waiting_run_says_its_place_then_acquires_and_releases() {
         read_log(&log)
     );
     holder.go();
-    assert!(holder.run.wait().success(), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     assert!(waiter.wait().success(), "{}", read_log(&log));
     let events = checked_events(&read_log(&log), Some("job"));
     assert_eq!(names(&events), ["waiting", "acquired", "released"]);
@@ -296,7 +297,7 @@ fn a_verbose_run_writes_each_acquire_renewal_and_release() {
         .args(["--log-format", "json", "-v", "--ttl", "900ms"])
         .command(["sh", "-c", "sleep 1; exit 3"])
         .run();
-    assert_eq!(ran.code, Some(3), "{}", ran.stderr);
+    ran.assert(Expect::code(3).stderr_any());
     let events = checked_events(&ran.stderr, Some("job"));
     let names = names(&events);
     assert_eq!(names.first(), Some(&"acquired"), "{names:?}");
@@ -317,7 +318,7 @@ fn a_verbose_run_writes_each_acquire_renewal_and_release() {
         .args(["--log-format", "json", "-v", "--min-hold", "1m"])
         .command(["true"])
         .run();
-    assert_eq!(kept.code, Some(0), "{}", kept.stderr);
+    kept.assert(Expect::success().stderr_any());
     let events = checked_events(&kept.stderr, Some("kept"));
     assert!(find(&events, "kept")["kept_ms"]
         .as_u64()
@@ -332,7 +333,7 @@ fn a_lost_lease_is_a_lost_event() {
         .args(["--log-format", "json", "--ttl", "2s"])
         .hold();
     redis.restart_empty();
-    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
+    holder.end().assert(Expect::code(76).stderr_any());
     let events = checked_events(&holder.stderr(), Some("job"));
     let lost = events.last().expect("a line");
     assert_eq!(
@@ -359,7 +360,7 @@ fn a_timeout_is_a_stopping_event() {
         ])
         .command(["sleep", "30"])
         .run();
-    assert_eq!(ran.code, Some(124), "{}", ran.stderr);
+    ran.assert(Expect::code(124).stderr_any());
     let events = checked_events(&ran.stderr, Some("job"));
     assert_eq!(names(&events), ["stopping"]);
     assert_eq!(events[0]["reason"], "timeout");
@@ -375,7 +376,7 @@ fn errors_are_error_events_even_before_the_command_line_is_read() {
         .args(["--log-format", "json"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
+    ran.assert(Expect::code(69).stderr_any());
     let events = checked_events(&ran.stderr, Some("job"));
     assert_eq!(names(&events), ["error"]);
     assert_eq!(
@@ -391,7 +392,7 @@ fn errors_are_error_events_even_before_the_command_line_is_read() {
         .args(["--bogus", "--log-format", "json"])
         .command(["true"])
         .run();
-    assert_eq!(usage.code, Some(64), "{}", usage.stderr);
+    usage.assert(Expect::code(64).stderr_any());
     let events = checked_events(&usage.stderr, None);
     assert_eq!(events[0]["exit_status"], 64);
 
@@ -399,9 +400,5 @@ fn errors_are_error_events_even_before_the_command_line_is_read() {
         .key("job")
         .command(["true"])
         .run();
-    assert!(
-        text.stderr.starts_with("lockrun: cannot reach Redis at "),
-        "{}",
-        text.stderr
-    );
+    text.assert_redis_unreachable();
 }

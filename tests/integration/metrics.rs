@@ -145,7 +145,7 @@ fn the_file_is_prometheus_text_after_a_success_a_failure_and_a_busy_run() {
     let path = dir.path().join("lockrun.prom");
     let metrics = ["--metrics-file", path.to_str().expect("UTF-8")];
     let ran = redis.lockrun("job").args(metrics).command(["true"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     let s = samples(&path);
     assert_eq!(runs(&s, "job", "ok"), 1.0);
     assert_eq!(value(&s, "lockrun_running", "job"), 0.0);
@@ -158,7 +158,7 @@ fn the_file_is_prometheus_text_after_a_success_a_failure_and_a_busy_run() {
         .args(metrics)
         .command(["sh", "-c", "exit 3"])
         .run();
-    assert_eq!(ran.code, Some(3), "{}", ran.stderr);
+    ran.assert(Expect::code(3));
     let s = samples(&path);
     assert_eq!(
         (runs(&s, "job", "ok"), runs(&s, "job", "failed")),
@@ -176,7 +176,11 @@ fn the_file_is_prometheus_text_after_a_success_a_failure_and_a_busy_run() {
     });
     assert!(running, "never running: {:?}", samples(&path));
     let ran = redis.lockrun("job").args(metrics).command(["true"]).run();
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    ran.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: job is held by ")
+            .stderr_one_line(),
+    );
     let s = samples(&path);
     assert_eq!(runs(&s, "job", "busy"), 1.0);
     assert_eq!(
@@ -185,7 +189,7 @@ fn the_file_is_prometheus_text_after_a_success_a_failure_and_a_busy_run() {
         "a busy run leaves it"
     );
     holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0));
+    holder.end().assert(Expect::success());
     let s = samples(&path);
     assert_eq!(value(&s, "lockrun_running", "job"), 0.0);
     assert_eq!(runs(&s, "job", "ok"), 2.0);
@@ -205,7 +209,7 @@ fn keys_are_escaped_and_the_man_page_lists_every_metric() {
             .arg(&path)
             .command(["true"])
             .run();
-        assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+        ran.assert(Expect::success());
     }
     let text = std::fs::read_to_string(&path).expect("the file");
     assert!(text.contains("{key=\"we\\\"ird\\\\key\"}"), "{text}");
@@ -376,6 +380,11 @@ fn warnings(stderr: &str) -> usize {
         .count()
 }
 
+/// `expect`, and among the lines on stderr one metrics warning.
+fn one_warning(expect: Expect) -> Expect {
+    expect.stderr_where("one metrics warning", |stderr| warnings(stderr) == 1)
+}
+
 #[test]
 fn an_unwritable_metrics_file_only_warns() {
     let redis = Server::start();
@@ -395,10 +404,11 @@ fn an_unwritable_metrics_file_only_warns() {
             .arg(path)
             .command(["sh", "-c", "echo out; exit 3"])
             .run();
-        assert_eq!(ran.code, Some(3), "{}: {}", path.display(), ran.stderr);
-        assert_eq!(ran.stdout, "out\n");
-        assert_eq!(ran.stderr.lines().count(), 1, "{}", ran.stderr);
-        assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
+        ran.assert(
+            one_warning(Expect::code(3).stdout("out\n"))
+                .stderr_one_line()
+                .context(path.display().to_string()),
+        );
     }
     let missing = &unwritable[0];
     let mut holder = redis.lockrun("job").hold();
@@ -408,8 +418,7 @@ fn an_unwritable_metrics_file_only_warns() {
         .arg(missing)
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
-    assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
+    ran.assert(one_warning(Expect::code(75)).stderr_has("\nlockrun: job is held by "));
     holder.go();
     holder.run.wait();
     let ran = Lockrun::via("redis://127.0.0.1:1")
@@ -418,8 +427,10 @@ fn an_unwritable_metrics_file_only_warns() {
         .arg(missing)
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
-    assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
+    ran.assert(
+        one_warning(Expect::code(69))
+            .stderr_has("\nlockrun: cannot reach Redis at redis://127.0.0.1:1: "),
+    );
 }
 
 /// A lock file that another process holds makes each write give up after
@@ -438,10 +449,11 @@ fn a_held_metrics_lock_delays_neither_the_lease_nor_the_command() {
         .arg(&path)
         .command(["sleep", "2.5"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    assert_eq!(ran.stderr.lines().count(), 1, "{}", ran.stderr);
-    assert_eq!(warnings(&ran.stderr), 1, "{}", ran.stderr);
-    ran.assert_stderr_has("for more than 2s");
+    ran.assert(
+        one_warning(Expect::success())
+            .stderr_has("for more than 2s")
+            .stderr_one_line(),
+    );
     assert!(!path.exists());
     drop(held);
 }

@@ -127,15 +127,12 @@ fn hold(url: &str) -> Holder {
         .hold()
 }
 
-/// One run of the lock that touches `ran`, to its end: its exit status.
-fn run_touching(url: &str, ran: &Path) -> Ran {
+/// One run of the lock that touches `ran`, to its end: it takes the lock,
+/// says nothing, and runs its command.
+fn run_touching(url: &str, ran: &Path) {
     let output = Lockrun::via(url).key(NAME).args(TIMING).touch(ran).run();
-    assert!(
-        ran.exists() || output.code != Some(0),
-        "exit 0 without running: {}",
-        output.stderr
-    );
-    output
+    output.assert(Expect::success());
+    assert!(ran.exists(), "exit 0 without running");
 }
 
 /// `lockrun status --json` of the lock, which must show it held.
@@ -162,7 +159,11 @@ fn assert_busy(url: &str) {
         .args(TIMING)
         .command(["true"])
         .run();
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    busy.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: job is held by ")
+            .stderr_one_line(),
+    );
 }
 
 /// Lease, holder record and fence counter: which node has each.
@@ -193,14 +194,16 @@ fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
         .subcommand("release")
         .arg("--force")
         .run();
-    assert_eq!(forced.code, Some(0), "{}", forced.stderr);
-    assert_eq!(holder.run.wait().code(), Some(76), "{}", holder.stderr());
+    forced.assert(Expect::success().stdout_starts("released job held by "));
+    holder.end().assert(Expect::code(76).stderr(
+        "lockrun: lost the lock job: its key no longer holds this run's token (it expired, was \
+         removed with `lockrun release --force`, or Redis restarted empty); stopped the command\n",
+    ));
     keys_on(&slot, &[], &[FENCE]);
 
     // The resharding ends: the lock works as before, on its new node.
     slot.finish();
-    let after = run_touching(&url, &dir.path().join("after"));
-    assert_eq!(after.code, Some(0), "{}", after.stderr);
+    run_touching(&url, &dir.path().join("after"));
     let last = slot.target.fence(NAME).expect("the fence moved");
     assert!(last > held, "{last} after {held}");
     assert_eq!(slot.target.lock_value(NAME), None);
@@ -219,7 +222,7 @@ fn released_from_the_source(slot: &Move<'_>, url: &str, mut holder: Holder) {
     assert!(renewed_on(slot.source), "{}", holder.stderr());
     assert_eq!(status(url)["holder"]["fencing_token"], holder.fence());
     holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     keys_on(slot, &[FENCE], &[]);
 }
 
@@ -227,9 +230,7 @@ fn released_from_the_source(slot: &Move<'_>, url: &str, mut holder: Holder) {
 /// go to the target, the fence counter stays where it is. Returns the
 /// counter.
 fn taken_while_half_way(slot: &Move<'_>, url: &str, dir: &Path) -> u64 {
-    let first = run_touching(url, &dir.join("first"));
-    assert_eq!(first.code, Some(0), "{}", first.stderr);
-    assert_eq!(first.stderr, "", "a taken lock says nothing");
+    run_touching(url, &dir.join("first"));
     keys_on(slot, &[FENCE], &[]);
     slot.source
         .fence(NAME)
@@ -260,7 +261,7 @@ fn held_on_the_target(slot: &Move<'_>, url: &str, dir: &Path, fence: u64) -> u64
     let busy = wait_for_text(&said, "is busy; trying again");
     assert!(busy, "{}", read_log(&said));
     holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     assert!(waiter.wait().success(), "{}", read_log(&said));
     assert!(waited.exists());
     keys_on(slot, &[], &[FENCE]);
@@ -293,12 +294,10 @@ fn once_per_and_slots_runs_wait_for_the_slot_to_settle() {
             .touch(ran)
             .run()
     };
-    let plain = run_touching(&url, &dir.path().join("plain"));
-    assert_eq!(plain.code, Some(0), "{}", plain.stderr);
+    run_touching(&url, &dir.path().join("plain"));
     let slot = Move::begin(&cluster);
     let refused = once(&dir.path().join("refused"));
-    assert_eq!(refused.code, Some(69), "{}", refused.stderr);
-    refused.assert_stderr_has("cluster slot is being migrated");
+    refused.assert(Expect::code(69).stderr_has("cluster slot is being migrated"));
     assert!(!dir.path().join("refused").exists(), "ran mid-migration");
     for share in [&["--slots", "2"][..], &["--shared"]] {
         let together = Lockrun::via(&url)
@@ -307,8 +306,11 @@ fn once_per_and_slots_runs_wait_for_the_slot_to_settle() {
             .args(["--redis-timeout", "1s"])
             .touch(dir.path().join("together"))
             .run();
-        assert_eq!(together.code, Some(69), "{share:?}: {}", together.stderr);
-        together.assert_stderr_has("cluster slot is being migrated");
+        together.assert(
+            Expect::code(69)
+                .context(format!("{share:?}"))
+                .stderr_has("cluster slot is being migrated"),
+        );
         assert!(!dir.path().join("together").exists(), "ran mid-migration");
     }
     slot.keys(&[FENCE]);
@@ -318,12 +320,12 @@ fn once_per_and_slots_runs_wait_for_the_slot_to_settle() {
         .args(["--slots", "2"])
         .touch(dir.path().join("settled"))
         .run();
-    assert_eq!(settled.code, Some(0), "{}", settled.stderr);
+    settled.assert(Expect::success());
     let first = once(&dir.path().join("first"));
-    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    first.assert(Expect::success());
     assert!(dir.path().join("first").exists());
     let second = once(&dir.path().join("second"));
-    assert_eq!((second.code, second.stderr.as_str()), (Some(0), ""));
+    second.assert(Expect::success());
     assert!(
         !dir.path().join("second").exists(),
         "ran twice in one period"

@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use crate::harness::{eventually, quorum, scratch, Lockrun, Server, PATIENCE, QUORUM_TIMING};
+use crate::harness::{
+    eventually, quorum, scratch, Expect, Lockrun, Server, PATIENCE, QUORUM_TIMING,
+};
 
 const NAME: &str = "hourly";
 
@@ -25,21 +27,19 @@ fn a_second_run_in_the_period_skips_silently_and_says_why_with_verbose() {
     let redis = Server::start();
     let dir = scratch();
     let first = counting(redis.lockrun(NAME), dir.path(), "1h").run();
-    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    first.assert(Expect::success());
     assert_eq!(times_ran(dir.path()), 1);
     let second = counting(redis.lockrun(NAME), dir.path(), "1h").run();
-    assert_eq!((second.code, second.stderr.as_str()), (Some(0), ""));
-    assert_eq!(second.stdout, "");
+    second.assert(Expect::success());
     let verbose = counting(redis.lockrun(NAME), dir.path(), "1h")
         .arg("-v")
         .run();
-    assert_eq!(verbose.code, Some(0), "{}", verbose.stderr);
-    assert!(
-        verbose.one_line().starts_with("skipped: hourly ran on "),
-        "{}",
-        verbose.stderr
+    verbose.assert(
+        Expect::success()
+            .stderr_starts("lockrun: skipped: hourly ran on ")
+            .stderr_has("the period ends at ")
+            .stderr_one_line(),
     );
-    verbose.assert_stderr_has("the period ends at ");
     assert_eq!(times_ran(dir.path()), 1);
     assert!(!redis.is_locked(NAME), "a skipping run gives the lock back");
     // A run without --once-per ignores the record.
@@ -47,7 +47,7 @@ fn a_second_run_in_the_period_skips_silently_and_says_why_with_verbose() {
         .lockrun(NAME)
         .sh(r#"echo x >> "$1/ran""#, dir.path())
         .run();
-    assert_eq!(plain.code, Some(0), "{}", plain.stderr);
+    plain.assert(Expect::success());
     assert_eq!(times_ran(dir.path()), 2);
 }
 
@@ -60,9 +60,9 @@ fn a_failed_run_records_nothing_so_the_next_one_runs() {
         .args(["--once-per", "1h"])
         .sh(r#"echo x >> "$1/ran"; exit 3"#, dir.path())
         .run();
-    assert_eq!(failed.code, Some(3), "{}", failed.stderr);
+    failed.assert(Expect::code(3));
     let next = counting(redis.lockrun(NAME), dir.path(), "1h").run();
-    assert_eq!(next.code, Some(0), "{}", next.stderr);
+    next.assert(Expect::success());
     assert_eq!(times_ran(dir.path()), 2);
 }
 
@@ -71,7 +71,7 @@ fn the_period_ends_on_redis_clock_and_then_a_run_runs_again() {
     let redis = Server::start();
     let dir = scratch();
     let first = counting(redis.lockrun(NAME), dir.path(), "1500ms").run();
-    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    first.assert(Expect::success());
     let until: u64 = redis
         .query(
             redis::cmd("HGET")
@@ -81,7 +81,7 @@ fn the_period_ends_on_redis_clock_and_then_a_run_runs_again() {
         .expect("the record's end");
     let ran_again = eventually(PATIENCE, || {
         let run = counting(redis.lockrun(NAME), dir.path(), "1500ms").run();
-        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        run.assert(Expect::success());
         times_ran(dir.path()) == 2
     });
     assert!(ran_again, "no run ran after the period");
@@ -95,7 +95,7 @@ fn status_shows_the_record_and_release_force_clears_it() {
     let redis = Server::start();
     let dir = scratch();
     let first = counting(redis.lockrun(NAME), dir.path(), "1h").run();
-    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    first.assert(Expect::success());
     let status = Lockrun::at(&redis)
         .subcommand("status")
         .key(NAME)
@@ -120,10 +120,10 @@ fn status_shows_the_record_and_release_force_clears_it() {
         .key(NAME)
         .arg("--force")
         .run();
-    assert_eq!(cleared.code, Some(0), "{}", cleared.stderr);
-    cleared.assert_stdout_has("cleared the --once-per success recorded for hourly");
+    cleared
+        .assert(Expect::success().stdout_has("cleared the --once-per success recorded for hourly"));
     let next = counting(redis.lockrun(NAME), dir.path(), "1h").run();
-    assert_eq!(next.code, Some(0), "{}", next.stderr);
+    next.assert(Expect::success());
     assert_eq!(times_ran(dir.path()), 2);
 }
 
@@ -174,15 +174,15 @@ fn over_a_quorum_with_one_member_down_it_records_and_skips() {
             .run()
     };
     let first = run(dir.path());
-    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    first.assert(Expect::success());
     let second = run(dir.path());
-    assert_eq!((second.code, second.stderr.as_str()), (Some(0), ""));
+    second.assert(Expect::success());
     assert_eq!(times_ran(dir.path()), 1);
     // One member's record is enough: the other one loses its record.
     let done = format!("lockrun:{{{NAME}}}:done");
     let _: i64 = servers[0].query(redis::cmd("DEL").arg(&done)).expect("DEL");
     let third = run(dir.path());
-    assert_eq!((third.code, third.stderr.as_str()), (Some(0), ""));
+    third.assert(Expect::success());
     assert_eq!(times_ran(dir.path()), 1);
 }
 
@@ -191,20 +191,15 @@ fn a_skipping_run_writes_a_skipped_event_with_verbose() {
     let redis = Server::start();
     let dir = scratch();
     let first = counting(redis.lockrun(NAME), dir.path(), "1h").run();
-    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    first.assert(Expect::success());
     let ran = counting(redis.lockrun(NAME), dir.path(), "1h")
         .args(["--log-format", "json", "-v"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stderr_one_line());
     let events = crate::log_format::checked_events(&ran.stderr, Some(NAME));
-    assert_eq!(events.len(), 1, "{}", ran.stderr);
     let skipped = &events[0];
     assert_eq!(skipped["event"], "skipped");
-    assert!(
-        skipped["ran_by"]["fencing_token"].is_u64(),
-        "{}",
-        ran.stderr
-    );
+    assert!(skipped["ran_by"]["fencing_token"].is_u64(), "{skipped:?}");
     let (at, until) = (skipped["ran_at_ms"].as_u64(), skipped["until_ms"].as_u64());
     assert_eq!(until.zip(at).map(|(u, a)| u - a), Some(3_600_000));
 }

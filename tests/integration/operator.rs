@@ -7,8 +7,8 @@ use crate::harness::*;
 fn status_reports_holder_and_free_lock() {
     let redis = Server::start();
     let ran = redis.lockrun("job").subcommand("status").run();
-    assert_eq!(ran.code, Some(1), "free lock exits 1");
-    ran.assert_stdout_has("job: free");
+    // A free lock exits 1.
+    ran.assert(Expect::code(1).stdout_has("job: free"));
 
     let mut holder = redis
         .lockrun("job")
@@ -16,18 +16,20 @@ fn status_reports_holder_and_free_lock() {
         .command(["sleep", "60"])
         .hold();
     let ran = redis.lockrun("job").subcommand("status").run();
-    assert_eq!(ran.code, Some(0), "held lock exits 0");
     let pid = holder.run.pid().to_string();
-    ran.assert_stdout_has(&format!("pid {pid}"));
-    ran.assert_stdout_has("fencing token");
-    ran.assert_stdout_has("command: sleep 60");
+    ran.assert(
+        Expect::success()
+            .stdout_has(format!("pid {pid}"))
+            .stdout_has("fencing token")
+            .stdout_has("command: sleep 60"),
+    );
 
     let ran = redis
         .lockrun("job")
         .subcommand("status")
         .arg("--json")
         .run();
-    assert_eq!(ran.code, Some(0));
+    ran.assert(Expect::success().stdout_any());
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("one JSON object");
     let fields = field_names(&json);
     assert_eq!(
@@ -90,7 +92,7 @@ fn status_reports_holder_and_free_lock() {
         .subcommand("status")
         .arg("--json")
         .run();
-    assert_eq!(ran.code, Some(1));
+    ran.assert(Expect::code(1).stdout_any());
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("JSON");
     assert_eq!(json["held"], false);
     assert!(json["holder"].is_null());
@@ -112,15 +114,17 @@ fn busy_message_names_the_holder() {
     let redis = Server::start();
     let holder = redis.lockrun("job").command(["sleep", "60"]).hold();
     let ran = redis.lockrun("job").command(["true"]).run();
-    assert_eq!(ran.code, Some(75));
     let host = nix::unistd::gethostname().expect("hostname");
-    let expected = format!(
-        "held by {} pid {}",
-        host.to_string_lossy(),
-        holder.run.pid()
+    ran.assert(
+        Expect::code(75)
+            .stderr_starts(format!(
+                "lockrun: job is held by {} pid {} for ",
+                host.to_string_lossy(),
+                holder.run.pid()
+            ))
+            .stderr_has("; not running true (exit 75)")
+            .stderr_one_line(),
     );
-    ran.assert_stderr_has(&expected);
-    assert_eq!(ran.stderr.lines().count(), 1, "one line: {}", ran.stderr);
 }
 
 #[test]
@@ -133,8 +137,8 @@ fn force_release_stops_the_old_holder() {
         .hold();
 
     let ran = redis.lockrun("job").subcommand("release").run();
-    assert_eq!(ran.code, Some(64), "refuses without --force");
-    ran.assert_stderr_has("--force");
+    // Refused without --force.
+    ran.assert(Expect::code(64).stderr_has("--force"));
     assert!(redis.is_locked("job"));
 
     let ran = redis
@@ -142,18 +146,28 @@ fn force_release_stops_the_old_holder() {
         .subcommand("release")
         .arg("--force")
         .run();
-    assert_eq!(ran.code, Some(0));
-    ran.assert_stdout_has(&format!("pid {}", holder.run.pid()));
+    let host = nix::unistd::gethostname().expect("hostname");
+    ran.assert(
+        Expect::success()
+            .stdout_starts(format!(
+                "released job held by {} pid {} (fencing token ",
+                host.to_string_lossy(),
+                holder.run.pid()
+            ))
+            .stdout_has("): sleep 60\n"),
+    );
     // The old holder notices at its next renewal and stops its command.
-    assert_eq!(holder.run.wait().code(), Some(76));
+    holder.end().assert(Expect::code(76).stderr(
+        "lockrun: lost the lock job: its key no longer holds this run's token (it expired, was \
+         removed with `lockrun release --force`, or Redis restarted empty); stopped the command\n",
+    ));
 
     let ran = redis
         .lockrun("job")
         .subcommand("release")
         .arg("--force")
         .run();
-    assert_eq!(ran.code, Some(0));
-    ran.assert_stdout_has("was not held");
+    ran.assert(Expect::success().stdout_has("was not held"));
 }
 
 #[test]
@@ -164,23 +178,20 @@ fn min_hold_keeps_a_late_second_run_out_then_lets_it_in() {
         .args(["--min-hold", "3s"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0));
+    ran.assert(Expect::success());
     assert!(redis.is_locked("job"), "kept after the command ended");
     let pttl = redis.pttl("job");
     assert!(
         pttl > 0 && pttl <= 3000,
         "kept for what remains of 3s: {pttl}"
     );
+    // A second run inside the minimum hold is refused.
     let ran = redis.lockrun("job").arg("-q").command(["true"]).run();
-    assert_eq!(
-        ran.code,
-        Some(75),
-        "a second run inside the minimum hold is refused"
-    );
+    ran.assert(Expect::code(75));
     // Once the minimum is over, the next run gets in.
     assert!(eventually(PATIENCE, || !redis.is_locked("job")));
     let ran = redis.lockrun("job").command(["true"]).run();
-    assert_eq!(ran.code, Some(0));
+    ran.assert(Expect::success());
     redis.assert_only_fence("job");
 }
 
@@ -192,15 +203,14 @@ fn a_lock_kept_for_min_hold_is_shown_as_finished_not_as_a_live_holder() {
         .args(["--min-hold", "60s"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
 
     let status = redis.lockrun("job").subcommand("status").run();
-    assert_eq!(status.code, Some(0), "still held: {}", status.stderr);
-    assert!(
-        status.stdout.starts_with("job: kept for --min-hold for ")
-            && status.stdout.contains("; the command finished "),
-        "{}",
-        status.stdout
+    status.assert(
+        Expect::success()
+            .stdout_starts("job: kept for --min-hold for ")
+            .stdout_has("; the command finished ")
+            .context("still held"),
     );
     let json = redis
         .lockrun("job")
@@ -211,24 +221,19 @@ fn a_lock_kept_for_min_hold_is_shown_as_finished_not_as_a_live_holder() {
     assert!(json["holder"]["finished_at_ms"].is_u64(), "{json}");
 
     let busy = redis.lockrun("job").command(["true"]).run();
-    assert_eq!(busy.code, Some(75));
-    assert!(
-        busy.stderr
-            .starts_with("lockrun: job is kept for --min-hold for ")
-            && busy.stderr.contains("; the command (true on ")
-            && busy
-                .stderr
-                .trim_end()
-                .ends_with("; not running true (exit 75)"),
-        "{}",
-        busy.stderr
+    busy.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: job is kept for --min-hold for ")
+            .stderr_has("; the command (true on ")
+            .stderr_has("; not running true (exit 75)\n")
+            .stderr_one_line(),
     );
     let released = redis
         .lockrun("job")
         .subcommand("release")
         .arg("--force")
         .run();
-    assert_eq!(released.code, Some(0));
+    released.assert(Expect::success().stdout_starts("released job held by "));
     redis.assert_only_fence("job");
 }
 
@@ -240,8 +245,9 @@ fn timeout_stops_the_command_and_releases() {
         .args(["--timeout", "500ms"])
         .command(["sleep", "30"])
         .run();
-    assert_eq!(ran.code, Some(124));
-    ran.assert_stderr_has("--timeout");
+    ran.assert(
+        Expect::code(124).stderr("lockrun: the command ran longer than --timeout; stopped it\n"),
+    );
     redis.assert_only_fence("job");
 }
 
@@ -259,7 +265,9 @@ fn timeout_kills_a_command_that_ignores_sigterm() {
         .args(["--timeout", "500ms", "--kill-grace", "500ms"])
         .command(["sh", "-c", &script])
         .run();
-    assert_eq!(ran.code, Some(124));
+    ran.assert(
+        Expect::code(124).stderr("lockrun: the command ran longer than --timeout; stopped it\n"),
+    );
     let pid: i32 = read_when_ready(&pidfile).parse().expect("pid");
     assert!(eventually(PATIENCE, || !alive(pid)), "command killed");
     assert!(!redis.is_locked("job"));
@@ -294,17 +302,19 @@ fn status_and_release_honour_the_prefix() {
         .hold();
     assert!(redis.keys().contains(&"team-a:{job}".to_string()));
     let ran = redis.lockrun("job").subcommand("status").run();
-    assert_eq!(ran.code, Some(1), "other prefix: free");
+    // Free under the other prefix.
+    ran.assert(Expect::code(1).stdout_has("job: free"));
     let ran = redis
         .lockrun("job")
         .subcommand("status")
         .args(["--prefix", "team-a:"])
         .run();
-    assert_eq!(ran.code, Some(0));
+    ran.assert(Expect::success().stdout_starts("job: held by "));
     let ran = redis
         .lockrun("job")
         .subcommand("status")
         .env("LOCKRUN_PREFIX", "team-a:")
         .run();
-    assert_eq!(ran.code, Some(0), "LOCKRUN_PREFIX is read");
+    // LOCKRUN_PREFIX is read.
+    ran.assert(Expect::success().stdout_starts("job: held by "));
 }

@@ -101,7 +101,7 @@ fn a_background_lockrun_is_not_stopped_by_its_own_messages() {
 /// printed after checking that the run succeeded, so the password worked.
 fn env_of(command: Lockrun) -> String {
     let ran = command.key("job").command(["env"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stdout_any());
     ran.stdout
 }
 
@@ -149,7 +149,7 @@ fn a_password_file_serves_runs_status_and_release() {
     let flag = ["--redis-password-file", file.as_str()];
 
     let ran = redis.lockrun("job").args(flag).command(["true"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     let env = env_of(Lockrun::at(&redis).env("LOCKRUN_REDIS_PASSWORD_FILE", &file));
     assert!(
         env.contains(&format!("LOCKRUN_REDIS_PASSWORD_FILE={file}\n")),
@@ -157,19 +157,21 @@ fn a_password_file_serves_runs_status_and_release() {
     );
 
     // status: 1 is "free", 69 "cannot ask Redis" (here: no password).
-    assert_eq!(
-        redis.lockrun("job").subcommand("status").run().code,
-        Some(69)
+    let status = redis.lockrun("job").subcommand("status").run();
+    status.assert(
+        Expect::code(69)
+            .stderr_has("requires a password")
+            .stderr_one_line(),
     );
     let status = redis.lockrun("job").subcommand("status").args(flag).run();
-    assert_eq!(status.code, Some(1), "{}", status.stderr);
+    status.assert(Expect::code(1).stdout_starts("job: free (last fencing token "));
     let release = redis
         .lockrun("job")
         .subcommand("release")
         .arg("--force")
         .args(flag)
         .run();
-    assert_eq!(release.code, Some(0), "{}", release.stderr);
+    release.assert(Expect::success().stdout("job was not held\n"));
 
     // Two passwords: which one was meant cannot be guessed.
     let both = redis
@@ -178,8 +180,10 @@ fn a_password_file_serves_runs_status_and_release() {
         .command(["true"])
         .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
         .run();
-    assert_eq!(both.code, Some(64), "{}", both.stderr);
-    assert!(!both.stderr.contains(PASSWORD));
+    both.assert(Expect::code(64).stderr(
+        "lockrun: LOCKRUN_REDIS_PASSWORD and --redis-password-file (or \
+         LOCKRUN_REDIS_PASSWORD_FILE) are both set; give the Redis password one way only\n",
+    ));
 }
 
 #[test]
@@ -197,19 +201,20 @@ fn a_password_file_every_user_can_read_is_refused() {
 
     let open = password_file(dir.path(), 0o644);
     let output = run(&open);
-    let stderr = output.stderr;
-    assert_eq!(output.code, Some(64), "{stderr}");
-    assert!(
-        stderr.contains(&open) && stderr.contains("every user") && stderr.contains("chmod"),
-        "says which file and what to do: {stderr}"
+    // Says which file and what to do.
+    output.assert(
+        Expect::code(64)
+            .stderr_has(&open)
+            .stderr_has("every user")
+            .stderr_has("chmod")
+            .stderr_lacks(PASSWORD),
     );
-    assert!(!stderr.contains(PASSWORD), "{stderr}");
     assert!(!ran.exists(), "the command ran");
     assert!(redis.keys().is_empty(), "{:?}", redis.keys());
 
     // The file's group may read it: a secret shared with a service account.
     let output = run(&password_file(dir.path(), 0o640));
-    assert_eq!(output.code, Some(0), "{}", output.stderr);
+    output.assert(Expect::success());
     assert!(ran.exists());
 }
 

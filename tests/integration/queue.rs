@@ -133,7 +133,7 @@ fn status_lists_the_waiters_in_order() {
 
     let status = |args: &[&str]| redis.lockrun("job").subcommand("status").args(args).run();
     let ran = status(&["--json"]);
-    assert_eq!(ran.code, Some(0), "held: {}", ran.stderr);
+    ran.assert(Expect::success().stdout_any().context("held"));
     let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("JSON");
     let waiters = json["waiters"].as_array().expect("a waiters array");
     let pids: Vec<u64> = waiters
@@ -198,11 +198,9 @@ fn a_run_without_wait_does_not_overtake_the_line() {
         .lockrun("job")
         .touch(dir.path().join("overtook"))
         .run();
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
-    assert_eq!(
-        ran.one_line(),
-        "job is free, but 1 run waiting in line came first; not running touch (exit 75)"
-    );
+    ran.assert(Expect::code(75).stderr(
+        "lockrun: job is free, but 1 run waiting in line came first; not running touch (exit 75)\n",
+    ));
     assert!(!dir.path().join("overtook").exists());
 
     first.signal(Signal::SIGCONT);
@@ -243,7 +241,7 @@ fn supersede_ends_older_waiting_runs_but_never_the_holder() {
     );
 
     first.go();
-    assert!(first.run.wait().success(), "{}", first.stderr());
+    first.end().assert(Expect::success());
     finish_all(&mut [other, third], dir.path(), &["other", "third"]);
     // `other` came before `third`, and did not give --supersede.
     assert_eq!(grant_order(dir.path()), ["other", "third"]);

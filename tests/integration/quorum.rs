@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{
     eventually, no_overlap_fences, quorum, read_fence, read_when_ready, scratch, until_voting,
-    uptime, Lockrun, Running, Server, PATIENCE, QUORUM_TIMING,
+    uptime, Expect, Lockrun, Running, Server, PATIENCE, QUORUM_TIMING,
 };
 
 const NAME: &str = "q";
@@ -44,9 +44,12 @@ fn three_of_five_down_exits_69_without_running_the_command() {
     let ran = lockrun_on(&servers, &QUORUM_TIMING)
         .sh(r#"touch "$1/ran""#, dir.path())
         .run();
-    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
+    ran.assert(
+        Expect::code(69)
+            .stderr_starts("lockrun: no majority of the Redis servers agrees, only 2 of 5: ")
+            .stderr_one_line(),
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert!(ran.one_line().contains("no majority"), "{}", ran.stderr);
     assert!(!dir.path().join("ran").exists(), "the command ran");
     for at in [1, 3] {
         assert!(!servers[at].is_locked(NAME), "given back on member {at}");
@@ -62,7 +65,11 @@ fn a_held_quorum_lock_is_busy_for_another_run() {
         .spawn();
     read_when_ready(&dir.path().join("started"));
     let ran = lockrun_on(&servers, &QUORUM_TIMING).command(["true"]).run();
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
+    ran.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: q is held by ")
+            .stderr_one_line(),
+    );
     // A run that waits gets it once the holder is gone.
     holder.signal(nix::sys::signal::Signal::SIGTERM);
     holder.wait();
@@ -70,7 +77,7 @@ fn a_held_quorum_lock_is_busy_for_another_run() {
         .args(["--wait", "20s"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
 }
 
 #[test]
@@ -120,8 +127,7 @@ fn a_member_restarted_recently_does_not_vote() {
     let timing = ["--ttl", "3s"];
     servers[2].restart_empty();
     let ran = lockrun_on(&servers, &timing).command(["true"]).run();
-    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
-    assert!(ran.one_line().contains("restarted"), "{}", ran.stderr);
+    ran.assert(Expect::code(69).stderr_has("restarted").stderr_one_line());
     // Once it has been up for a ttl, it votes again.
     let voted = eventually(PATIENCE, || {
         lockrun_on(&servers, &timing).command(["true"]).run().code == Some(0)
@@ -134,12 +140,14 @@ fn a_member_restarted_recently_does_not_vote() {
 fn two_redis_urls_are_refused_and_four_warn() {
     let servers: Vec<Server> = (0..4).map(|_| Server::start()).collect();
     let ran = lockrun_on(&servers[..2], &[]).command(["true"]).run();
-    assert_eq!(ran.code, Some(64), "{}", ran.stderr);
-    assert!(ran.one_line().contains("3 or more"), "{}", ran.stderr);
+    ran.assert(Expect::code(64).stderr_has("3 or more").stderr_one_line());
     until_voting(&servers, 1);
     let ran = lockrun_on(&servers, &QUORUM_TIMING).command(["true"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    assert!(ran.one_line().contains("even number"), "{}", ran.stderr);
+    ran.assert(
+        Expect::success()
+            .stderr_has("even number")
+            .stderr_one_line(),
+    );
 }
 
 #[test]
@@ -157,7 +165,7 @@ fn status_shows_each_member_and_release_force_works_on_all() {
     servers[4].kill();
 
     let ran = lockrun_on(&servers, &["--json"]).subcommand("status").run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stdout_any());
     let json: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("JSON");
     assert_eq!(json["held"], true, "{json}");
     assert_eq!(json["majority_agrees"], true, "{json}");
@@ -171,29 +179,20 @@ fn status_shows_each_member_and_release_force_works_on_all() {
     assert_eq!(members[4]["reachable"], false);
 
     let ran = lockrun_on(&servers, &[]).subcommand("status").run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    ran.assert_stdout_has("4 of 5 servers, a majority agrees");
-    ran.assert_stdout_has("unreachable");
+    ran.assert(
+        Expect::success()
+            .stdout_has("4 of 5 servers, a majority agrees")
+            .stdout_has("unreachable"),
+    );
 
     let ran = lockrun_on(&servers, &["--force"])
         .subcommand("release")
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    assert!(
-        ran.stdout.starts_with("released q on 4 of 5 servers"),
-        "{}",
-        ran.stdout
-    );
+    ran.assert(Expect::success().stdout_starts("released q on 4 of 5 servers"));
     assert_eq!(holder.wait().code(), Some(76));
 
     let ran = lockrun_on(&servers, &[]).subcommand("status").run();
-    assert_eq!(ran.code, Some(1), "{}", ran.stdout);
-    assert!(
-        ran.stdout
-            .starts_with(&format!("q: free (last fencing token {fence})")),
-        "{}",
-        ran.stdout
-    );
+    ran.assert(Expect::code(1).stdout_starts(format!("q: free (last fencing token {fence})")));
 }
 
 /// Many runs racing for the quorum lock while a minority of members is

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{Lockrun, Server};
+use crate::harness::{Expect, Lockrun, Server};
 
 #[test]
 fn the_last_key_wins_but_two_redis_urls_are_refused() {
@@ -14,8 +14,7 @@ fn the_last_key_wins_but_two_redis_urls_are_refused() {
         .args(["--key", "last", "-q", "--quiet"])
         .command(["sh", "-c", r#"echo "$LOCKRUN_KEY""#])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
-    assert_eq!(ran.stdout, "last\n");
+    ran.assert(Expect::success().stdout("last\n"));
 
     // --redis given again does not replace the first: three or more make a
     // quorum (quorum.rs), and two are neither.
@@ -24,15 +23,18 @@ fn the_last_key_wins_but_two_redis_urls_are_refused() {
         .key("job")
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(64), "{}", ran.stderr);
-    ran.assert_stderr_has("a quorum needs 3 or more servers");
+    ran.assert(
+        Expect::code(64)
+            .stderr_has("a quorum needs 3 or more servers")
+            .stderr_one_line(),
+    );
 
     // The subcommands too.
     let ran = Lockrun::at(&redis)
         .subcommand("status")
         .args(["--json", "--key", "first", "--key", "last"])
         .run();
-    assert_eq!(ran.code, Some(1), "free: {}", ran.stderr);
+    ran.assert(Expect::code(1).stdout_any().context("free"));
     let json: serde_json::Value = serde_json::from_str(&ran.stdout).expect("JSON");
     assert_eq!(json["key"], "last", "{json}");
 }
@@ -47,11 +49,11 @@ fn wait_forever_then_wait_1s_waits_1s() {
         .args(["--key", "job", "--wait", "forever", "--wait", "1s"])
         .command(["true"])
         .run();
-    assert_eq!(
-        ran.code,
-        Some(i32::from(lockrun::exit_code::BUSY_DEFAULT)),
-        "{}",
-        ran.stderr
+    ran.assert(
+        Expect::code(i32::from(lockrun::exit_code::BUSY_DEFAULT))
+            .stderr_starts("lockrun: job is held by ")
+            .stderr_has("; not running true after waiting 1s (exit 75)")
+            .stderr_one_line(),
     );
     assert!(
         ran.took >= Duration::from_secs(1),

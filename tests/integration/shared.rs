@@ -61,8 +61,12 @@ fn shared_runs_hold_the_key_together() {
     // An exclusive run without --wait finds the key busy.
     let dir = scratch();
     let busy = redis.lockrun(NAME).touch(dir.path().join("ran")).run();
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
-    assert_eq!(busy.stderr.lines().count(), 1, "{}", busy.stderr);
+    busy.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: data is held by 3 runs together (--slots or --shared), ")
+            .stderr_has("; not running touch (exit 75)")
+            .stderr_one_line(),
+    );
     assert!(!dir.path().join("ran").exists());
 
     let json = status_json(&redis);
@@ -79,9 +83,10 @@ fn shared_runs_hold_the_key_together() {
         assert_eq!(entry["fencing_token"], holder.fence(), "{entry}");
     }
     let text = redis.lockrun(NAME).subcommand("status").run();
-    for holder in &holders {
-        text.assert_stdout_has(&format!("pid {}", holder.run.pid()));
-    }
+    let listed = holders.iter().fold(Expect::success(), |expect, holder| {
+        expect.stdout_has(format!("pid {}", holder.run.pid()))
+    });
+    text.assert(listed);
 
     for holder in &mut holders {
         holder.finish();
@@ -136,7 +141,12 @@ fn shared_an_exclusive_run_waits_for_every_shared_holder_and_then_runs_alone() {
     assert!(listed[0]["slot"].is_null(), "{json}");
     assert_eq!(listed[0]["fencing_token"], exclusive.fence(), "{json}");
     let busy = redis.lockrun(NAME).arg("--shared").command(["true"]).run();
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    busy.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: data is held by ")
+            .stderr_has("; not running true (exit 75)")
+            .stderr_one_line(),
+    );
 
     exclusive.finish();
     late.until_entered();
@@ -214,7 +224,7 @@ fn shared_waiters_at_the_head_of_the_line_are_admitted_together() {
 
     let released = Instant::now();
     holder.go();
-    assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     for waiter in &mut group {
         waiter.until_entered();
     }

@@ -95,7 +95,7 @@ fn slots_go_to_waiters_in_arrival_order_each_taking_the_place_freed() {
         "tokens out of grant order: {tokens:?}"
     );
     for holder in &mut holders {
-        assert_eq!(holder.run.wait().code(), Some(0), "{}", holder.stderr());
+        holder.end().assert(Expect::success());
     }
     for waiter in &mut waiters {
         waiter.finish();
@@ -154,17 +154,10 @@ fn slots_holder_paused_past_its_ttl_loses_its_place_and_its_command_is_stopped()
     assert!(holders[2].run.running(), "still paused");
 
     holders[2].run.signal(Signal::SIGCONT);
-    assert_eq!(
-        holders[2].run.wait().code(),
-        Some(76),
-        "{}",
-        holders[2].stderr()
-    );
-    assert!(
-        holders[2].stderr().contains("paused or suspended"),
-        "the message must say why: {}",
-        holders[2].stderr()
-    );
+    // The message must say why.
+    holders[2]
+        .end()
+        .assert(Expect::code(76).stderr_has("paused or suspended"));
     assert!(
         !alive(holders[2].child()),
         "the paused run's command survived its lease"
@@ -199,8 +192,11 @@ fn slots_lockrun_slot_is_set_only_with_slots() {
             .args(args)
             .command(["sh", "-c", print])
             .run();
-        assert_eq!(ran.code, Some(0), "{args:?}: {}", ran.stderr);
-        assert_eq!(ran.stdout.trim(), want, "{args:?}");
+        ran.assert(
+            Expect::success()
+                .stdout(format!("{want}\n"))
+                .context(format!("{args:?}")),
+        );
     }
     // LOCKRUN_SLOTS gives the number too.
     let ran = redis
@@ -208,12 +204,7 @@ fn slots_lockrun_slot_is_set_only_with_slots() {
         .env("LOCKRUN_SLOTS", "2")
         .command(["sh", "-c", print])
         .run();
-    assert_eq!(
-        (ran.code, ran.stdout.trim()),
-        (Some(0), "0"),
-        "{}",
-        ran.stderr
-    );
+    ran.assert(Expect::success().stdout("0\n"));
     redis.assert_only_fence(NAME);
 }
 
@@ -227,8 +218,7 @@ fn slots_a_full_house_is_busy_without_wait() {
         .args(["--slots", "2"])
         .touch(dir.path().join("ran"))
         .run();
-    assert_eq!(ran.code, Some(75), "{}", ran.stderr);
-    assert_eq!(ran.stderr.lines().count(), 1, "{}", ran.stderr);
+    ran.assert(Expect::code(75).stderr_one_line());
     assert!(!dir.path().join("ran").exists());
     for holder in &mut holders {
         holder.finish();
@@ -252,15 +242,14 @@ fn slots_mismatched_n_exits_64_names_both_numbers_and_changes_nothing() {
     ];
     for (args, gave) in cases {
         let ran = redis.lockrun(NAME).args(args).touch(&marker).run();
-        assert_eq!(ran.code, Some(64), "{args:?}: {}", ran.stderr);
-        let line = ran.one_line();
-        assert!(
-            line.contains(NAME) && line.contains("--slots 5"),
-            "{args:?}: {line}"
-        );
+        let mut expect = Expect::code(64)
+            .stderr_has(NAME)
+            .stderr_has("--slots 5")
+            .stderr_one_line();
         if args.first() == Some(&"--slots") {
-            assert!(line.contains(gave), "{args:?}: {line}");
+            expect = expect.stderr_has(gave);
         }
+        ran.assert(expect.context(format!("{args:?}")));
         assert!(
             ran.took < Duration::from_secs(10),
             "{args:?}: {:?}",
@@ -283,11 +272,11 @@ fn slots_mismatched_n_exits_64_names_both_numbers_and_changes_nothing() {
         .args(["--slots", "3", "--wait", "20s"])
         .touch(&marker)
         .run();
-    assert_eq!(ran.code, Some(64), "{}", ran.stderr);
-    let line = ran.one_line();
-    assert!(
-        line.contains("--slots 1") && line.contains("--slots 3"),
-        "{line}"
+    ran.assert(
+        Expect::code(64)
+            .stderr_has("--slots 1")
+            .stderr_has("--slots 3")
+            .stderr_one_line(),
     );
     assert_eq!(redis.snapshot(), before, "the refused run changed Redis");
     plain.finish();
@@ -321,9 +310,11 @@ fn slots_and_shared_refusals_exit_64_before_anything_reaches_redis() {
     ];
     for args in cases {
         let ran = redis.lockrun(NAME).args(args).touch(&marker).run();
-        assert_eq!(ran.code, Some(64), "{args:?}: {}", ran.stderr);
-        assert!(ran.stdout.is_empty(), "{args:?}: {}", ran.stdout);
-        ran.one_line();
+        ran.assert(
+            Expect::code(64)
+                .context(format!("{args:?}"))
+                .stderr_one_line(),
+        );
     }
     // The variable counts as the flag.
     let ran = redis
@@ -332,13 +323,11 @@ fn slots_and_shared_refusals_exit_64_before_anything_reaches_redis() {
         .env("LOCKRUN_SLOTS", "3")
         .touch(&marker)
         .run();
-    assert_eq!(
-        ran.code,
-        Some(64),
-        "LOCKRUN_SLOTS=3 --shared: {}",
-        ran.stderr
+    ran.assert(
+        Expect::code(64)
+            .context("LOCKRUN_SLOTS=3 --shared")
+            .stderr_one_line(),
     );
-    ran.one_line();
     assert!(redis.keys().is_empty(), "{:?}", redis.keys());
 
     // Over a quorum: refused, and no member is touched.
@@ -349,8 +338,11 @@ fn slots_and_shared_refusals_exit_64_before_anything_reaches_redis() {
             .args(args)
             .touch(&marker)
             .run();
-        assert_eq!(ran.code, Some(64), "quorum {args:?}: {}", ran.stderr);
-        ran.one_line();
+        ran.assert(
+            Expect::code(64)
+                .context(format!("quorum {args:?}"))
+                .stderr_one_line(),
+        );
     }
     for server in &servers {
         assert!(server.keys().is_empty(), "{:?}", server.keys());

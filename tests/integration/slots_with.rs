@@ -66,7 +66,7 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
 
     // The text lists every holder, a line each.
     let text = redis.lockrun(NAME).subcommand("status").run();
-    assert_eq!(text.code, Some(0), "{}", text.stderr);
+    text.assert(Expect::success().stdout_starts("wave: held in 3 of 3 slots\n"));
     for holder in &holders {
         let pid = format!("pid {}", holder.run.pid());
         let lines = text.stdout.lines().filter(|l| l.contains(&pid)).count();
@@ -86,21 +86,17 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
         .subcommand("release")
         .args(["--force", "--holder", "0123456789abcdef"])
         .run();
-    assert_eq!(nobody.code, Some(1), "{}", nobody.stderr);
-    assert_eq!(
-        (nobody.stdout.lines().count() + nobody.stderr.lines().count()),
-        1,
-        "one line: {} {}",
-        nobody.stdout,
-        nobody.stderr
-    );
+    nobody.assert(Expect::code(1).stdout("no holder of wave has the token 0123456789abcdef\n"));
     assert_eq!(redis.slot_holders(NAME).len(), 3);
 
     // Every holder.
     redis.force_release(NAME, &[]);
     holders[0].lost();
     holders[2].lost();
-    assert_eq!(waiter.run.wait().code(), Some(76), "{}", waiter.stderr());
+    waiter.end().assert(Expect::code(76).stderr(
+        "lockrun: lost the lock wave: its key no longer holds this run's token (it expired, was \
+         removed with `lockrun release --force`, or Redis restarted empty); stopped the command\n",
+    ));
     let (code, json) = redis.lockrun(NAME).status_json();
     assert_eq!(code, Some(1), "free: {json}");
     assert_eq!(json["held"], false, "{json}");
@@ -126,7 +122,12 @@ fn two_slots_via(url: &str, holders: impl Fn() -> usize) {
         .args(["--slots", "2"])
         .command(["true"])
         .run();
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    busy.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: wave is held by 2 runs together (--slots or --shared), ")
+            .stderr_has("; not running true (exit 75)")
+            .stderr_one_line(),
+    );
 
     let status = Lockrun::via(url)
         .key(NAME)
@@ -139,7 +140,7 @@ fn two_slots_via(url: &str, holders: impl Fn() -> usize) {
 
     let mut waiter = Lockrun::via(url).key(NAME).args(args).spawn_waiter();
     first.go();
-    assert_eq!(first.run.wait().code(), Some(0), "{}", first.stderr());
+    first.end().assert(Expect::success());
     waiter.until_entered();
     assert_eq!(waiter.slot(), first.slot());
     assert!(waiter.fence() > second.fence());
@@ -194,7 +195,7 @@ fn slots_acquired_event_says_the_slot() {
         .args(["--slots", "3", "--log-format", "json", "-v"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stderr_any());
     let acquired = acquired_event(&ran);
     assert_eq!(acquired["slot"], 1, "{acquired}");
 
@@ -204,7 +205,7 @@ fn slots_acquired_event_says_the_slot() {
         .args(["--log-format", "json", "-v"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stderr_any());
     let acquired = acquired_event(&ran);
     assert!(acquired["slot"].is_null(), "{acquired}");
 }
@@ -217,7 +218,7 @@ fn slots_min_hold_keeps_that_runs_place_only() {
         .args(["--slots", "2", "--min-hold", "60s"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     // Its place is kept, finished; the other one is free.
     let holders = redis.slot_holders(NAME);
     assert_eq!(holders.len(), 1, "{holders:?}");
@@ -228,7 +229,12 @@ fn slots_min_hold_keeps_that_runs_place_only() {
         .args(["--slots", "2"])
         .command(["true"])
         .run();
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    busy.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: wave is held by 2 runs together (--slots or --shared), ")
+            .stderr_has("; not running true (exit 75)")
+            .stderr_one_line(),
+    );
     let (code, json) = redis.lockrun(NAME).status_json();
     assert_eq!(code, Some(0), "{json}");
     let listed = json["holders"].as_array().expect("holders");
@@ -249,18 +255,13 @@ fn slots_min_hold_keeps_that_runs_place_only() {
         .args(["--slots", "2"])
         .command(["sh", "-c", r#"echo "$LOCKRUN_SLOT""#])
         .run();
-    assert_eq!(
-        (again.code, again.stdout.trim()),
-        (Some(0), "1"),
-        "{}",
-        again.stderr
-    );
+    again.assert(Expect::success().stdout("1\n"));
     let released = redis
         .lockrun(NAME)
         .subcommand("release")
         .arg("--force")
         .run();
-    assert_eq!(released.code, Some(0), "{}", released.stderr);
+    released.assert(Expect::success().stdout_starts("released wave held by "));
     redis.assert_only_fence(NAME);
 }
 

@@ -21,13 +21,12 @@ fn noise(len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// lockrun's own message: exactly one line, prefixed `lockrun:`.
-fn assert_one_line(ran: &Ran, what: &str) {
-    assert!(
-        ran.stderr.starts_with("lockrun: ") && ran.stderr.lines().count() == 1,
-        "{what}: want one `lockrun:` line on stderr, got {:?}",
-        ran.stderr
-    );
+/// Exit `code` with lockrun's own message: exactly one line, prefixed
+/// `lockrun:`.
+fn one_line(code: i32) -> Expect {
+    Expect::code(code)
+        .stderr_starts("lockrun: ")
+        .stderr_one_line()
 }
 
 #[test]
@@ -39,7 +38,7 @@ fn stdin_reaches_the_command_unchanged() {
         .command(["cat"])
         .input(data.clone())
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success().stdout_any());
     assert!(
         ran.stdout_bytes() == data,
         "stdin came out changed ({} bytes)",
@@ -62,18 +61,19 @@ fn large_stdout_carries_only_the_commands_bytes() {
         .command(["head", "-c", &(20 << 20).to_string()])
         .command([&file])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(
+        Expect::success()
+            .stdout_any()
+            .stderr_has("lockrun: acquired")
+            .stderr_where("every line `lockrun: `", |stderr| {
+                stderr.lines().all(|line| line.starts_with("lockrun: "))
+            }),
+    );
     assert!(
         ran.stdout_bytes() == data,
         "stdout differs from the command's output ({} bytes, want {})",
         ran.stdout_bytes().len(),
         data.len()
-    );
-    ran.assert_stderr_has("lockrun: acquired");
-    assert!(
-        ran.stderr.lines().all(|line| line.starts_with("lockrun: ")),
-        "{}",
-        ran.stderr
     );
 }
 
@@ -82,7 +82,7 @@ fn a_command_killed_by_a_signal_gives_128_plus_n() {
     let redis = Server::start();
     for (script, want) in [("kill -9 $$", 137), ("kill -TERM $$", 143)] {
         let ran = redis.lockrun("job").command(["sh", "-c", script]).run();
-        assert_eq!(ran.code, Some(want), "{script}: {}", ran.stderr);
+        ran.assert(Expect::code(want).context(script));
     }
     redis.assert_only_fence("job");
 }
@@ -117,12 +117,11 @@ fn a_command_that_cannot_start_gives_126_or_127_and_releases_the_lock() {
     for (program, want, why) in cases {
         let ran = redis.lockrun("job").command([program]).run();
         let what = program.display();
-        assert_eq!(ran.code, Some(want.into()), "{what}: {}", ran.stderr);
-        assert_one_line(&ran, &what.to_string());
-        assert!(ran.stderr.contains(why), "{what}: says {why:?}");
-        assert!(
-            ran.stdout.is_empty(),
-            "{what}: stdout belongs to the command"
+        // Nothing on stdout, which belongs to the command.
+        ran.assert(
+            one_line(want.into())
+                .stderr_has(why)
+                .context(what.to_string()),
         );
         assert!(!redis.is_locked("job"), "{what}: the lock was left behind");
     }
@@ -147,10 +146,8 @@ fn usage_errors_exit_64_and_touch_nothing() {
     ];
     for (args, command) in cases {
         let ran = Lockrun::at(&redis).args(args).command(command).run();
-        assert_eq!(ran.code, Some(64), "{args:?}: {}", ran.stderr);
-        assert!(ran.stdout.is_empty(), "{args:?}: usage errors go to stderr");
         // Also clap's own errors: one line, like every other lockrun error.
-        assert_one_line(&ran, &format!("{args:?}"));
+        ran.assert(one_line(64).context(format!("{args:?}")));
     }
     assert!(
         !Path::new(marker).exists(),
@@ -171,16 +168,11 @@ fn unsafe_timing_says_what_would_fit() {
         .args(["--ttl", "1s", "--kill-grace", "5s"])
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(64));
-    assert!(
-        ran.stderr.starts_with("lockrun: unsafe timing:"),
-        "{}",
-        ran.stderr
-    );
-    assert!(
-        ran.stderr.contains("--ttl") && ran.stderr.contains("or more"),
-        "{}",
-        ran.stderr
+    ran.assert(
+        Expect::code(64)
+            .stderr_starts("lockrun: unsafe timing:")
+            .stderr_has("--ttl")
+            .stderr_has("or more"),
     );
 }
 

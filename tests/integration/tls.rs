@@ -47,31 +47,32 @@ fn tls_verifies_the_server_certificate() {
     // of the platform's trust store (rustls-native-certs reads
     // SSL_CERT_FILE): the lock works over TLS.
     let ran = trusting(&url, &certs).command(["true"]).run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     let ran = distrusting(&url, &certs)
         .env("LOCKRUN_REDIS_CA_FILE", certs.ca())
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     let ran = Lockrun::via(&url)
         .env("SSL_CERT_FILE", certs.ca())
         .key("job")
         .command(["true"])
         .run();
-    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    ran.assert(Expect::success());
     redis.assert_only_fence("job");
 
     // Not trusting it: the certificate is refused and the command never runs.
     let marker = certs.dir().join("ran");
     let ran = distrusting(&url, &certs).touch(&marker).run();
-    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
-    ran.assert_stderr_has("invalid peer certificate: UnknownIssuer");
-    ran.assert_stderr_has("trust its CA with --redis-ca-file");
+    ran.assert(
+        Expect::code(69)
+            .stderr_has("invalid peer certificate: UnknownIssuer")
+            .stderr_has("trust its CA with --redis-ca-file"),
+    );
     // Signed by the trusted CA, but not for the host dialled: refused too.
     let other_host = format!("rediss://127.0.0.2:{port}");
     let ran = trusting(&other_host, &certs).touch(&marker).run();
-    assert_eq!(ran.code, Some(69), "{}", ran.stderr);
-    ran.assert_stderr_has("not valid for name");
+    ran.assert(Expect::code(69).stderr_has("not valid for name"));
     assert!(!marker.exists(), "the command did not run");
 }
 
@@ -81,15 +82,13 @@ fn a_ca_file_needs_a_tls_url_and_certificates() {
     let redis = Server::start();
     let marker = certs.dir().join("ran");
     let plain = trusting(&redis.url(), &certs).touch(&marker).run();
-    assert_eq!(plain.code, Some(64), "{}", plain.stderr);
-    plain.assert_stderr_has("names no rediss:// URL");
+    plain.assert(Expect::code(64).stderr_has("names no rediss:// URL"));
     let missing = Lockrun::via("rediss://localhost:1")
         .args(["--redis-ca-file", "/nonexistent/ca.pem"])
         .key("job")
         .touch(&marker)
         .run();
-    assert_eq!(missing.code, Some(64), "{}", missing.stderr);
-    missing.assert_stderr_has("--redis-ca-file /nonexistent/ca.pem");
+    missing.assert(Expect::code(64).stderr_has("--redis-ca-file /nonexistent/ca.pem"));
     let key = certs.dir().join("server.key");
     let not_a_ca = Lockrun::via("rediss://localhost:1")
         .arg("--redis-ca-file")
@@ -97,8 +96,7 @@ fn a_ca_file_needs_a_tls_url_and_certificates() {
         .key("job")
         .touch(&marker)
         .run();
-    assert_eq!(not_a_ca.code, Some(64), "{}", not_a_ca.stderr);
-    not_a_ca.assert_stderr_has("holds no PEM certificate");
+    not_a_ca.assert(Expect::code(64).stderr_has("holds no PEM certificate"));
     assert!(!marker.exists());
 }
 
@@ -110,8 +108,7 @@ fn only_tls(url: &str, certs: &Certificates, node: &Server) {
         .expect("CONFIG GET port");
     assert_eq!(plain[1], "0", "the server has a plain-text port");
     let untrusted = distrusting(url, certs).command(["true"]).run();
-    assert_eq!(untrusted.code, Some(69), "{}", untrusted.stderr);
-    untrusted.assert_stderr_has("trust its CA with --redis-ca-file");
+    untrusted.assert(Expect::code(69).stderr_has("trust its CA with --redis-ca-file"));
 }
 
 /// What every topology must do over TLS: a holder, a run that finds the
@@ -138,14 +135,20 @@ fn lock_busy_wait_and_status(url: &str, certs: &Certificates, node: &Server, ack
     assert!(node.is_locked("job"), "{}", holder.stderr());
 
     let busy = trusting(url, certs).args(acks).command(["true"]).run();
-    assert_eq!(busy.code, Some(75), "{}", busy.stderr);
+    busy.assert(
+        Expect::code(75)
+            .stderr_starts("lockrun: job is held by ")
+            .stderr_has("; not running true (exit 75)")
+            .stderr_one_line(),
+    );
 
     let status = trusting(url, certs)
         .subcommand("status")
         .arg("--json")
         .run();
+    status.assert(Expect::success().stdout_any());
     let json: serde_json::Value = serde_json::from_str(&status.stdout).expect("JSON");
-    assert_eq!(json["held"], true, "{}", status.stderr);
+    assert_eq!(json["held"], true, "{json}");
     assert_eq!(json["holder"]["fencing_token"], holder.fence());
     assert_eq!(json["redis_node"], node.addr());
 
@@ -168,7 +171,7 @@ fn lock_busy_wait_and_status(url: &str, certs: &Certificates, node: &Server, ack
         "the waiter was not woken: {}",
         read_log(&stderr)
     );
-    assert!(holder.run.wait().success(), "{}", holder.stderr());
+    holder.end().assert(Expect::success());
     assert!(waiter.wait().success(), "{}", read_log(&stderr));
     assert!(!node.is_locked("job"));
 }

@@ -6,7 +6,9 @@ use tempfile::TempDir;
 
 use super::keys::{lock_key, DEFAULT_PREFIX};
 use super::PATIENCE;
-use super::{eventually, log_file, read_fence, read_log, read_pid, scratch, Lockrun, Running};
+use super::{
+    eventually, log_file, read_fence, read_log, read_pid, scratch, Expect, Lockrun, Ran, Running,
+};
 
 /// Holds the lock until the test creates `go` in the directory given as $1.
 /// The fencing token is written before the pid, so a readable pid file means
@@ -53,6 +55,7 @@ impl Lockrun<'_> {
     fn start_holder(mut self, script: Option<(&str, &str)>) -> Holder {
         let dir = scratch();
         let stderr = dir.path().join("stderr");
+        self.stdout = Some(log_file(&dir.path().join("stdout")).into());
         self.stderr = Some(log_file(&stderr).into());
         let script = script.or(self.command_is_empty().then_some(("sh", HOLD_UNTIL_GO)));
         if let Some((shell, script)) = script {
@@ -141,16 +144,25 @@ impl Holder {
     #[track_caller]
     pub fn finish(&mut self) {
         self.go();
-        assert_eq!(self.run.wait().code(), Some(0), "{}", self.stderr());
+        self.end().assert(Expect::success().stderr_any());
+    }
+
+    /// Waits for the end of a holder whose lease was taken from it: it
+    /// stops its command and exits 76.
+    #[track_caller]
+    pub fn lost(&mut self) {
+        self.end().assert(Expect::code(76).stderr_any());
+    }
+
+    /// Waits up to `PATIENCE` for lockrun's end: its status, what it wrote
+    /// to stdout and stderr (the files `stdout` and `stderr` in `dir`).
+    #[track_caller]
+    pub fn end(&mut self) -> Ran {
+        let dir = self.dir.path();
+        self.run.ended(&dir.join("stdout"), &dir.join("stderr"))
     }
 
     /// What lockrun has written to its stderr so far.
-    /// Waits for the end of a holder whose lease was taken from it: it
-    /// stops its command and exits 76.
-    pub fn lost(&mut self) {
-        assert_eq!(self.run.wait().code(), Some(76), "{}", self.stderr());
-    }
-
     pub fn stderr(&self) -> String {
         read_log(&self.dir.path().join("stderr"))
     }

@@ -5,6 +5,8 @@
 //! - `topology`: groups of `Server`s: a quorum, and what the others share.
 //! - `sentinel`, `cluster`: a Sentinel set and a Redis Cluster.
 //! - `command`: `Lockrun`, the one builder, and `Ran`, a run to its end.
+//! - `expect`: `Expect`, the status, stdout and stderr a run must end with,
+//!   checked together by `Ran::assert`.
 //! - `holder`: `Holder`, a run kept holding a lock, and the no-overlap job.
 //! - `slots`: runs that share a key (`--slots`, `--shared`): waiters in
 //!   line, the job that logs who is inside, and the check of that log.
@@ -15,6 +17,7 @@
 
 mod cluster;
 mod command;
+mod expect;
 mod holder;
 mod keys;
 mod postgres;
@@ -28,6 +31,7 @@ mod topology;
 
 pub use cluster::*;
 pub use command::*;
+pub use expect::Expect;
 pub use holder::*;
 pub use postgres::PostgresServer;
 pub use process::*;

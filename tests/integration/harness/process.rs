@@ -66,6 +66,9 @@ pub struct Running {
     pub child: Child,
     /// Whether it leads a process group of its own (lockrun from `Lockrun`).
     group: bool,
+    pub(super) began: Instant,
+    /// The command line, for a failure's report.
+    pub(super) command: String,
 }
 
 impl Running {
@@ -73,6 +76,8 @@ impl Running {
         Running {
             child: command.spawn().expect("spawn"),
             group: false,
+            began: Instant::now(),
+            command: format!("{command:?}"),
         }
     }
 
@@ -81,6 +86,8 @@ impl Running {
         Running {
             child: command.spawn().expect("spawn"),
             group: true,
+            began: Instant::now(),
+            command: format!("{command:?}"),
         }
     }
 

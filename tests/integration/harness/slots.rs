@@ -6,7 +6,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tempfile::TempDir;
 
-use super::{eventually, log_file, read_log, scratch, Lockrun, Running, Server, PATIENCE};
+use super::{
+    eventually, log_file, read_log, scratch, Expect, Lockrun, Ran, Running, Server, PATIENCE,
+};
 
 /// Writes the slot (empty without `--slots`), the fencing token and the pid
 /// to `slot`, `fence` and `pid` in the directory given as $1, then stays
@@ -30,6 +32,7 @@ impl Lockrun<'_> {
         let dir = scratch();
         let run = self
             .sh(HOLD_SLOT_UNTIL_GO, dir.path())
+            .stdout(log_file(&dir.path().join("stdout")))
             .stderr(log_file(&dir.path().join("stderr")))
             .spawn();
         Waiter { run, dir }
@@ -96,7 +99,15 @@ impl Waiter {
     #[track_caller]
     pub fn finish(&mut self) {
         self.go();
-        assert_eq!(self.run.wait().code(), Some(0), "{}", self.stderr());
+        self.end().assert(Expect::success().stderr_any());
+    }
+
+    /// Waits up to `PATIENCE` for lockrun's end: its status, what it wrote
+    /// to stdout and stderr.
+    #[track_caller]
+    pub fn end(&mut self) -> Ran {
+        let dir = self.dir.path();
+        self.run.ended(&dir.join("stdout"), &dir.join("stderr"))
     }
 }
 

@@ -1,0 +1,250 @@
+//! `Expect`, what a run must end with: its exit status, stdout and stderr,
+//! checked together by `Ran::assert`, as just's `Test` and ripgrep's
+//! `TestCommand` do.
+//!
+//! stdout and stderr must be empty unless the expectation says otherwise,
+//! so that a run that starts saying something new fails the tests that did
+//! not expect it. Text that varies from run to run (pids, times, ports,
+//! paths) is checked with `stderr_has` and the other partial forms; a
+//! stream the test does not care about is marked with `stderr_any` so that
+//! the reader sees it was left out on purpose.
+
+use std::fmt::Write as _;
+
+use super::Ran;
+
+/// How a run must end: an exit code and what it must have written.
+#[must_use]
+pub struct Expect {
+    /// What the run was, when the command line alone does not say.
+    context: Option<String>,
+    code: i32,
+    stdout: Stream,
+    stderr: Stream,
+}
+
+/// What one output stream must hold.
+#[derive(Default)]
+struct Stream {
+    /// None: nothing at all. Some: every check must hold, and an empty list
+    /// allows anything.
+    checks: Option<Vec<Check>>,
+}
+
+enum Check {
+    Is(String),
+    Has(String),
+    Lacks(String),
+    StartsWith(String),
+    /// A property the text must have, and its description for the report.
+    Holds(String, Box<dyn Fn(&str) -> bool>),
+}
+
+impl Expect {
+    /// Exit code `code`, with nothing on stdout or stderr.
+    pub fn code(code: i32) -> Self {
+        Expect {
+            context: None,
+            code,
+            stdout: Stream::default(),
+            stderr: Stream::default(),
+        }
+    }
+
+    /// Exit code 0, with nothing on stdout or stderr.
+    pub fn success() -> Self {
+        Self::code(0)
+    }
+
+    /// stdout is exactly `text`.
+    pub fn stdout(mut self, text: impl Into<String>) -> Self {
+        self.stdout.add(Check::Is(text.into()));
+        self
+    }
+
+    /// stdout holds `needle` (each call adds one).
+    pub fn stdout_has(mut self, needle: impl Into<String>) -> Self {
+        self.stdout.add(Check::Has(needle.into()));
+        self
+    }
+
+    /// stdout begins with `prefix`.
+    pub fn stdout_starts(mut self, prefix: impl Into<String>) -> Self {
+        self.stdout.add(Check::StartsWith(prefix.into()));
+        self
+    }
+
+    /// stdout has the property that `what` describes.
+    pub fn stdout_where(
+        mut self,
+        what: impl Into<String>,
+        holds: impl Fn(&str) -> bool + 'static,
+    ) -> Self {
+        self.stdout.add(Check::Holds(what.into(), Box::new(holds)));
+        self
+    }
+
+    /// Whatever the run writes to stdout; the test reads it itself.
+    pub fn stdout_any(mut self) -> Self {
+        self.stdout.any();
+        self
+    }
+
+    /// stderr is exactly `text`.
+    pub fn stderr(mut self, text: impl Into<String>) -> Self {
+        self.stderr.add(Check::Is(text.into()));
+        self
+    }
+
+    /// stderr holds `needle` (each call adds one).
+    pub fn stderr_has(mut self, needle: impl Into<String>) -> Self {
+        self.stderr.add(Check::Has(needle.into()));
+        self
+    }
+
+    /// stderr does not hold `needle`; other checks decide what it must hold.
+    pub fn stderr_lacks(mut self, needle: impl Into<String>) -> Self {
+        self.stderr.add(Check::Lacks(needle.into()));
+        self
+    }
+
+    /// stderr begins with `prefix`.
+    pub fn stderr_starts(mut self, prefix: impl Into<String>) -> Self {
+        self.stderr.add(Check::StartsWith(prefix.into()));
+        self
+    }
+
+    /// stderr is one line (lockrun's usual single message).
+    pub fn stderr_one_line(self) -> Self {
+        self.stderr_where("one line", |text| text.lines().count() == 1)
+    }
+
+    /// stderr has the property that `what` describes.
+    pub fn stderr_where(
+        mut self,
+        what: impl Into<String>,
+        holds: impl Fn(&str) -> bool + 'static,
+    ) -> Self {
+        self.stderr.add(Check::Holds(what.into(), Box::new(holds)));
+        self
+    }
+
+    /// Whatever the run writes to stderr: for a run whose message is not
+    /// what the test is about and varies (timing, retries).
+    pub fn stderr_any(mut self) -> Self {
+        self.stderr.any();
+        self
+    }
+
+    /// Says what the run was, at the top of a failure's report: for runs
+    /// in a loop, where the command line alone does not tell them apart.
+    pub fn context(mut self, context: impl Into<String>) -> Self {
+        self.context = Some(context.into());
+        self
+    }
+
+    /// What of this expectation `ran` misses, one line each.
+    fn misses(&self, code: Option<i32>, stdout: &str, stderr: &str) -> Vec<String> {
+        let mut misses = Vec::new();
+        if code != Some(self.code) {
+            let got = code.map_or("killed by a signal".to_string(), |c| c.to_string());
+            misses.push(format!("exit code: want {}, got {got}", self.code));
+        }
+        self.stdout.misses("stdout", stdout, &mut misses);
+        self.stderr.misses("stderr", stderr, &mut misses);
+        misses
+    }
+}
+
+impl Stream {
+    fn add(&mut self, check: Check) {
+        self.checks.get_or_insert_with(Vec::new).push(check);
+    }
+
+    fn any(&mut self) {
+        self.checks.get_or_insert_with(Vec::new);
+    }
+
+    fn misses(&self, name: &str, text: &str, misses: &mut Vec<String>) {
+        let Some(checks) = &self.checks else {
+            if !text.is_empty() {
+                misses.push(format!("{name}: want it empty"));
+            }
+            return;
+        };
+        for check in checks {
+            let (holds, want) = match check {
+                Check::Is(want) => (text == want, format!("want exactly {want:?}")),
+                Check::Has(needle) => (text.contains(needle), format!("want {needle:?} in it")),
+                Check::Lacks(needle) => (!text.contains(needle), format!("want no {needle:?}")),
+                Check::StartsWith(prefix) => (
+                    text.starts_with(prefix),
+                    format!("want it to start {prefix:?}"),
+                ),
+                Check::Holds(what, holds) => (holds(text), format!("want {what}")),
+            };
+            if !holds {
+                misses.push(format!("{name}: {want}"));
+            }
+        }
+    }
+}
+
+impl Ran {
+    /// Fails the test unless this run ended as `expect` says, showing what
+    /// it missed, its command line, status, stdout and stderr.
+    #[track_caller]
+    pub fn assert(&self, expect: Expect) -> &Self {
+        let misses = expect.misses(self.code, &self.stdout, &self.stderr);
+        if !misses.is_empty() {
+            panic!("{}", self.report(&misses, expect.context.as_deref()));
+        }
+        self
+    }
+
+    /// The failure report: what was missed, then the whole run.
+    fn report(&self, misses: &[String], context: Option<&str>) -> String {
+        let mut report = String::from("\n==========\nthe run did not end as expected");
+        if let Some(context) = context {
+            let _ = write!(report, " ({context})");
+        }
+        report.push_str(":\n");
+        for miss in misses {
+            let _ = writeln!(report, "  - {miss}");
+        }
+        let code = self
+            .code
+            .map_or("killed by a signal".to_string(), |c| c.to_string());
+        let _ = write!(
+            report,
+            "\ncommand: {}\nexit code: {code}, after {:?}\n\nstdout:\n{}\nstderr:\n{}==========\n",
+            self.command,
+            self.took,
+            shown(&self.stdout),
+            shown(&self.stderr),
+        );
+        report
+    }
+}
+
+/// How much of a stream a report shows: some runs write megabytes.
+const SHOWN_LINES: usize = 200;
+
+/// `text` indented, or a note that it is empty.
+fn shown(text: &str) -> String {
+    if text.is_empty() {
+        return "  (empty)\n".to_string();
+    }
+    let mut shown: String = text
+        .lines()
+        .take(SHOWN_LINES)
+        .map(|line| format!("  {line}\n"))
+        .collect();
+    let lines = text.lines().count();
+    if lines > SHOWN_LINES {
+        let _ = writeln!(shown, "  ({} more lines)", lines - SHOWN_LINES);
+    } else if !text.ends_with('\n') {
+        shown.push_str("  (no newline at the end)\n");
+    }
+    shown
+}
