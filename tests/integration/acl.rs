@@ -84,16 +84,28 @@ fn check(step: &'static str, ran: &Ran, code: i32) -> Result<(), Broken> {
     })
 }
 
-/// How many runs listen in line for lock `key`; 0 when the server cannot
-/// be asked this time (an interrupted call), for polls to ask again.
+/// How many runs wait in line for lock `key` and are subscribed to their
+/// wake-up channel. A record that says "listening" is not enough: a waiter
+/// sends its SUBSCRIBE and its first attempt in one write, so its record
+/// says so even when the SUBSCRIBE was refused, until it notices. 0 when
+/// the server cannot be asked this time (an interrupted call), for polls to
+/// ask again.
 fn listening(server: &Server, key: &str) -> usize {
+    let channels: Vec<String> = server
+        .query(
+            redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .arg(format!("lockrun:{{{key}}}:wake:*")),
+        )
+        .unwrap_or_default();
     let records: Vec<String> = server
         .query(redis::cmd("HVALS").arg(format!("lockrun:{{{key}}}:waiters")))
         .unwrap_or_default();
-    records
+    let listening = records
         .iter()
         .filter(|record| record.contains(r#""listening":true"#))
-        .count()
+        .count();
+    listening.min(channels.len())
 }
 
 /// A run, a busy one, a renewal, a waiter handed the lock on release and
