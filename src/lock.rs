@@ -13,6 +13,7 @@ mod error;
 mod keys;
 mod records;
 mod reply;
+mod role;
 mod script;
 mod server;
 mod status;
@@ -29,6 +30,7 @@ pub(crate) use self::error::LockError;
 pub(crate) use self::keys::{Keys, Token};
 pub(crate) use self::records::{Done, Holder, Me, Share, Taken, Waiter};
 pub(crate) use self::reply::Released;
+pub(crate) use self::role::{Hold, ReplicaAcks, Role};
 pub(crate) use self::status::{Occupancy, Status, Views};
 pub(crate) use self::wake::{Wake, Wakes};
 #[cfg(test)]
@@ -61,17 +63,6 @@ impl Servers {
     pub(crate) fn may_look_up_names(&self) -> bool {
         self.targets().iter().any(Target::may_look_up_names)
     }
-}
-
-/// How many replicas must have a write before lockrun counts it done.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ReplicaAcks {
-    /// This many; 0 does not wait at all.
-    Count(u32),
-    /// Every replica connected to the primary when the script ran, counted
-    /// by the script itself: after a failover the new primary may have
-    /// fewer, and a renewal there must still succeed.
-    All,
 }
 
 /// A granted lease.
@@ -196,22 +187,16 @@ pub(crate) struct Lock {
 }
 
 impl Lock {
-    /// A handle on lock `keys` for the run with `token`; each call is
-    /// limited to `timeout`. Nothing is sent yet.
-    pub(crate) fn new(
-        servers: &Servers,
-        timeout: Duration,
-        keys: Keys,
-        token: &Token,
-        acks: ReplicaAcks,
-    ) -> Self {
+    /// A handle on lock `keys` for `role`; each call is limited to
+    /// `timeout`. Nothing is sent yet.
+    pub(crate) fn new(servers: &Servers, timeout: Duration, keys: Keys, role: &Role) -> Self {
+        // A quorum does not queue, so nobody sends it wake-up messages.
+        let listens = role.may_wait && matches!(servers, Servers::One(_));
         Lock {
             servers: servers
                 .targets()
                 .iter()
-                .map(|target| {
-                    Server::new(target.clone(), timeout, keys.clone(), token.clone(), acks)
-                })
+                .map(|target| Server::new(target.clone(), timeout, keys.clone(), role, listens))
                 .collect(),
             keys,
         }
@@ -220,34 +205,11 @@ impl Lock {
     /// The operator's handle, to look at a lock or remove it whoever holds
     /// it: it holds no token of its own.
     pub(crate) fn for_operator(servers: &Servers, timeout: Duration, keys: Keys) -> Self {
-        Lock::new(
-            servers,
-            timeout,
-            keys,
-            &Token::default(),
-            ReplicaAcks::Count(0),
-        )
+        Lock::new(servers, timeout, keys, &Role::operator())
     }
 
     pub(crate) fn keys(&self) -> &Keys {
         &self.keys
-    }
-
-    /// `--once-per`: every acquisition checks for a recorded success, and a
-    /// lease handed over is confirmed by one more call that checks too.
-    pub(crate) fn once_per(&mut self, once_per: bool) {
-        for server in &mut self.servers {
-            server.once_per = once_per;
-        }
-    }
-
-    /// Readies a run that may wait for the lock to listen for its wake-up
-    /// messages on the connection it calls on (where the topology allows).
-    /// A quorum does not queue, so nobody sends it any.
-    pub(crate) fn ready_to_wait(&mut self) {
-        if let [one] = self.servers.as_mut_slice() {
-            one.carry_subscription();
-        }
     }
 
     /// Whether the lock is held on a quorum of servers rather than one.
@@ -347,8 +309,8 @@ impl Lock {
 
     /// The grant a wake-up message announced; see `Server::handed_over`.
     /// Only one server hands a lease over: a quorum does not queue.
-    pub(crate) fn handed_over(&self, fence: u64, slot: Option<u32>) -> Option<Grant> {
-        match self.servers.as_slice() {
+    pub(crate) fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant> {
+        match self.servers.as_mut_slice() {
             [one] => one.handed_over(fence, slot),
             _ => None,
         }

@@ -11,7 +11,7 @@ use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code;
 use crate::lease::Lease;
 use crate::lock::{
-    Attempt, Done, Grant, Keys, Lock, LockError, Me, Released, Servers, Taken, Token,
+    Attempt, Done, Grant, Hold, Keys, Lock, LockError, Me, Released, Role, Servers, Taken, Token,
 };
 use crate::report::{Event, Report};
 use crate::secrets;
@@ -137,18 +137,18 @@ fn lock(config: &RunConfig, token: &Token, report: Report) -> Lock {
             );
         }
     }
-    let mut lock = Lock::new(
+    let role = Role {
+        token: token.clone(),
+        hold: Hold::of(config.share, config.once_per.is_some()),
+        acks: config.replica_acks,
+        may_wait: config.wait.is_some_and(wait::Wait::may_wait),
+    };
+    Lock::new(
         servers,
         config.timing.redis_timeout,
         config.lock.keys.clone(),
-        token,
-        config.replica_acks,
-    );
-    lock.once_per(config.once_per.is_some());
-    if config.wait.is_some_and(wait::Wait::may_wait) {
-        lock.ready_to_wait();
-    }
-    lock
+        &role,
+    )
 }
 
 /// Says, with `--verbose`, that the job ran already this period

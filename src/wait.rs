@@ -65,7 +65,9 @@ pub(crate) trait Contended {
     ) -> Result<Attempt, LockError>;
     /// `None` when nobody sends this lock's waiters messages.
     async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>>;
-    fn handed_over(&self, fence: u64, slot: Option<u32>) -> Option<Grant>;
+    /// The grant a wake-up message announced, if it can be used as it is;
+    /// the lease is this run's either way.
+    fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant>;
     /// The lock's name in Redis, for verbose lines.
     fn redis_key(&self) -> &str;
     /// Who answers for the lock, for the line that says it answers again.
@@ -86,7 +88,7 @@ impl Contended for Lock {
         Lock::subscribe_wakes(self).await
     }
 
-    fn handed_over(&self, fence: u64, slot: Option<u32>) -> Option<Grant> {
+    fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant> {
         Lock::handed_over(self, fence, slot)
     }
 

@@ -4,7 +4,6 @@
 
 mod split;
 
-use std::cell::Cell;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -19,7 +18,7 @@ use super::script::{
 };
 use super::status::{Occupancy, Status};
 use super::wake::Wakes;
-use super::{millis, Attempt, Grant, Mode, ReplicaAcks};
+use super::{millis, Attempt, Grant, Hold, Mode, ReplicaAcks, Role};
 use crate::clock::BootInstant;
 use crate::redis_conn::{Session, Target};
 
@@ -35,6 +34,7 @@ pub(crate) struct Server {
     /// already its own.
     token: Token,
     acks: ReplicaAcks,
+    hold: Hold,
     /// Every call's time limit.
     timeout: Duration,
     /// When the first acquire request went out. A release can hand the
@@ -49,17 +49,12 @@ pub(crate) struct Server {
     arrival: Option<String>,
     /// The fencing token of the lease this run holds: while the lock's slot
     /// is being migrated, it tells this run's holder record from another's
-    /// (`split.rs`). Set from `handed_over`, which only reads.
-    fence: Cell<Option<u64>>,
+    /// (`split.rs`).
+    fence: Option<u64>,
     /// How many replicas acknowledged the lease at the last acquisition or
     /// renewal that asked them, as noted in the holder record; `None` when
     /// none asked yet.
     acked: Option<u32>,
-    /// `--once-per`: the acquire script checks for a recorded success.
-    pub(super) once_per: bool,
-    /// Whether this run's lease is one held together (`--slots`,
-    /// `--shared`), as its first acquire call said.
-    together: bool,
 }
 
 /// A write that replicas may have to acknowledge: how many the node that
@@ -73,27 +68,32 @@ struct Written {
 
 impl Server {
     /// Every call is limited to `timeout`, replica acknowledgement
-    /// included. Nothing is sent yet.
+    /// included. With `listens`, this run's wake-up messages ride on the
+    /// connection it calls on, where the topology allows. Nothing is sent
+    /// yet.
     pub(super) fn new(
         target: Target,
         timeout: Duration,
         keys: Keys,
-        token: Token,
-        acks: ReplicaAcks,
+        role: &Role,
+        listens: bool,
     ) -> Self {
+        let mut session = Session::new(target, timeout);
+        if listens {
+            session.carry_subscription();
+        }
         Server {
-            session: Session::new(target, timeout),
+            session,
             timeout,
             keys,
-            token,
-            acks,
+            token: role.token.clone(),
+            acks: role.acks,
+            hold: role.hold,
             first_sent: None,
             in_redis: false,
             arrival: None,
-            fence: Cell::new(None),
+            fence: None,
             acked: None,
-            once_per: false,
-            together: false,
         }
     }
 
@@ -121,11 +121,6 @@ impl Server {
         })))
     }
 
-    /// Lets this run's subscription ride on its command connection.
-    pub(super) fn carry_subscription(&mut self) {
-        self.session.carry_subscription();
-    }
-
     /// Runs a script behind `lock/guard.lua`; a key it found holding
     /// someone else's data is `LockError::Foreign`.
     async fn invoke<R: Reply>(&mut self, call: &Call) -> Result<R, LockError> {
@@ -150,7 +145,6 @@ impl Server {
         min_uptime: Option<Duration>,
     ) -> Result<Attempt, LockError> {
         let call = self.acquire_call(ttl, me, mode, min_uptime);
-        self.together = me.share.together();
         let sent = BootInstant::now();
         let started = Instant::now();
         self.first_sent.get_or_insert(sent);
@@ -166,7 +160,7 @@ impl Server {
             // atomically with taking the lease, nor count the holders of a
             // lock held together: such a run waits for the slot to settle,
             // as for any TRYAGAIN.
-            Err(err) if split::migrating(&err) && !self.once_per && !self.together => {
+            Err(err) if split::migrating(&err) && self.hold == Hold::Alone => {
                 self.acquire_split(ttl, me, sent).await?
             }
             other => self.attempt(other?, sent, started)?,
@@ -179,7 +173,7 @@ impl Server {
                 | Attempt::Mismatch { .. }
         );
         if let Attempt::Acquired(grant) = &attempt {
-            self.fence.set(Some(grant.fence));
+            self.fence = Some(grant.fence);
             // A new holder record: the count is noted afresh.
             self.acked = None;
             if let Err(err) = self.replicated(&written).await {
@@ -268,7 +262,7 @@ impl Server {
             .arg(u8::from(listening))
             .arg(u8::from(supersede))
             .arg(millis(refresh))
-            .arg(u8::from(self.once_per))
+            .arg(u8::from(self.hold == Hold::OncePer))
             .arg(me.share.slots())
             .arg(u8::from(me.share == Share::Shared))
             .arg(u8::from(self.acks == ReplicaAcks::All));
@@ -284,12 +278,13 @@ impl Server {
     /// counted from this run's first request, which the hand-over followed.
     /// `None` when replicas must acknowledge the lease first: then the next
     /// acquire call confirms it (the script finds it is ours already) and
-    /// waits for them, as for a lease this run took itself.
-    pub(super) fn handed_over(&self, fence: u64, slot: Option<u32>) -> Option<Grant> {
-        self.fence.set(Some(fence));
+    /// waits for them, as for a lease this run took itself. Either way the
+    /// lease is this run's now, and its fencing token is noted.
+    pub(super) fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant> {
+        self.fence = Some(fence);
         // A --once-per run confirms the lease, which checks for the success
         // its last holder may just have recorded.
-        if self.acks != ReplicaAcks::Count(0) || self.once_per {
+        if self.acks != ReplicaAcks::Count(0) || self.hold == Hold::OncePer {
             return None;
         }
         self.first_sent.map(|sent| Grant { fence, sent, slot })
@@ -310,16 +305,16 @@ impl Server {
     pub(super) async fn renew(&mut self, ttl: Duration) -> Result<bool, LockError> {
         let mut call = RENEW.call();
         call.key(&self.keys.lock).key(&self.keys.holder);
-        if self.together {
+        if self.hold == Hold::Together {
             call.key(&self.keys.leases).key(&self.keys.holders);
         }
         call.arg(self.token.as_str()).arg(millis(ttl));
-        if self.together {
+        if self.hold == Hold::Together {
             call.arg(1);
         }
         let started = Instant::now();
         let reply: reply::Renew = match self.invoke(&call).await {
-            Err(err) if split::migrating(&err) && !self.together => {
+            Err(err) if split::migrating(&err) && self.hold != Hold::Together => {
                 return self.renew_split(ttl).await
             }
             other => other?,
@@ -412,7 +407,7 @@ impl Server {
         // One key at a time nothing is recorded: the success may run again
         // (docs/guarantees.md).
         let released = match self.invoke(&call).await {
-            Err(err) if split::migrating(&err) && !self.together => {
+            Err(err) if split::migrating(&err) && self.hold != Hold::Together => {
                 self.release_split(keep_for).await?
             }
             other => other?,

@@ -113,7 +113,7 @@ impl Contended for Scripted {
         self.wakes.take().map(Ok)
     }
 
-    fn handed_over(&self, fence: u64, _slot: Option<u32>) -> Option<Grant> {
+    fn handed_over(&mut self, fence: u64, _slot: Option<u32>) -> Option<Grant> {
         Some(Grant {
             fence,
             sent: BootInstant::now() - self.asked_ago,

@@ -108,7 +108,7 @@ impl Server {
         if lease.kind != "mine" {
             return Ok(false);
         }
-        if let Some(fence) = self.fence.get() {
+        if let Some(fence) = self.fence {
             // The record only informs: a lease renewed without it holds.
             let fence = fence.to_string();
             let _ = self
@@ -134,7 +134,7 @@ impl Server {
             "kept" => Released::Kept,
             _ => return Ok(Released::NotOurs),
         };
-        if let Some(fence) = self.fence.get() {
+        if let Some(fence) = self.fence {
             let fence = fence.to_string();
             // A record left behind only informs, and expires with the lease.
             let _ = match released {
