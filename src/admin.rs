@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::clock::show;
 use crate::config::LockConfig;
 use crate::error::Error;
-use crate::lock::{Holder, Keys, Lock, Occupancy, Status, Views, Waiter};
+use crate::lock::{Holder, Keys, Lock, Occupancy, Removed, Status, Views, Waiter};
 
 use self::holders::{holders_json, latest_left_ms, together_text, HoldingJson};
 pub(crate) use self::list::list;
@@ -292,7 +292,10 @@ pub(crate) async fn release(
         )));
     }
     let of = lock.servers.targets().len();
-    let (removed, cleared) = Lock::for_operator(&lock.servers, CALL_TIMEOUT, lock.keys)
+    let Removed {
+        holders: removed,
+        done_cleared,
+    } = Lock::for_operator(&lock.servers, CALL_TIMEOUT, lock.keys)
         .force_release(holder)
         .await?;
     let name = lock.name;
@@ -317,7 +320,7 @@ pub(crate) async fn release(
         None if of == 1 => print_line(&format!("{name} was not held")),
         None => print_line(&format!("{name} was not held on any of {of} servers")),
     }
-    if cleared {
+    if done_cleared {
         print_line(&format!(
             "cleared the --once-per success recorded for {name}"
         ));

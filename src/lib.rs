@@ -6,8 +6,8 @@
 //! - `admin`: `lockrun status` and `lockrun release`; `admin/list`:
 //!   `lockrun list`, every lock under a prefix;
 //! - `run`: one run, step by step: acquire, start, supervise, finish;
-//!   - `run/record`: what a run writes to the metrics file, and when, off
-//!     the runtime's thread;
+//!   - `run/metrics_file`: what a run writes to the metrics file, and when,
+//!     off the runtime's thread;
 //! - `config`: turns `cli` and the environment into validated settings;
 //!   nothing after it sees clap;
 //! - `cli`: the command line (clap): flags, help text, one-line usage errors;

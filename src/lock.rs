@@ -28,7 +28,7 @@ use futures_util::future::join_all;
 
 pub(crate) use self::error::LockError;
 pub(crate) use self::keys::{Keys, Token};
-pub(crate) use self::records::{Done, Holder, Me, Share, Taken, Waiter};
+pub(crate) use self::records::{DoneRecord, Holder, Me, Share, Taken, Waiter};
 pub(crate) use self::reply::Released;
 pub(crate) use self::role::{Hold, ReplicaAcks, Role};
 pub(crate) use self::status::{Occupancy, Status, Views};
@@ -116,12 +116,34 @@ pub(crate) enum Attempt {
     },
     /// `--once-per`: the job succeeded this period. Nothing is held: the
     /// lock went on to the next waiter.
-    Done(Done),
+    Done(DoneRecord),
     /// The lock's holders and waiters agreed on this many slots, another
     /// number than this run's; nothing was taken.
     Mismatch {
         slots: u32,
     },
+}
+
+/// What a renewal found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// The lease runs for another ttl, counted from the send.
+    Extended,
+    /// The lease no longer holds this run's token (on a quorum: on so many
+    /// members that no majority can renew it again): it expired, or someone
+    /// removed or took the lock.
+    Lost,
+}
+
+/// What `release --force` removed.
+#[derive(Debug, Default)]
+pub(crate) struct Removed {
+    /// The holder records removed, each with its token; none when the lock
+    /// was free.
+    pub(crate) holders: Vec<Holder>,
+    /// Whether a `--once-per` success was cleared, so that the job runs
+    /// again this period.
+    pub(crate) done_cleared: bool,
 }
 
 /// Whole milliseconds, as Redis keeps expiries; rounded up, so that a
@@ -316,18 +338,18 @@ impl Lock {
         }
     }
 
-    /// Extends the lease to `ttl` from now, on every server at once.
-    /// `Ok(true)` when a majority renewed; `Ok(false)` when so many lost our
+    /// Extends the lease to `ttl` from now, on every server at once:
+    /// `Extended` when a majority renewed; `Lost` when so many lost our
     /// token that no majority can ever renew again; otherwise an error, to
     /// retry while time is left. The deadline counts from the send.
-    pub(crate) async fn renew(&mut self, ttl: Duration) -> Result<bool, LockError> {
+    pub(crate) async fn renew(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
         let tally = ask(&mut self.servers, |s| s.renew(ttl)).await;
-        let yes = tally.count(|renewed| *renewed);
-        let gone = tally.count(|renewed| !*renewed);
+        let yes = tally.count(|renewal| *renewal == Renewal::Extended);
+        let gone = tally.count(|renewal| *renewal == Renewal::Lost);
         if tally.is_majority(yes) {
-            Ok(true)
+            Ok(Renewal::Extended)
         } else if !tally.is_majority(tally.of() - gone) {
-            Ok(false)
+            Ok(Renewal::Lost)
         } else {
             let also = (gone > 0).then(|| format!("{gone} no longer hold this run's token"));
             Err(tally.short_of_majority(yes, also))
@@ -335,16 +357,17 @@ impl Lock {
     }
 
     /// Compare-and-delete (or keep for `keep_for`) on every server at once,
-    /// those that said no or did not answer included; with `record`, a
-    /// success recorded for that period (`--once-per`) where the lease is
-    /// still ours. An error when fewer than a majority answered; `NotOurs`
-    /// when fewer than a majority still held our token (and so recorded).
+    /// those that said no or did not answer included; with `done_for`, the
+    /// job is done for that period (`--once-per`) where the lease is still
+    /// ours. An error when fewer than a majority answered; `NotOurs` when
+    /// fewer than a majority still held our token (and so wrote the done
+    /// record).
     pub(crate) async fn release(
         &mut self,
         keep_for: Option<Duration>,
-        record: Option<Duration>,
+        done_for: Option<Duration>,
     ) -> Result<Released, LockError> {
-        let tally = ask(&mut self.servers, |s| s.release(keep_for, record)).await;
+        let tally = ask(&mut self.servers, |s| s.release(keep_for, done_for)).await;
         let ours = tally.count(|r| *r != Released::NotOurs);
         let kept = tally.count(|r| *r == Released::Kept) > 0;
         let majority_ours = tally.is_majority(ours);
@@ -412,17 +435,15 @@ impl Lock {
     /// Removes the lock on every server, whoever holds it, handing what it
     /// frees to the first waiters, and clears any recorded success
     /// (`--once-per`); with `only`, removes only the holder with that token.
-    /// Returns the holder records removed (none when the lock was free) and
-    /// whether a success was cleared anywhere; an error, having removed it
+    /// What every server removed, together; an error, having removed it
     /// where it could, when fewer than a majority could be asked.
-    pub(crate) async fn force_release(
-        &mut self,
-        only: Option<&str>,
-    ) -> Result<(Vec<Holder>, bool), LockError> {
+    pub(crate) async fn force_release(&mut self, only: Option<&str>) -> Result<Removed, LockError> {
         let removed = ask(&mut self.servers, |s| s.force_release(only)).await;
         let removed = removed.of_a_majority()?;
-        let cleared = removed.iter().any(|(_, cleared)| *cleared);
-        Ok((removed.into_iter().flat_map(|(h, _)| h).collect(), cleared))
+        Ok(Removed {
+            done_cleared: removed.iter().any(|r| r.done_cleared),
+            holders: removed.into_iter().flat_map(|r| r.holders).collect(),
+        })
     }
 }
 

@@ -11,7 +11,8 @@ use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code;
 use crate::lease::Lease;
 use crate::lock::{
-    Attempt, Done, Grant, Hold, Keys, Lock, LockError, Me, Released, Role, Servers, Taken, Token,
+    Attempt, DoneRecord, Grant, Hold, Keys, Lock, LockError, Me, Released, Role, Servers, Taken,
+    Token,
 };
 use crate::report::{Event, Report};
 use crate::secrets;
@@ -19,8 +20,8 @@ use crate::signals::Signals;
 use crate::supervise::{Ended, Stop, Supervisor};
 use crate::wait;
 
-mod record;
-use record::Record;
+mod metrics_file;
+use metrics_file::MetricsFile;
 
 /// How long lockrun waits for its first connection to Redis.
 const FIRST_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -34,9 +35,9 @@ pub(crate) async fn run(
     token: Token,
 ) -> Result<u8, Error> {
     // The one place that sees how every run ends, for the metrics file.
-    let mut record = Record::new(&config, report);
-    let result = run_steps(config, report, signals, token, &mut record).await;
-    record.ended(&result).await;
+    let mut metrics = MetricsFile::new(&config, report);
+    let result = run_steps(config, report, signals, token, &mut metrics).await;
+    metrics.ended(&result).await;
     result
 }
 
@@ -45,18 +46,18 @@ async fn run_steps(
     report: Report,
     mut signals: Signals,
     token: Token,
-    record: &mut Record,
+    metrics: &mut MetricsFile,
 ) -> Result<u8, Error> {
     let mut lock = lock(&config, &token, report);
     let asked = BootInstant::now();
     let grant = match acquire(&config, &mut lock, &mut signals, report).await? {
-        Ok(grant) => grant,
-        Err(done) => {
+        Turn::Run(grant) => grant,
+        Turn::Skip(done) => {
             say_skipped(&done, lock.keys(), report);
             return Ok(0);
         }
     };
-    record.acquired();
+    metrics.acquired();
     warn_if_unprotected(&lock, report);
     let child = match start(&config, grant) {
         Ok(started) => started,
@@ -154,7 +155,7 @@ fn lock(config: &RunConfig, token: &Token, report: Report) -> Lock {
 /// Says, with `--verbose`, that the job ran already this period
 /// (`--once-per`): who ran it, when, and when the period ends, on Redis's
 /// clock.
-fn say_skipped(done: &Done, keys: &Keys, report: Report) {
+fn say_skipped(done: &DoneRecord, keys: &Keys, report: Report) {
     let wall = |ms: u64| {
         let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
         humantime::format_rfc3339_millis(at).to_string()
@@ -184,15 +185,23 @@ fn say_skipped(done: &Done, keys: &Keys, report: Report) {
     );
 }
 
+/// What a run does once it asked for the lock.
+enum Turn {
+    /// Runs the command under this lease.
+    Run(Grant),
+    /// Skips it: the job is done this period (`--once-per`), and the lock
+    /// went on to the next waiter.
+    Skip(DoneRecord),
+}
+
 /// Connects, then takes the lock, waiting for it if asked to. A signal ends
-/// the wait. `Ok(Err(done))`: the job succeeded this period (`--once-per`),
-/// and the lock went on to the next waiter.
+/// the wait.
 async fn acquire(
     config: &RunConfig,
     lock: &mut Lock,
     signals: &mut Signals,
     report: Report,
-) -> Result<Result<Grant, Done>, Error> {
+) -> Result<Turn, Error> {
     let me = Me::new(&config.command, config.share);
     let timing = config.timing;
     // Only the first connection gets longer than a Redis call may take:
@@ -225,8 +234,8 @@ async fn acquire(
         }))
     };
     let err = match outcome {
-        Ok(Attempt::Acquired(grant)) => return Ok(Ok(grant)),
-        Ok(Attempt::Done(done)) => return Ok(Err(done)),
+        Ok(Attempt::Acquired(grant)) => return Ok(Turn::Run(grant)),
+        Ok(Attempt::Done(done)) => return Ok(Turn::Skip(done)),
         Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) => busy(Some(taken), None),
         Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
         Ok(Attempt::Mismatch { slots }) => Error::Usage(mismatch(config, slots)),
@@ -317,10 +326,11 @@ impl Held {
             _ => None,
         };
         // Only a command that exited 0 by itself, its lease held to the
-        // end, records a success: any failure lets the next run through.
+        // end, makes the job done this period: any failure lets the next
+        // run through.
         let succeeded = stop.is_none() && matches!(ended.status, Ok(s) if s.success());
-        let record = config.once_per.filter(|_| succeeded);
-        let released = self.lock.release(keep, record).await;
+        let done_for = config.once_per.filter(|_| succeeded);
+        let released = self.lock.release(keep, done_for).await;
         self.say_released(released, keep, ended, timing.ttl, report)
     }
 

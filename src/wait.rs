@@ -270,7 +270,7 @@ impl<L: Contended> Waiter<'_, L> {
             // data set loading, a long script, a failover or a quorum short
             // of a majority is worth waiting through, as long as the wait
             // lasts. A wrong password or URL failed long before.
-            Err(err) if err.passes() && !waited_out => {
+            Err(err) if err.is_retryable() && !waited_out => {
                 if !std::mem::replace(&mut self.failing, true) {
                     let event = Event::warning("redis_failing").with("error", err.to_string());
                     self.report

@@ -11,14 +11,14 @@ use tokio::time::Instant;
 
 use super::error::{Foreign, LockError};
 use super::keys::{Keys, Token};
-use super::records::{Holder, Me, Share, Waiter};
+use super::records::{Me, Share, Waiter};
 use super::reply::{self, Guarded, Released, Reply};
 use super::script::{
     Call, Lua, ACKED, ACQUIRE, FORCE_RELEASE, RAISE_FENCE, RELEASE, RENEW, STATUS, VOTE,
 };
 use super::status::{Occupancy, Status};
 use super::wake::Wakes;
-use super::{millis, Attempt, Grant, Hold, Mode, ReplicaAcks, Role};
+use super::{millis, Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
 use crate::clock::BootInstant;
 use crate::redis_conn::{Session, Target};
 
@@ -126,7 +126,7 @@ impl Server {
     async fn invoke<R: Reply>(&mut self, call: &Call) -> Result<R, LockError> {
         let reply = self.session.invoke::<Guarded<R>>(call).await;
         match reply.map_err(|err| err.under_prefix(self.keys.prefix()))? {
-            Guarded::Done(reply) => Ok(reply),
+            Guarded::Ran(reply) => Ok(reply),
             Guarded::Stopped { key, holds } => Err(LockError::Foreign(Foreign {
                 part: self.keys.part_of(&key),
                 key,
@@ -298,11 +298,10 @@ impl Server {
         self.invoke::<reply::Raised>(&call).await.map(|_| ())
     }
 
-    /// Extends the lease to `ttl` from now. `Ok(false)` means the token is
-    /// gone: the lease expired or someone removed or took the lock.
-    /// With replica acknowledgement, a renewal that too few replicas
-    /// acknowledged is an error, like one Redis never answered.
-    pub(super) async fn renew(&mut self, ttl: Duration) -> Result<bool, LockError> {
+    /// Extends the lease to `ttl` from now. With replica acknowledgement, a
+    /// renewal that too few replicas acknowledged is an error, like one
+    /// Redis never answered.
+    pub(super) async fn renew(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
         let mut call = RENEW.call();
         call.key(&self.keys.lock).key(&self.keys.holder);
         if self.hold == Hold::Together {
@@ -320,7 +319,7 @@ impl Server {
             other => other?,
         };
         if !reply.renewed {
-            return Ok(false);
+            return Ok(Renewal::Lost);
         }
         let written = Written {
             replicas: reply.replicas,
@@ -328,7 +327,7 @@ impl Server {
             started,
         };
         self.replicated(&written).await?;
-        Ok(true)
+        Ok(Renewal::Extended)
     }
 
     /// Waits until as many replicas as asked for have the last write, within
@@ -386,25 +385,25 @@ impl Server {
     }
 
     /// Gives the lock up, handing it to the first waiter, or with `keep_for`
-    /// leaves it to expire after that long; with `record`, records a success
-    /// for that period (`--once-per`). Never touches a lock that no longer
-    /// holds our token. Leaves the queue too.
+    /// leaves it to expire after that long; with `done_for`, writes the done
+    /// record for that period (`--once-per`). Never touches a lock that no
+    /// longer holds our token. Leaves the queue too.
     pub(super) async fn release(
         &mut self,
         keep_for: Option<Duration>,
-        record: Option<Duration>,
+        done_for: Option<Duration>,
     ) -> Result<Released, LockError> {
         let mut call = RELEASE.call();
         self.keys.add_to(&mut call);
         call.arg(self.token.as_str())
             .arg(keep_for.map_or(0, millis))
-            .arg(record.map_or(0, millis));
+            .arg(done_for.map_or(0, millis));
         // The cluster client routes and redirects a pipeline as a whole;
         // a single call there keeps its redirections as they are.
         if !self.target().is_cluster() {
             call.reply_last();
         }
-        // One key at a time nothing is recorded: the success may run again
+        // One key at a time no done record is written: the job may run again
         // (docs/guarantees.md).
         let released = match self.invoke(&call).await {
             Err(err) if split::migrating(&err) && self.hold != Hold::Together => {
@@ -469,22 +468,21 @@ impl Server {
     }
 
     /// Removes the lock whoever holds it (or only the holder with token
-    /// `only`), handing what it frees to the first waiters. Returns the
-    /// removed holder records and whether a recorded success was cleared.
-    pub(super) async fn force_release(
-        &mut self,
-        only: Option<&str>,
-    ) -> Result<(Vec<Holder>, bool), LockError> {
+    /// `only`), handing what it frees to the first waiters.
+    pub(super) async fn force_release(&mut self, only: Option<&str>) -> Result<Removed, LockError> {
         let mut call = FORCE_RELEASE.call();
         self.keys.add_to(&mut call);
         call.arg(only.unwrap_or(""));
         match self.invoke::<reply::ForceRelease>(&call).await {
             // One key at a time, only a holder alone can be removed.
-            Err(err) if split::migrating(&err) && only.is_none() => Ok((
-                self.force_release_split().await?.into_iter().collect(),
-                false,
-            )),
-            Ok(reply::ForceRelease(holder, cleared)) => Ok((holder, cleared)),
+            Err(err) if split::migrating(&err) && only.is_none() => Ok(Removed {
+                holders: self.force_release_split().await?.into_iter().collect(),
+                done_cleared: false,
+            }),
+            Ok(reply::ForceRelease(holders, done_cleared)) => Ok(Removed {
+                holders,
+                done_cleared,
+            }),
             Err(err) => Err(err),
         }
     }

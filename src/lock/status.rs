@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::records::{Done, Holder, Waiter};
+use super::records::{DoneRecord, Holder, Waiter};
 use super::tally::majority;
 
 /// Whether a lock is held, and for how much longer.
@@ -32,7 +32,7 @@ pub(crate) struct Status {
     /// The runs waiting in line, first come first.
     pub(crate) waiters: Vec<Waiter>,
     /// The success a `--once-per` run recorded for this period.
-    pub(crate) done: Option<Done>,
+    pub(crate) done: Option<DoneRecord>,
     /// The runs holding the lock together (`--slots`, `--shared`), each with
     /// its token and time left; their lease is not `occupancy`.
     pub(crate) together: Vec<Holder>,
@@ -111,7 +111,7 @@ impl Views {
     /// as any server shows it (the latest): any one member's record makes
     /// a quorum run skip (`Lock::try_acquire`). With the server time of
     /// the view it came from.
-    pub(crate) fn done(&self) -> Option<(&Done, u64)> {
+    pub(crate) fn done(&self) -> Option<(&DoneRecord, u64)> {
         self.answered()
             .filter_map(|view| Some((view.done.as_ref()?, view.now_us)))
             .filter(|(done, now_us)| done.until_ms > now_us / 1000)
@@ -183,7 +183,7 @@ mod tests {
 
     #[test]
     fn one_member_with_a_live_success_record_shows_it() {
-        let done = |until_ms| Done {
+        let done = |until_ms| DoneRecord {
             by: Holder {
                 host: "a".into(),
                 ..Holder::default()

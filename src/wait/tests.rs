@@ -192,7 +192,7 @@ async fn failures_that_may_pass_are_waited_through_until_the_wait_runs_out() {
     let err = wait_on(&mut lock, Some(Wait::Up(2 * S)))
         .await
         .expect_err("ran out");
-    assert!(err.passes(), "{err}");
+    assert!(err.is_retryable(), "{err}");
     assert_eq!(started.elapsed(), 2 * S);
 }
 
@@ -202,7 +202,7 @@ async fn a_failure_that_cannot_pass_ends_the_wait_at_once() {
     let err = wait_on(&mut lock, Some(Wait::Forever))
         .await
         .expect_err("foreign");
-    assert!(!err.passes());
+    assert!(!err.is_retryable());
     assert_eq!(lock.tries.len(), 1);
 }
 

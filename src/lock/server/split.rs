@@ -23,7 +23,7 @@ use crate::lock::keys::Part;
 use crate::lock::records::{Holder, Me, Taken};
 use crate::lock::reply::{self, Fields, Released, Reply};
 use crate::lock::script::SPLIT;
-use crate::lock::{millis, Attempt, Grant, ReplicaAcks};
+use crate::lock::{millis, Attempt, Grant, Renewal, ReplicaAcks};
 use crate::redis_conn::{ErrorKind, Unready};
 
 /// Whether `err` is the cluster refusing a call that names keys of a slot
@@ -98,7 +98,7 @@ impl Server {
     }
 
     /// `renew`, one key at a time.
-    pub(super) async fn renew_split(&mut self, ttl: Duration) -> Result<bool, LockError> {
+    pub(super) async fn renew_split(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
         let ttl = millis(ttl).to_string();
         let started = Instant::now();
         let token = self.token.as_str().to_owned();
@@ -106,7 +106,7 @@ impl Server {
             .piece(Part::Lease, "lease_renew", &[&token, &ttl])
             .await?;
         if lease.kind != "mine" {
-            return Ok(false);
+            return Ok(Renewal::Lost);
         }
         if let Some(fence) = self.fence {
             // The record only informs: a lease renewed without it holds.
@@ -116,7 +116,7 @@ impl Server {
                 .await;
         }
         self.replicated(&Self::written(&lease, started)).await?;
-        Ok(true)
+        Ok(Renewal::Extended)
     }
 
     /// `release`, one key at a time; the lock goes to nobody in line.
