@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::child::Child;
+use crate::child::{Child, SpawnError};
 use crate::clock::{show, BootInstant};
 use crate::config::RunConfig;
 use crate::error::{Busy, Error, Unreleased};
@@ -61,9 +61,9 @@ async fn run_steps(
     warn_if_unprotected(&lock, report);
     let child = match start(&config, grant) {
         Ok(started) => started,
-        Err(err) => {
-            let _ = lock.release(None, None).await;
-            return Err(err);
+        Err(cause) => {
+            let (program, ttl) = (config.program(), config.timing.ttl);
+            return Err(not_started(program, cause, &mut lock, ttl, report).await);
         }
     };
     let slot = config.share.slot(grant.slot);
@@ -268,7 +268,7 @@ fn mismatch(config: &RunConfig, theirs: u32) -> String {
 }
 
 /// Starts the command with its fencing token (and slot).
-fn start(config: &RunConfig, grant: Grant) -> Result<Child, Error> {
+fn start(config: &RunConfig, grant: Grant) -> Result<Child, SpawnError> {
     let mut env = secrets::hidden_from_command();
     env.push(("LOCKRUN_KEY", Some(config.lock.name.clone().into())));
     env.push((
@@ -278,11 +278,40 @@ fn start(config: &RunConfig, grant: Grant) -> Result<Child, Error> {
     if let Some(slot) = config.share.slot(grant.slot) {
         env.push(("LOCKRUN_SLOT", Some(slot.to_string().into())));
     }
-    let child = Child::spawn(&config.command, &env).map_err(|cause| Error::Spawn {
-        program: config.program(),
+    Child::spawn(&config.command, &env)
+}
+
+/// A command that could not be started gives the lock back at once, and
+/// says so with --verbose; a lock that could not be given back is said
+/// after why the command did not start, with when it expires (`ttl`).
+async fn not_started(
+    program: String,
+    cause: SpawnError,
+    lock: &mut Lock,
+    ttl: Duration,
+    report: Report,
+) -> Error {
+    let unreleased = match lock.release(None, None).await {
+        // Taken just now, and already not ours: nothing to give back.
+        Ok(Released::NotOurs) => None,
+        Ok(Released::Deleted | Released::Kept) => {
+            let event = Event::info("released")
+                .with("held_ms", 0)
+                .with("exit_status", None::<u8>);
+            report.verbose(event, format_args!("released {}", lock.keys().lock));
+            None
+        }
+        Err(cause) => Some(Box::new(Unreleased {
+            lock: lock.keys().name.clone(),
+            within: ttl,
+            cause,
+        })),
+    };
+    Error::Spawn {
+        program,
         cause,
-    })?;
-    Ok(child)
+        unreleased,
+    }
 }
 
 /// What a run holds once its command started.
@@ -420,5 +449,47 @@ fn exit_status(
             loss,
             unreleased,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::Role;
+    use crate::redis_conn::Target;
+
+    /// A lock on a server that is not there: every call fails at once.
+    fn unreachable_lock() -> Lock {
+        let target = Target::parse("unix:///nonexistent/lockrun-test.sock", None)
+            .expect("a unix socket URL");
+        let servers = Servers::One(Box::new(target));
+        let role = Role {
+            token: Token::default(),
+            hold: Hold::Alone,
+            acks: crate::lock::ReplicaAcks::Count(0),
+            may_wait: false,
+        };
+        Lock::new(
+            &servers,
+            Duration::from_secs(1),
+            Keys::new("lockrun", "job"),
+            &role,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_command_not_started_says_the_lock_could_not_be_released_and_when_it_expires() {
+        let mut lock = unreachable_lock();
+        let ttl = Duration::from_secs(30);
+        let quiet = Report::default().as_loud_as(crate::report::Verbosity::Quiet);
+        let err = not_started("nope".into(), SpawnError::NotFound, &mut lock, ttl, quiet).await;
+        assert_eq!(err.exit_code(), exit_code::NOT_FOUND);
+        let said = err.to_string();
+        assert!(
+            said.starts_with(
+                "nope: command not found; could not release job, it will expire within 30s: "
+            ),
+            "{said}"
+        );
     }
 }
