@@ -9,6 +9,7 @@
 //! touch a lock's keys only while they hold the caller's token; `server`
 //! sends them to one server, `reply` decodes what they answer.
 
+mod attempt;
 mod error;
 mod keys;
 mod records;
@@ -26,6 +27,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
+pub(crate) use self::attempt::{Attempt, Grant, Mode};
 pub(crate) use self::error::LockError;
 pub(crate) use self::keys::{Keys, Token};
 pub(crate) use self::records::{DoneRecord, Holder, Me, Share, Taken, Waiter};
@@ -36,6 +38,7 @@ pub(crate) use self::wake::{Wake, Wakes};
 #[cfg(test)]
 pub(crate) use self::{error::Foreign, keys::Part};
 
+use self::attempt::most_telling;
 use self::server::Server;
 use self::tally::Tally;
 use crate::clock::BootInstant;
@@ -65,63 +68,22 @@ impl Servers {
     }
 }
 
-/// A granted lease.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Grant {
-    /// The fencing token handed to the command.
-    pub(crate) fence: u64,
-    /// A moment no later than the grant, on this host's clock: the lease is
-    /// counted from here. For a lease this run's own request took, that
-    /// request's send.
-    pub(crate) sent: BootInstant,
-    /// With `--slots`, the slot this run holds (0 to N-1).
-    pub(crate) slot: Option<u32>,
-}
-
-/// How an acquisition attempt treats the line of waiting runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// Take the lock if it is free and nobody waits for it; never queue.
-    Once,
-    /// Take the lock, or a place in line (or refresh the one this run has).
-    Wait {
-        /// Whether this run listens on its wake-up channel: a release skips
-        /// a waiter that said so but whose connection is gone (it died).
-        listening: bool,
-        /// `--supersede`: take the place of older waiters that gave it too.
-        supersede: bool,
-        /// How often this run refreshes its place (and so looks again).
-        refresh: Duration,
-    },
-}
-
-/// What one acquisition attempt found.
+/// One acquisition attempt: what it found, and every server it could not
+/// give back what it may have taken there.
 #[derive(Debug)]
-pub(crate) enum Attempt {
-    Acquired(Grant),
-    /// Not acquired, and not in line.
-    Busy(Taken),
-    /// In line.
-    Queued {
-        taken: Taken,
-        /// How long until a change could come without a message: the
-        /// lease's expiry when this run is first, or else the first
-        /// waiter's place running out.
-        retry: Option<Duration>,
-    },
-    /// A newer run with `--supersede` took this run's place.
-    Superseded {
-        /// "HOST pid N" of that run.
-        by: String,
-    },
-    /// `--once-per`: the job succeeded this period. Nothing is held: the
-    /// lock went on to the next waiter.
-    Done(DoneRecord),
-    /// The lock's holders and waiters agreed on this many slots, another
-    /// number than this run's; nothing was taken.
-    Mismatch {
-        slots: u32,
-    },
+pub(crate) struct Tried {
+    pub(crate) outcome: Result<Attempt, LockError>,
+    pub(crate) not_given_back: Vec<NotGivenBack>,
+}
+
+/// A server that could not be given back what an attempt may have taken
+/// there (a grant short of a majority, a place in line): until that runs
+/// out, within one ttl, it may hold up other runs.
+#[derive(Debug)]
+pub(crate) struct NotGivenBack {
+    /// The server, as messages show it (no credentials).
+    pub(crate) server: String,
+    pub(crate) cause: LockError,
 }
 
 /// What a renewal found.
@@ -265,11 +227,23 @@ impl Lock {
     /// majority granted it and the lease, counted from the send less the
     /// drift allowance, still has more than a renewal period plus the kill
     /// grace left.
-    pub(crate) async fn try_acquire(
+    pub(crate) async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried {
+        let mut not_given_back = Vec::new();
+        let outcome = self.attempt(timing, me, mode, &mut not_given_back).await;
+        Tried {
+            outcome,
+            not_given_back,
+        }
+    }
+
+    /// `try_acquire`, noting in `not_given_back` each server that could not
+    /// be given back what the attempt may have taken there.
+    async fn attempt(
         &mut self,
         timing: Timing,
         me: &Me,
         mode: Mode,
+        not_given_back: &mut Vec<NotGivenBack>,
     ) -> Result<Attempt, LockError> {
         let rules = Rules::new(self.servers.len(), timing, mode);
         let sent = BootInstant::now();
@@ -288,7 +262,7 @@ impl Lock {
             Attempt::Done(done) => Some(done.clone()),
             _ => None,
         }) {
-            let _ = self.abandon().await;
+            self.give_back(not_given_back).await;
             return Ok(Attempt::Done(done));
         }
         let granted = |attempt: &Attempt| match attempt {
@@ -305,21 +279,36 @@ impl Lock {
             });
             if rules.raise_fences {
                 if let Err(err) = self.raise_fences(fence).await {
-                    let _ = self.abandon().await;
+                    self.give_back(not_given_back).await;
                     return Err(err);
                 }
             }
             if timing.deadline_after(sent).remaining() > timing.renew_every + timing.kill_grace {
                 return Ok(Attempt::Acquired(Grant { fence, sent, slot }));
             }
-            let _ = self.abandon().await;
+            self.give_back(not_given_back).await;
         } else if rules.give_back_short {
-            let _ = self.abandon().await;
+            self.give_back(not_given_back).await;
         }
         if let Some(foreign) = tally.foreign() {
             return Err(LockError::Foreign(foreign.clone()));
         }
         Ok(most_telling(tally.of_a_majority()?))
+    }
+
+    /// `abandon`, noting in `not_given_back` each server where it failed.
+    async fn give_back(&mut self, not_given_back: &mut Vec<NotGivenBack>) {
+        let tally = ask(&mut self.servers, Server::abandon).await;
+        let failed = self
+            .servers
+            .iter()
+            .zip(tally.results())
+            .filter_map(|(server, result)| {
+                let cause = result.as_ref().err()?.clone();
+                let server = server.target().to_string();
+                Some(NotGivenBack { server, cause })
+            });
+        not_given_back.extend(failed);
     }
 
     /// The second phase of fencing: every member's counter raised to at
@@ -457,26 +446,6 @@ where
     Asked: Future<Output = Result<T, LockError>> + 'a,
 {
     Tally::new(join_all(servers.iter_mut().map(question)).await)
-}
-
-/// The answer that tells the most about a lock that was not acquired: a
-/// run that superseded this one, this run's place in line, a server that
-/// shows a holder, any that said no.
-fn most_telling(answers: Vec<Attempt>) -> Attempt {
-    let rank = |attempt: &Attempt| match attempt {
-        Attempt::Mismatch { .. } => 6,
-        Attempt::Done(_) => 5,
-        Attempt::Superseded { .. } => 4,
-        Attempt::Queued { .. } => 3,
-        Attempt::Busy(taken) if taken.held => 2,
-        Attempt::Busy(_) => 1,
-        Attempt::Acquired(_) => 0,
-    };
-    answers
-        .into_iter()
-        .filter(|attempt| rank(attempt) > 0)
-        .max_by_key(rank)
-        .unwrap_or_else(|| Attempt::Busy(Taken::unknown()))
 }
 
 #[cfg(test)]

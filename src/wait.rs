@@ -21,8 +21,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::clock::show;
 use crate::lease::Timing;
-use crate::lock::{Attempt, Grant, Lock, LockError, Me, Mode, Wake, Wakes};
+use crate::lock::{Attempt, Grant, Lock, LockError, Me, Mode, NotGivenBack, Tried, Wake, Wakes};
 use crate::report::{Event, Report};
 
 /// Polling period when the wake-up subscription failed or Redis does not
@@ -57,12 +58,7 @@ impl Wait {
 /// What the wait loop needs of a lock; `Lock` is the one, the tests drive
 /// the loop with a scripted one under tokio's paused clock.
 pub(crate) trait Contended {
-    async fn try_acquire(
-        &mut self,
-        timing: Timing,
-        me: &Me,
-        mode: Mode,
-    ) -> Result<Attempt, LockError>;
+    async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried;
     /// `None` when nobody sends this lock's waiters messages.
     async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>>;
     /// The grant a wake-up message announced, if it can be used as it is;
@@ -75,12 +71,7 @@ pub(crate) trait Contended {
 }
 
 impl Contended for Lock {
-    async fn try_acquire(
-        &mut self,
-        timing: Timing,
-        me: &Me,
-        mode: Mode,
-    ) -> Result<Attempt, LockError> {
+    async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried {
         Lock::try_acquire(self, timing, me, mode).await
     }
 
@@ -168,10 +159,12 @@ impl<L: Contended> Waiter<'_, L> {
         let mut first = true;
         loop {
             self.subscribe_if_due().await;
-            let attempt = self
+            let tried = self
                 .lock
                 .try_acquire(self.timing, self.me, self.mode())
                 .await;
+            self.not_given_back(&tried.not_given_back);
+            let attempt = tried.outcome;
             let now = Instant::now();
             let waited_out = self.give_up.is_some_and(|t| t <= now);
             let retry = match self.judge(attempt, waited_out, std::mem::take(&mut first))? {
@@ -199,6 +192,26 @@ impl<L: Contended> Waiter<'_, L> {
             Some(Ok(wakes)) => self.wakes = Some(wakes),
             Some(Err(err)) => self.polling(&err.to_string()),
             None => {}
+        }
+    }
+
+    /// Says, with `--verbose`, each server that could not be given back what
+    /// the last attempt may have taken there: other runs may wait for it
+    /// until it runs out.
+    fn not_given_back(&self, servers: &[NotGivenBack]) {
+        for NotGivenBack { server, cause } in servers {
+            let event = Event::warning("give_back_failed")
+                .with("server", server.as_str())
+                .with("error", cause.to_string())
+                .with_ms("expires_within_ms", self.timing.ttl);
+            self.report.verbose(
+                event,
+                format_args!(
+                    "could not give back what this attempt may hold on {server}: {cause}; it \
+                     expires within {}",
+                    show(self.timing.ttl)
+                ),
+            );
         }
     }
 

@@ -103,9 +103,12 @@ impl Scripted {
 }
 
 impl Contended for Scripted {
-    async fn try_acquire(&mut self, _: Timing, _: &Me, mode: Mode) -> Result<Attempt, LockError> {
+    async fn try_acquire(&mut self, _: Timing, _: &Me, mode: Mode) -> Tried {
         self.tries.push((self.start.elapsed(), mode));
-        self.answers.pop_front().unwrap_or(self.last).attempt()
+        Tried {
+            outcome: self.answers.pop_front().unwrap_or(self.last).attempt(),
+            not_given_back: Vec::new(),
+        }
     }
 
     async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>> {
