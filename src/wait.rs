@@ -207,8 +207,8 @@ impl<L: Contended> Waiter<'_, L> {
             self.report.verbose(
                 event,
                 format_args!(
-                    "could not give back what this attempt may hold on {server}: {cause}; it \
-                     expires within {}",
+                    "could not give back on {server} what this attempt may hold there, \
+                     which expires within {}: {cause}",
                     show(self.timing.ttl)
                 ),
             );
