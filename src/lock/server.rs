@@ -4,6 +4,8 @@
 
 mod split;
 
+use self::split::Split;
+
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -156,14 +158,8 @@ impl Server {
                 self.in_redis = before;
                 return Err(LockError::Foreign(foreign));
             }
-            // The one-key-at-a-time path cannot check a recorded success
-            // atomically with taking the lease, nor count the holders of a
-            // lock held together: such a run waits for the slot to settle,
-            // as for any TRYAGAIN.
-            Err(err) if split::migrating(&err) && self.hold == Hold::Alone => {
-                self.acquire_split(ttl, me, sent).await?
-            }
-            other => self.attempt(other?, sent, started)?,
+            Err(err) => Split::after(err, self)?.acquire(ttl, me, sent).await?,
+            Ok(reply) => self.attempt(reply, sent, started)?,
         };
         self.in_redis = !matches!(
             attempt,
@@ -313,10 +309,8 @@ impl Server {
         }
         let started = Instant::now();
         let reply: reply::Renew = match self.invoke(&call).await {
-            Err(err) if split::migrating(&err) && self.hold != Hold::Together => {
-                return self.renew_split(ttl).await
-            }
-            other => other?,
+            Err(err) => return Split::after(err, self)?.renew(ttl).await,
+            Ok(reply) => reply,
         };
         if !reply.renewed {
             return Ok(Renewal::Lost);
@@ -403,13 +397,9 @@ impl Server {
         if !self.target().is_cluster() {
             call.reply_last();
         }
-        // One key at a time no done record is written: the job may run again
-        // (docs/guarantees.md).
         let released = match self.invoke(&call).await {
-            Err(err) if split::migrating(&err) && self.hold != Hold::Together => {
-                self.release_split(keep_for).await?
-            }
-            other => other?,
+            Err(err) => Split::after(err, self)?.release(keep_for).await?,
+            Ok(released) => released,
         };
         self.in_redis = false;
         Ok(released)
@@ -432,8 +422,8 @@ impl Server {
         let mut call = STATUS.call();
         self.keys.add_to(&mut call);
         let reply: reply::Status = match self.invoke(&call).await {
-            Err(err) if split::migrating(&err) => self.status_split().await?,
-            other => other?,
+            Err(err) => Split::after(err, self)?.status().await?,
+            Ok(reply) => reply,
         };
         let occupancy = match reply.pttl {
             -2 => Occupancy::Free,
@@ -474,16 +464,18 @@ impl Server {
         self.keys.add_to(&mut call);
         call.arg(only.unwrap_or(""));
         match self.invoke::<reply::ForceRelease>(&call).await {
-            // One key at a time, only a holder alone can be removed.
-            Err(err) if split::migrating(&err) && only.is_none() => Ok(Removed {
-                holders: self.force_release_split().await?.into_iter().collect(),
+            Err(err) => Ok(Removed {
+                holders: Split::after(err, self)?
+                    .force_release(only)
+                    .await?
+                    .into_iter()
+                    .collect(),
                 done_cleared: false,
             }),
             Ok(reply::ForceRelease(holders, done_cleared)) => Ok(Removed {
                 holders,
                 done_cleared,
             }),
-            Err(err) => Err(err),
         }
     }
 }

@@ -163,14 +163,14 @@ mod tests {
 
     #[test]
     fn a_majority_must_show_the_same_holder() {
-        let split = views(vec![
+        let disagreeing = views(vec![
             Ok(view(Some(("a", 7)), 900)),
             Ok(view(Some(("b", 8)), 900)),
             Ok(view(None, 0)),
         ]);
-        assert!(split.held().is_none());
-        assert!(!split.majority_agrees());
-        assert_eq!(split.last_fence(), Some(8));
+        assert!(disagreeing.held().is_none());
+        assert!(!disagreeing.majority_agrees());
+        assert_eq!(disagreeing.last_fence(), Some(8));
 
         let agreed = views(vec![
             Ok(view(Some(("a", 7)), 900)),
