@@ -33,7 +33,7 @@ pub(crate) use self::keys::{Keys, Token};
 pub(crate) use self::records::{DoneRecord, Holder, Me, Share, Taken, Waiter};
 pub(crate) use self::reply::Released;
 pub(crate) use self::role::{Hold, ReplicaAcks, Role};
-pub(crate) use self::status::{Occupancy, Status, Views};
+pub(crate) use self::status::{Occupancy, Status, View, Views};
 pub(crate) use self::wake::{Wake, Wakes};
 #[cfg(test)]
 pub(crate) use self::{error::Foreign, keys::Part};
@@ -66,6 +66,15 @@ impl Servers {
     pub(crate) fn may_look_up_names(&self) -> bool {
         self.targets().iter().any(Target::may_look_up_names)
     }
+}
+
+/// What subscribing to a waiting run's wake-up messages gave.
+pub(crate) enum Subscription {
+    Wakes(Wakes),
+    /// Redis refused or did not answer: the run polls instead.
+    Failed(LockError),
+    /// A quorum does not queue, so nobody sends its runs any message.
+    NoMessages,
 }
 
 /// One acquisition attempt: what it found, and every server it could not
@@ -214,12 +223,14 @@ impl Lock {
         connected.of_a_majority().map(drop)
     }
 
-    /// This run's wake-up messages while it waits in line; `None` for a
-    /// quorum, which does not queue, so nobody tells it anything.
-    pub(crate) async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>> {
+    /// This run's wake-up messages while it waits in line.
+    pub(crate) async fn subscribe_wakes(&mut self) -> Subscription {
         match self.servers.as_mut_slice() {
-            [one] => Some(one.subscribe_wakes().await),
-            _ => None,
+            [one] => match one.subscribe_wakes().await {
+                Ok(wakes) => Subscription::Wakes(wakes),
+                Err(err) => Subscription::Failed(err),
+            },
+            _ => Subscription::NoMessages,
         }
     }
 
@@ -383,9 +394,9 @@ impl Lock {
             .servers
             .iter()
             .zip(seen.results())
-            .map(|(server, seen)| {
-                let seen = seen.clone().map_err(|err| err.to_string());
-                (server.target().to_string(), seen)
+            .map(|(server, seen)| View {
+                server: server.target().to_string(),
+                seen: seen.clone().map_err(|err| err.to_string()),
             });
         let views = Views(views.collect());
         seen.of_a_majority()?;

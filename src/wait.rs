@@ -23,7 +23,9 @@ use tokio::time::Instant;
 
 use crate::clock::show;
 use crate::lease::Timing;
-use crate::lock::{Attempt, Grant, Lock, LockError, Me, Mode, NotGivenBack, Tried, Wake, Wakes};
+use crate::lock::{
+    Attempt, Grant, Lock, LockError, Me, Mode, NotGivenBack, Subscription, Tried, Wake, Wakes,
+};
 use crate::report::{Event, Report};
 
 /// Polling period when the wake-up subscription failed or Redis does not
@@ -60,7 +62,7 @@ impl Wait {
 pub(crate) trait Contended {
     async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried;
     /// `None` when nobody sends this lock's waiters messages.
-    async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>>;
+    async fn subscribe_wakes(&mut self) -> Subscription;
     /// The grant a wake-up message announced, if it can be used as it is;
     /// the lease is this run's either way.
     fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant>;
@@ -75,7 +77,7 @@ impl Contended for Lock {
         Lock::try_acquire(self, timing, me, mode).await
     }
 
-    async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>> {
+    async fn subscribe_wakes(&mut self) -> Subscription {
         Lock::subscribe_wakes(self).await
     }
 
@@ -189,9 +191,9 @@ impl<L: Contended> Waiter<'_, L> {
         }
         self.resubscribe = false;
         match self.lock.subscribe_wakes().await {
-            Some(Ok(wakes)) => self.wakes = Some(wakes),
-            Some(Err(err)) => self.polling(&err.to_string()),
-            None => {}
+            Subscription::Wakes(wakes) => self.wakes = Some(wakes),
+            Subscription::Failed(err) => self.polling(&err.to_string()),
+            Subscription::NoMessages => {}
         }
     }
 

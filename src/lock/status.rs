@@ -65,10 +65,17 @@ impl Status {
     }
 }
 
-/// Every server's view of a lock, in the order given; `Err` says why a
-/// server could not be asked.
+/// One server's view of a lock, or why it could not be asked.
 #[derive(Debug)]
-pub(crate) struct Views(pub(crate) Vec<(String, Result<Status, String>)>);
+pub(crate) struct View {
+    /// The server, as messages show it (no credentials).
+    pub(crate) server: String,
+    pub(crate) seen: Result<Status, String>,
+}
+
+/// Every server's view of a lock, in the order given.
+#[derive(Debug)]
+pub(crate) struct Views(pub(crate) Vec<View>);
 
 impl Views {
     pub(crate) fn of(&self) -> usize {
@@ -76,7 +83,7 @@ impl Views {
     }
 
     fn answered(&self) -> impl Iterator<Item = &Status> {
-        self.0.iter().filter_map(|(_, seen)| seen.as_ref().ok())
+        self.0.iter().filter_map(|view| view.seen.as_ref().ok())
     }
 
     /// The view a majority of servers agree holds the lock, if any.
@@ -149,7 +156,12 @@ mod tests {
     }
 
     fn views(seen: Vec<Result<Status, String>>) -> Views {
-        Views(seen.into_iter().map(|seen| (String::new(), seen)).collect())
+        let server = String::new();
+        let view = |seen| View {
+            server: server.clone(),
+            seen,
+        };
+        Views(seen.into_iter().map(view).collect())
     }
 
     #[test]
@@ -196,13 +208,9 @@ mod tests {
         let mut ended = view(None, 0);
         ended.now_us = 5_000_000;
         ended.done = Some(done(4_000));
-        let views = Views(vec![
-            ("a".into(), Ok(view(None, 0))),
-            ("b".into(), Ok(recorded)),
-            ("c".into(), Err("down".into())),
-        ]);
+        let views = self::views(vec![Ok(view(None, 0)), Ok(recorded), Err("down".into())]);
         assert_eq!(views.done().map(|(d, _)| d.until_ms), Some(9_000));
-        let views = Views(vec![("a".into(), Ok(ended))]);
+        let views = self::views(vec![Ok(ended)]);
         assert!(views.done().is_none());
     }
 }

@@ -111,9 +111,11 @@ impl Contended for Scripted {
         }
     }
 
-    async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>> {
+    async fn subscribe_wakes(&mut self) -> Subscription {
         self.subscribed_after.push(self.tries.len());
-        self.wakes.take().map(Ok)
+        self.wakes
+            .take()
+            .map_or(Subscription::NoMessages, Subscription::Wakes)
     }
 
     fn handed_over(&mut self, fence: u64, _slot: Option<u32>) -> Option<Grant> {
