@@ -67,20 +67,7 @@ async fn run_steps(
         }
     };
     let slot = config.share.slot(grant.slot);
-    let acquired = Event::info("acquired")
-        .with("fencing_token", grant.fence)
-        .with("slot", slot)
-        .with_ms("waited_ms", asked.elapsed())
-        .with("command_pid", child.group().as_raw());
-    report.verbose(
-        acquired,
-        format_args!(
-            "acquired {} with fencing token {}; started pid {}",
-            lock.keys().lock,
-            grant.fence,
-            child.group()
-        ),
-    );
+    say_acquired(&lock, grant.fence, slot, &child, asked.elapsed(), report);
     let mut held = Held {
         lease: Lease::new(config.timing.deadline_after(grant.sent)),
         started: BootInstant::now(),
@@ -101,6 +88,30 @@ async fn run_steps(
     .await;
     let unreleased = held.finish(&config, &ended, report).await;
     exit_status(ended, &held.lock, unreleased, report)
+}
+
+/// Says, with --verbose, that the lock is taken and the command started.
+fn say_acquired(
+    lock: &Lock,
+    fence: u64,
+    slot: Option<u32>,
+    child: &Child,
+    waited: Duration,
+    report: Report,
+) {
+    let acquired = Event::info("acquired")
+        .with("fencing_token", fence)
+        .with("slot", slot)
+        .with_ms("waited_ms", waited)
+        .with("command_pid", child.group().as_raw());
+    report.verbose(
+        acquired,
+        format_args!(
+            "acquired {} with fencing token {fence}; started pid {}",
+            lock.keys().lock,
+            child.group()
+        ),
+    );
 }
 
 /// Says, once per run, that `--replica-acks all` found no replica to copy
@@ -453,43 +464,4 @@ fn exit_status(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::lock::Role;
-    use crate::redis_conn::Target;
-
-    /// A lock on a server that is not there: every call fails at once.
-    fn unreachable_lock() -> Lock {
-        let target = Target::parse("unix:///nonexistent/lockrun-test.sock", None)
-            .expect("a unix socket URL");
-        let servers = Servers::One(Box::new(target));
-        let role = Role {
-            token: Token::default(),
-            hold: Hold::Alone,
-            acks: crate::lock::ReplicaAcks::Count(0),
-            may_wait: false,
-        };
-        Lock::new(
-            &servers,
-            Duration::from_secs(1),
-            Keys::new("lockrun", "job"),
-            &role,
-        )
-    }
-
-    #[tokio::test]
-    async fn a_command_not_started_says_the_lock_could_not_be_released_and_when_it_expires() {
-        let mut lock = unreachable_lock();
-        let ttl = Duration::from_secs(30);
-        let quiet = Report::default().as_loud_as(crate::report::Verbosity::Quiet);
-        let err = not_started("nope".into(), SpawnError::NotFound, &mut lock, ttl, quiet).await;
-        assert_eq!(err.exit_code(), exit_code::NOT_FOUND);
-        let said = err.to_string();
-        assert!(
-            said.starts_with(
-                "nope: command not found; could not release job, it will expire within 30s: "
-            ),
-            "{said}"
-        );
-    }
-}
+mod tests;
