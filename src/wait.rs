@@ -332,7 +332,7 @@ impl<L: Contended> Waiter<'_, L> {
             tokio::select! {
                 wake = wakes.next() => match wake {
                     Some(Wake::Granted(fence, slot)) => {
-                        return fresh(self.lock.handed_over(fence, slot), self.timing);
+                        return usable_as_handed(self.lock.handed_over(fence, slot), self.timing);
                     }
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),
                     // The attempt just made said it listens: look again at
@@ -376,7 +376,7 @@ fn waiting(in_line: u64, queued: bool) -> Event {
 /// attempt takes the lease afresh instead (the script sees it is ours and
 /// renews it). So does a run whose replicas must acknowledge the lease
 /// first (`grant` is then `None`).
-fn fresh(grant: Option<Grant>, timing: Timing) -> Option<Attempt> {
+fn usable_as_handed(grant: Option<Grant>, timing: Timing) -> Option<Attempt> {
     let grant = grant?;
     (grant.sent.elapsed() < timing.renew_every).then_some(Attempt::Acquired(grant))
 }

@@ -259,7 +259,7 @@ async fn a_listening_waiter_refreshes_its_place_every_renewal_period() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lease_handed_over_is_used_at_once_while_fresh() {
+async fn a_lease_handed_over_is_used_at_once_while_in_time_for_its_first_renewal() {
     let mut lock = Scripted::new(&[Queued(None)]).with_wakes(&[(3 * S, "granted 42")]);
     lock.asked_ago = 3 * S;
     let started = Instant::now();
