@@ -28,8 +28,11 @@
 //! - `lock`: a lock held on a set of servers, one server a quorum of one;
 //!   every operation asks them all and counts by one majority rule; with
 //!   `redis_conn`, the only modules that name a redis type:
+//!   - `lock/role`: whose handle it is and how that run holds the lock,
+//!     fixed when the handle is made;
+//!   - `lock/attempt`: what an acquisition attempt asks for and finds;
 //!   - `lock/keys`: the lock's Redis names and the run's token;
-//!   - `lock/records`: holder and waiter records;
+//!   - `lock/records`: holder, waiter and done records;
 //!   - `lock/script` (+ `lock/*.lua`, assembled and hashed by `build.rs`):
 //!     the atomic scripts, sent by hash;
 //!   - `lock/reply`: one typed reply per script, decoded by field name;

@@ -4,13 +4,12 @@
 
 mod split;
 
-use self::split::Split;
-
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
+use self::split::Split;
 use super::error::{Foreign, LockError};
 use super::keys::{Keys, Token};
 use super::records::{Me, Share, Waiter};
