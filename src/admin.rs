@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::clock::show;
 use crate::config::LockConfig;
 use crate::error::Error;
-use crate::lock::{Holder, Keys, Lock, Occupancy, Status, Views, Waiter};
+use crate::lock::{Holder, Keys, Lock, Occupancy, Removed, Status, View, Views, Waiter};
 
 use self::holders::{holders_json, latest_left_ms, together_text, HoldingJson};
 pub(crate) use self::list::list;
@@ -201,7 +201,7 @@ pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
 fn status_json(keys: &Keys, views: &Views) -> StatusJson {
     let held = views.held();
     let one = match views.0.as_slice() {
-        [(_, Ok(one))] => Some(one),
+        [View { seen: Ok(one), .. }] => Some(one),
         _ => None,
     };
     let left = ttl_left_ms(held.and_then(|held| views.left(held)));
@@ -235,9 +235,9 @@ fn status_json(keys: &Keys, views: &Views) -> StatusJson {
     }
 }
 
-fn member_json((redis, seen): &(String, Result<Status, String>)) -> MemberJson {
-    let redis = redis.clone();
-    match seen {
+fn member_json(view: &View) -> MemberJson {
+    let redis = view.server.clone();
+    match &view.seen {
         Ok(status) => MemberJson {
             redis,
             reachable: true,
@@ -292,7 +292,10 @@ pub(crate) async fn release(
         )));
     }
     let of = lock.servers.targets().len();
-    let (removed, cleared) = Lock::for_operator(&lock.servers, CALL_TIMEOUT, lock.keys)
+    let Removed {
+        holders: removed,
+        done_cleared,
+    } = Lock::for_operator(&lock.servers, CALL_TIMEOUT, lock.keys)
         .force_release(holder)
         .await?;
     let name = lock.name;
@@ -317,7 +320,7 @@ pub(crate) async fn release(
         None if of == 1 => print_line(&format!("{name} was not held")),
         None => print_line(&format!("{name} was not held on any of {of} servers")),
     }
-    if cleared {
+    if done_cleared {
         print_line(&format!(
             "cleared the --once-per success recorded for {name}"
         ));

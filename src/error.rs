@@ -23,8 +23,13 @@ pub(crate) enum Error {
     Lock(LockError),
     /// Another run holds the lock.
     Busy(Box<Busy>),
-    /// The command could not be started.
-    Spawn { program: String, cause: SpawnError },
+    /// The command could not be started; the lock was given back, or is
+    /// `unreleased`.
+    Spawn {
+        program: String,
+        cause: SpawnError,
+        unreleased: Option<Box<Unreleased>>,
+    },
     /// A signal ended the wait for the lock; the command never ran.
     Interrupted(Signal),
     /// The lease could not be proven any more; lockrun stopped the command.
@@ -134,7 +139,14 @@ impl fmt::Display for Error {
             Error::Usage(message) => f.write_str(message),
             Error::Lock(err) => err.fmt(f),
             Error::Busy(busy) => busy.fmt(f),
-            Error::Spawn { program, cause } => write!(f, "{program}: {cause}"),
+            Error::Spawn {
+                program,
+                cause,
+                unreleased,
+            } => {
+                write!(f, "{program}: {cause}")?;
+                then_unreleased(f, unreleased.as_deref())
+            }
             Error::Interrupted(signal) => {
                 write!(f, "got {signal} while waiting for the lock; giving up")
             }
@@ -302,6 +314,7 @@ mod tests {
         let not_found = Error::Spawn {
             program: "nope".into(),
             cause: SpawnError::NotFound,
+            unreleased: None,
         };
         assert_eq!(not_found.exit_code(), 127);
         assert_eq!(not_found.to_string(), "nope: command not found");

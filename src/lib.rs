@@ -6,8 +6,8 @@
 //! - `admin`: `lockrun status` and `lockrun release`; `admin/list`:
 //!   `lockrun list`, every lock under a prefix;
 //! - `run`: one run, step by step: acquire, start, supervise, finish;
-//!   - `run/record`: what a run writes to the metrics file, and when, off
-//!     the runtime's thread;
+//!   - `run/metrics_file`: what a run writes to the metrics file, and when,
+//!     off the runtime's thread;
 //! - `config`: turns `cli` and the environment into validated settings;
 //!   nothing after it sees clap;
 //! - `cli`: the command line (clap): flags, help text, one-line usage errors;
@@ -28,8 +28,11 @@
 //! - `lock`: a lock held on a set of servers, one server a quorum of one;
 //!   every operation asks them all and counts by one majority rule; with
 //!   `redis_conn`, the only modules that name a redis type:
+//!   - `lock/role`: whose handle it is and how that run holds the lock,
+//!     fixed when the handle is made;
+//!   - `lock/attempt`: what an acquisition attempt asks for and finds;
 //!   - `lock/keys`: the lock's Redis names and the run's token;
-//!   - `lock/records`: holder and waiter records;
+//!   - `lock/records`: holder, waiter and done records;
 //!   - `lock/script` (+ `lock/*.lua`, found, assembled and hashed by
 //!     `build.rs`): the atomic scripts, sent by hash;
 //!   - `lock/reply`: one typed reply per script, decoded by field name;

@@ -9,11 +9,13 @@
 //! touch a lock's keys only while they hold the caller's token; `server`
 //! sends them to one server, `reply` decodes what they answer.
 
+mod attempt;
 mod error;
 mod keys;
 mod protocol;
 mod records;
 mod reply;
+mod role;
 mod script;
 mod server;
 mod status;
@@ -26,15 +28,18 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
+pub(crate) use self::attempt::{Attempt, Grant, Mode};
 pub(crate) use self::error::LockError;
 pub(crate) use self::keys::{Keys, Token};
-pub(crate) use self::records::{Done, Holder, Me, Share, Taken, Waiter};
+pub(crate) use self::records::{DoneRecord, Holder, Me, Share, Taken, Waiter};
 pub(crate) use self::reply::Released;
-pub(crate) use self::status::{Occupancy, Status, Views};
+pub(crate) use self::role::{Hold, ReplicaAcks, Role};
+pub(crate) use self::status::{Occupancy, Status, View, Views};
 pub(crate) use self::wake::{Wake, Wakes};
 #[cfg(test)]
 pub(crate) use self::{error::Foreign, keys::Part};
 
+use self::attempt::most_telling;
 use self::server::Server;
 use self::tally::Tally;
 use crate::clock::BootInstant;
@@ -64,74 +69,53 @@ impl Servers {
     }
 }
 
-/// How many replicas must have a write before lockrun counts it done.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ReplicaAcks {
-    /// This many; 0 does not wait at all.
-    Count(u32),
-    /// Every replica connected to the primary when the script ran, counted
-    /// by the script itself: after a failover the new primary may have
-    /// fewer, and a renewal there must still succeed.
-    All,
+/// What subscribing to a waiting run's wake-up messages gave.
+pub(crate) enum Subscription {
+    Wakes(Wakes),
+    /// Redis refused or did not answer: the run polls instead.
+    Failed(LockError),
+    /// A quorum does not queue, so nobody sends its runs any message.
+    NoMessages,
 }
 
-/// A granted lease.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Grant {
-    /// The fencing token handed to the command.
-    pub(crate) fence: u64,
-    /// A moment no later than the grant, on this host's clock: the lease is
-    /// counted from here. For a lease this run's own request took, that
-    /// request's send.
-    pub(crate) sent: BootInstant,
-    /// With `--slots`, the slot this run holds (0 to N-1).
-    pub(crate) slot: Option<u32>,
-}
-
-/// How an acquisition attempt treats the line of waiting runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// Take the lock if it is free and nobody waits for it; never queue.
-    Once,
-    /// Take the lock, or a place in line (or refresh the one this run has).
-    Wait {
-        /// Whether this run listens on its wake-up channel: a release skips
-        /// a waiter that said so but whose connection is gone (it died).
-        listening: bool,
-        /// `--supersede`: take the place of older waiters that gave it too.
-        supersede: bool,
-        /// How often this run refreshes its place (and so looks again).
-        refresh: Duration,
-    },
-}
-
-/// What one acquisition attempt found.
+/// One acquisition attempt: what it found, and every server it could not
+/// give back what it may have taken there.
 #[derive(Debug)]
-pub(crate) enum Attempt {
-    Acquired(Grant),
-    /// Not acquired, and not in line.
-    Busy(Taken),
-    /// In line.
-    Queued {
-        taken: Taken,
-        /// How long until a change could come without a message: the
-        /// lease's expiry when this run is first, or else the first
-        /// waiter's place running out.
-        retry: Option<Duration>,
-    },
-    /// A newer run with `--supersede` took this run's place.
-    Superseded {
-        /// "HOST pid N" of that run.
-        by: String,
-    },
-    /// `--once-per`: the job succeeded this period. Nothing is held: the
-    /// lock went on to the next waiter.
-    Done(Done),
-    /// The lock's holders and waiters agreed on this many slots, another
-    /// number than this run's; nothing was taken.
-    Mismatch {
-        slots: u32,
-    },
+pub(crate) struct Tried {
+    pub(crate) outcome: Result<Attempt, LockError>,
+    pub(crate) not_given_back: Vec<NotGivenBack>,
+}
+
+/// A server that could not be given back what an attempt may have taken
+/// there (a grant short of a majority, a place in line): until that runs
+/// out, within one ttl, it may hold up other runs.
+#[derive(Debug)]
+pub(crate) struct NotGivenBack {
+    /// The server, as messages show it (no credentials).
+    pub(crate) server: String,
+    pub(crate) cause: LockError,
+}
+
+/// What a renewal found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// The lease runs for another ttl, counted from the send.
+    Extended,
+    /// The lease no longer holds this run's token (on a quorum: on so many
+    /// members that no majority can renew it again): it expired, or someone
+    /// removed or took the lock.
+    Lost,
+}
+
+/// What `release --force` removed.
+#[derive(Debug, Default)]
+pub(crate) struct Removed {
+    /// The holder records removed, each with its token; none when the lock
+    /// was free.
+    pub(crate) holders: Vec<Holder>,
+    /// Whether a `--once-per` success was cleared, so that the job runs
+    /// again this period.
+    pub(crate) done_cleared: bool,
 }
 
 /// Whole milliseconds, as Redis keeps expiries; rounded up, so that a
@@ -197,22 +181,16 @@ pub(crate) struct Lock {
 }
 
 impl Lock {
-    /// A handle on lock `keys` for the run with `token`; each call is
-    /// limited to `timeout`. Nothing is sent yet.
-    pub(crate) fn new(
-        servers: &Servers,
-        timeout: Duration,
-        keys: Keys,
-        token: &Token,
-        acks: ReplicaAcks,
-    ) -> Self {
+    /// A handle on lock `keys` for `role`; each call is limited to
+    /// `timeout`. Nothing is sent yet.
+    pub(crate) fn new(servers: &Servers, timeout: Duration, keys: Keys, role: &Role) -> Self {
+        // A quorum does not queue, so nobody sends it wake-up messages.
+        let listens = role.may_wait && matches!(servers, Servers::One(_));
         Lock {
             servers: servers
                 .targets()
                 .iter()
-                .map(|target| {
-                    Server::new(target.clone(), timeout, keys.clone(), token.clone(), acks)
-                })
+                .map(|target| Server::new(target.clone(), timeout, keys.clone(), role, listens))
                 .collect(),
             keys,
         }
@@ -221,34 +199,11 @@ impl Lock {
     /// The operator's handle, to look at a lock or remove it whoever holds
     /// it: it holds no token of its own.
     pub(crate) fn for_operator(servers: &Servers, timeout: Duration, keys: Keys) -> Self {
-        Lock::new(
-            servers,
-            timeout,
-            keys,
-            &Token::default(),
-            ReplicaAcks::Count(0),
-        )
+        Lock::new(servers, timeout, keys, &Role::operator())
     }
 
     pub(crate) fn keys(&self) -> &Keys {
         &self.keys
-    }
-
-    /// `--once-per`: every acquisition checks for a recorded success, and a
-    /// lease handed over is confirmed by one more call that checks too.
-    pub(crate) fn once_per(&mut self, once_per: bool) {
-        for server in &mut self.servers {
-            server.once_per = once_per;
-        }
-    }
-
-    /// Readies a run that may wait for the lock to listen for its wake-up
-    /// messages on the connection it calls on (where the topology allows).
-    /// A quorum does not queue, so nobody sends it any.
-    pub(crate) fn ready_to_wait(&mut self) {
-        if let [one] = self.servers.as_mut_slice() {
-            one.carry_subscription();
-        }
     }
 
     /// Whether the lock is held on a quorum of servers rather than one.
@@ -269,12 +224,14 @@ impl Lock {
         connected.of_a_majority().map(drop)
     }
 
-    /// This run's wake-up messages while it waits in line; `None` for a
-    /// quorum, which does not queue, so nobody tells it anything.
-    pub(crate) async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>> {
+    /// This run's wake-up messages while it waits in line.
+    pub(crate) async fn subscribe_wakes(&mut self) -> Subscription {
         match self.servers.as_mut_slice() {
-            [one] => Some(one.subscribe_wakes().await),
-            _ => None,
+            [one] => match one.subscribe_wakes().await {
+                Ok(wakes) => Subscription::Wakes(wakes),
+                Err(err) => Subscription::Failed(err),
+            },
+            _ => Subscription::NoMessages,
         }
     }
 
@@ -282,11 +239,23 @@ impl Lock {
     /// majority granted it and the lease, counted from the send less the
     /// drift allowance, still has more than a renewal period plus the kill
     /// grace left.
-    pub(crate) async fn try_acquire(
+    pub(crate) async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried {
+        let mut not_given_back = Vec::new();
+        let outcome = self.attempt(timing, me, mode, &mut not_given_back).await;
+        Tried {
+            outcome,
+            not_given_back,
+        }
+    }
+
+    /// `try_acquire`, noting in `not_given_back` each server that could not
+    /// be given back what the attempt may have taken there.
+    async fn attempt(
         &mut self,
         timing: Timing,
         me: &Me,
         mode: Mode,
+        not_given_back: &mut Vec<NotGivenBack>,
     ) -> Result<Attempt, LockError> {
         let rules = Rules::new(self.servers.len(), timing, mode);
         let sent = BootInstant::now();
@@ -305,7 +274,7 @@ impl Lock {
             Attempt::Done(done) => Some(done.clone()),
             _ => None,
         }) {
-            let _ = self.abandon().await;
+            self.give_back(not_given_back).await;
             return Ok(Attempt::Done(done));
         }
         let granted = |attempt: &Attempt| match attempt {
@@ -322,21 +291,36 @@ impl Lock {
             });
             if rules.raise_fences {
                 if let Err(err) = self.raise_fences(fence).await {
-                    let _ = self.abandon().await;
+                    self.give_back(not_given_back).await;
                     return Err(err);
                 }
             }
             if timing.deadline_after(sent).remaining() > timing.renew_every + timing.kill_grace {
                 return Ok(Attempt::Acquired(Grant { fence, sent, slot }));
             }
-            let _ = self.abandon().await;
+            self.give_back(not_given_back).await;
         } else if rules.give_back_short {
-            let _ = self.abandon().await;
+            self.give_back(not_given_back).await;
         }
         if let Some(foreign) = tally.foreign() {
             return Err(LockError::Foreign(foreign.clone()));
         }
         Ok(most_telling(tally.of_a_majority()?))
+    }
+
+    /// `abandon`, noting in `not_given_back` each server where it failed.
+    async fn give_back(&mut self, not_given_back: &mut Vec<NotGivenBack>) {
+        let tally = ask(&mut self.servers, Server::abandon).await;
+        let failed = self
+            .servers
+            .iter()
+            .zip(tally.results())
+            .filter_map(|(server, result)| {
+                let cause = result.as_ref().err()?.clone();
+                let server = server.target().to_string();
+                Some(NotGivenBack { server, cause })
+            });
+        not_given_back.extend(failed);
     }
 
     /// The second phase of fencing: every member's counter raised to at
@@ -348,25 +332,25 @@ impl Lock {
 
     /// The grant a wake-up message announced; see `Server::handed_over`.
     /// Only one server hands a lease over: a quorum does not queue.
-    pub(crate) fn handed_over(&self, fence: u64, slot: Option<u32>) -> Option<Grant> {
-        match self.servers.as_slice() {
+    pub(crate) fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant> {
+        match self.servers.as_mut_slice() {
             [one] => one.handed_over(fence, slot),
             _ => None,
         }
     }
 
-    /// Extends the lease to `ttl` from now, on every server at once.
-    /// `Ok(true)` when a majority renewed; `Ok(false)` when so many lost our
+    /// Extends the lease to `ttl` from now, on every server at once:
+    /// `Extended` when a majority renewed; `Lost` when so many lost our
     /// token that no majority can ever renew again; otherwise an error, to
     /// retry while time is left. The deadline counts from the send.
-    pub(crate) async fn renew(&mut self, ttl: Duration) -> Result<bool, LockError> {
+    pub(crate) async fn renew(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
         let tally = ask(&mut self.servers, |s| s.renew(ttl)).await;
-        let yes = tally.count(|renewed| *renewed);
-        let gone = tally.count(|renewed| !*renewed);
+        let yes = tally.count(|renewal| *renewal == Renewal::Extended);
+        let gone = tally.count(|renewal| *renewal == Renewal::Lost);
         if tally.is_majority(yes) {
-            Ok(true)
+            Ok(Renewal::Extended)
         } else if !tally.is_majority(tally.of() - gone) {
-            Ok(false)
+            Ok(Renewal::Lost)
         } else {
             let also = (gone > 0).then(|| format!("{gone} no longer hold this run's token"));
             Err(tally.short_of_majority(yes, also))
@@ -374,16 +358,17 @@ impl Lock {
     }
 
     /// Compare-and-delete (or keep for `keep_for`) on every server at once,
-    /// those that said no or did not answer included; with `record`, a
-    /// success recorded for that period (`--once-per`) where the lease is
-    /// still ours. An error when fewer than a majority answered; `NotOurs`
-    /// when fewer than a majority still held our token (and so recorded).
+    /// those that said no or did not answer included; with `done_for`, the
+    /// job is done for that period (`--once-per`) where the lease is still
+    /// ours. An error when fewer than a majority answered; `NotOurs` when
+    /// fewer than a majority still held our token (and so wrote the done
+    /// record).
     pub(crate) async fn release(
         &mut self,
         keep_for: Option<Duration>,
-        record: Option<Duration>,
+        done_for: Option<Duration>,
     ) -> Result<Released, LockError> {
-        let tally = ask(&mut self.servers, |s| s.release(keep_for, record)).await;
+        let tally = ask(&mut self.servers, |s| s.release(keep_for, done_for)).await;
         let ours = tally.count(|r| *r != Released::NotOurs);
         let kept = tally.count(|r| *r == Released::Kept) > 0;
         let majority_ours = tally.is_majority(ours);
@@ -410,9 +395,9 @@ impl Lock {
             .servers
             .iter()
             .zip(seen.results())
-            .map(|(server, seen)| {
-                let seen = seen.clone().map_err(|err| err.to_string());
-                (server.target().to_string(), seen)
+            .map(|(server, seen)| View {
+                server: server.target().to_string(),
+                seen: seen.clone().map_err(|err| err.to_string()),
             });
         let views = Views(views.collect());
         seen.of_a_majority()?;
@@ -451,17 +436,15 @@ impl Lock {
     /// Removes the lock on every server, whoever holds it, handing what it
     /// frees to the first waiters, and clears any recorded success
     /// (`--once-per`); with `only`, removes only the holder with that token.
-    /// Returns the holder records removed (none when the lock was free) and
-    /// whether a success was cleared anywhere; an error, having removed it
+    /// What every server removed, together; an error, having removed it
     /// where it could, when fewer than a majority could be asked.
-    pub(crate) async fn force_release(
-        &mut self,
-        only: Option<&str>,
-    ) -> Result<(Vec<Holder>, bool), LockError> {
+    pub(crate) async fn force_release(&mut self, only: Option<&str>) -> Result<Removed, LockError> {
         let removed = ask(&mut self.servers, |s| s.force_release(only)).await;
         let removed = removed.of_a_majority()?;
-        let cleared = removed.iter().any(|(_, cleared)| *cleared);
-        Ok((removed.into_iter().flat_map(|(h, _)| h).collect(), cleared))
+        Ok(Removed {
+            done_cleared: removed.iter().any(|r| r.done_cleared),
+            holders: removed.into_iter().flat_map(|r| r.holders).collect(),
+        })
     }
 }
 
@@ -475,26 +458,6 @@ where
     Asked: Future<Output = Result<T, LockError>> + 'a,
 {
     Tally::new(join_all(servers.iter_mut().map(question)).await)
-}
-
-/// The answer that tells the most about a lock that was not acquired: a
-/// run that superseded this one, this run's place in line, a server that
-/// shows a holder, any that said no.
-fn most_telling(answers: Vec<Attempt>) -> Attempt {
-    let rank = |attempt: &Attempt| match attempt {
-        Attempt::Mismatch { .. } => 6,
-        Attempt::Done(_) => 5,
-        Attempt::Superseded { .. } => 4,
-        Attempt::Queued { .. } => 3,
-        Attempt::Busy(taken) if taken.held => 2,
-        Attempt::Busy(_) => 1,
-        Attempt::Acquired(_) => 0,
-    };
-    answers
-        .into_iter()
-        .filter(|attempt| rank(attempt) > 0)
-        .max_by_key(rank)
-        .unwrap_or_else(|| Attempt::Busy(Taken::unknown()))
 }
 
 #[cfg(test)]

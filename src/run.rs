@@ -4,14 +4,15 @@
 
 use std::time::Duration;
 
-use crate::child::Child;
+use crate::child::{Child, SpawnError};
 use crate::clock::{show, BootInstant};
 use crate::config::RunConfig;
 use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code;
 use crate::lease::Lease;
 use crate::lock::{
-    Attempt, Done, Grant, Keys, Lock, LockError, Me, Released, Servers, Taken, Token,
+    Attempt, DoneRecord, Grant, Hold, Keys, Lock, LockError, Me, Released, Role, Servers, Taken,
+    Token,
 };
 use crate::report::{Event, Report};
 use crate::secrets;
@@ -19,8 +20,8 @@ use crate::signals::Signals;
 use crate::supervise::{Ended, Stop, Supervisor};
 use crate::wait;
 
-mod record;
-use record::Record;
+mod metrics_file;
+use metrics_file::MetricsFile;
 
 /// How long lockrun waits for its first connection to Redis.
 const FIRST_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -34,9 +35,9 @@ pub(crate) async fn run(
     token: Token,
 ) -> Result<u8, Error> {
     // The one place that sees how every run ends, for the metrics file.
-    let mut record = Record::new(&config, report);
-    let result = run_steps(config, report, signals, token, &mut record).await;
-    record.ended(&result).await;
+    let mut metrics = MetricsFile::new(&config, report);
+    let result = run_steps(config, report, signals, token, &mut metrics).await;
+    metrics.ended(&result).await;
     result
 }
 
@@ -45,41 +46,28 @@ async fn run_steps(
     report: Report,
     mut signals: Signals,
     token: Token,
-    record: &mut Record,
+    metrics: &mut MetricsFile,
 ) -> Result<u8, Error> {
     let mut lock = lock(&config, &token, report);
     let asked = BootInstant::now();
     let grant = match acquire(&config, &mut lock, &mut signals, report).await? {
-        Ok(grant) => grant,
-        Err(done) => {
+        Turn::Run(grant) => grant,
+        Turn::Skip(done) => {
             say_skipped(&done, lock.keys(), report);
             return Ok(0);
         }
     };
-    record.acquired();
+    metrics.acquired();
     warn_if_unprotected(&lock, report);
     let child = match start(&config, grant) {
         Ok(started) => started,
-        Err(err) => {
-            let _ = lock.release(None, None).await;
-            return Err(err);
+        Err(cause) => {
+            let (program, ttl) = (config.program(), config.timing.ttl);
+            return Err(not_started(program, cause, &mut lock, ttl, report).await);
         }
     };
     let slot = config.share.slot(grant.slot);
-    let acquired = Event::info("acquired")
-        .with("fencing_token", grant.fence)
-        .with("slot", slot)
-        .with_ms("waited_ms", asked.elapsed())
-        .with("command_pid", child.group().as_raw());
-    report.verbose(
-        acquired,
-        format_args!(
-            "acquired {} with fencing token {}; started pid {}",
-            lock.keys().lock,
-            grant.fence,
-            child.group()
-        ),
-    );
+    say_acquired(&lock, grant.fence, slot, &child, asked.elapsed(), report);
     let mut held = Held {
         lease: Lease::new(config.timing.deadline_after(grant.sent)),
         started: BootInstant::now(),
@@ -100,6 +88,30 @@ async fn run_steps(
     .await;
     let unreleased = held.finish(&config, &ended, report).await;
     exit_status(ended, &held.lock, unreleased, report)
+}
+
+/// Says, with --verbose, that the lock is taken and the command started.
+fn say_acquired(
+    lock: &Lock,
+    fence: u64,
+    slot: Option<u32>,
+    child: &Child,
+    waited: Duration,
+    report: Report,
+) {
+    let acquired = Event::info("acquired")
+        .with("fencing_token", fence)
+        .with("slot", slot)
+        .with_ms("waited_ms", waited)
+        .with("command_pid", child.group().as_raw());
+    report.verbose(
+        acquired,
+        format_args!(
+            "acquired {} with fencing token {fence}; started pid {}",
+            lock.keys().lock,
+            child.group()
+        ),
+    );
 }
 
 /// Says, once per run, that `--replica-acks all` found no replica to copy
@@ -137,24 +149,24 @@ fn lock(config: &RunConfig, token: &Token, report: Report) -> Lock {
             );
         }
     }
-    let mut lock = Lock::new(
+    let role = Role {
+        token: token.clone(),
+        hold: Hold::of(config.share, config.once_per.is_some()),
+        acks: config.replica_acks,
+        may_wait: config.wait.is_some_and(wait::Wait::may_wait),
+    };
+    Lock::new(
         servers,
         config.timing.redis_timeout,
         config.lock.keys.clone(),
-        token,
-        config.replica_acks,
-    );
-    lock.once_per(config.once_per.is_some());
-    if config.wait.is_some_and(wait::Wait::may_wait) {
-        lock.ready_to_wait();
-    }
-    lock
+        &role,
+    )
 }
 
 /// Says, with `--verbose`, that the job ran already this period
 /// (`--once-per`): who ran it, when, and when the period ends, on Redis's
 /// clock.
-fn say_skipped(done: &Done, keys: &Keys, report: Report) {
+fn say_skipped(done: &DoneRecord, keys: &Keys, report: Report) {
     let wall = |ms: u64| {
         let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
         humantime::format_rfc3339_millis(at).to_string()
@@ -184,15 +196,23 @@ fn say_skipped(done: &Done, keys: &Keys, report: Report) {
     );
 }
 
+/// What a run does once it asked for the lock.
+enum Turn {
+    /// Runs the command under this lease.
+    Run(Grant),
+    /// Skips it: the job is done this period (`--once-per`), and the lock
+    /// went on to the next waiter.
+    Skip(DoneRecord),
+}
+
 /// Connects, then takes the lock, waiting for it if asked to. A signal ends
-/// the wait. `Ok(Err(done))`: the job succeeded this period (`--once-per`),
-/// and the lock went on to the next waiter.
+/// the wait.
 async fn acquire(
     config: &RunConfig,
     lock: &mut Lock,
     signals: &mut Signals,
     report: Report,
-) -> Result<Result<Grant, Done>, Error> {
+) -> Result<Turn, Error> {
     let me = Me::new(&config.command, config.share);
     let timing = config.timing;
     // Only the first connection gets longer than a Redis call may take:
@@ -225,8 +245,8 @@ async fn acquire(
         }))
     };
     let err = match outcome {
-        Ok(Attempt::Acquired(grant)) => return Ok(Ok(grant)),
-        Ok(Attempt::Done(done)) => return Ok(Err(done)),
+        Ok(Attempt::Acquired(grant)) => return Ok(Turn::Run(grant)),
+        Ok(Attempt::Done(done)) => return Ok(Turn::Skip(done)),
         Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) => busy(Some(taken), None),
         Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
         Ok(Attempt::Mismatch { slots }) => Error::Usage(mismatch(config, slots)),
@@ -259,7 +279,7 @@ fn mismatch(config: &RunConfig, theirs: u32) -> String {
 }
 
 /// Starts the command with its fencing token (and slot).
-fn start(config: &RunConfig, grant: Grant) -> Result<Child, Error> {
+fn start(config: &RunConfig, grant: Grant) -> Result<Child, SpawnError> {
     let mut env = secrets::hidden_from_command();
     env.push(("LOCKRUN_KEY", Some(config.lock.name.clone().into())));
     env.push((
@@ -269,11 +289,40 @@ fn start(config: &RunConfig, grant: Grant) -> Result<Child, Error> {
     if let Some(slot) = config.share.slot(grant.slot) {
         env.push(("LOCKRUN_SLOT", Some(slot.to_string().into())));
     }
-    let child = Child::spawn(&config.command, &env).map_err(|cause| Error::Spawn {
-        program: config.program(),
+    Child::spawn(&config.command, &env)
+}
+
+/// A command that could not be started gives the lock back at once, and
+/// says so with --verbose; a lock that could not be given back is said
+/// after why the command did not start, with when it expires (`ttl`).
+async fn not_started(
+    program: String,
+    cause: SpawnError,
+    lock: &mut Lock,
+    ttl: Duration,
+    report: Report,
+) -> Error {
+    let unreleased = match lock.release(None, None).await {
+        // Taken just now, and already not ours: nothing to give back.
+        Ok(Released::NotOurs) => None,
+        Ok(Released::Deleted | Released::Kept) => {
+            let event = Event::info("released")
+                .with("held_ms", 0)
+                .with("exit_status", None::<u8>);
+            report.verbose(event, format_args!("released {}", lock.keys().lock));
+            None
+        }
+        Err(cause) => Some(Box::new(Unreleased {
+            lock: lock.keys().name.clone(),
+            within: ttl,
+            cause,
+        })),
+    };
+    Error::Spawn {
+        program,
         cause,
-    })?;
-    Ok(child)
+        unreleased,
+    }
 }
 
 /// What a run holds once its command started.
@@ -317,10 +366,11 @@ impl Held {
             _ => None,
         };
         // Only a command that exited 0 by itself, its lease held to the
-        // end, records a success: any failure lets the next run through.
+        // end, makes the job done this period: any failure lets the next
+        // run through.
         let succeeded = stop.is_none() && matches!(ended.status, Ok(s) if s.success());
-        let record = config.once_per.filter(|_| succeeded);
-        let released = self.lock.release(keep, record).await;
+        let done_for = config.once_per.filter(|_| succeeded);
+        let released = self.lock.release(keep, done_for).await;
         self.say_released(released, keep, ended, timing.ttl, report)
     }
 
@@ -412,3 +462,6 @@ fn exit_status(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,7 +13,7 @@ use nix::sys::signal::Signal;
 use crate::child::Child;
 use crate::clock::{self, show, BootInstant};
 use crate::lease::{Lease, Loss, Timing};
-use crate::lock::{Lock, LockError};
+use crate::lock::{Lock, LockError, Renewal};
 use crate::report::{Event, Report};
 use crate::signals::Signals;
 
@@ -235,9 +235,8 @@ fn signal_event(signal: Signal) -> Event {
 pub(crate) trait Renew {
     type Error: fmt::Display;
 
-    /// Extends the lease to `ttl` from now: `Ok(false)` when the key no
-    /// longer holds this run's token.
-    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, Self::Error>>;
+    /// Extends the lease to `ttl` from now.
+    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<Renewal, Self::Error>>;
 
     /// The name given to `--key`, for the operator's messages.
     fn name(&self) -> &str;
@@ -249,7 +248,7 @@ pub(crate) trait Renew {
 impl Renew for Lock {
     type Error = LockError;
 
-    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, LockError>> {
+    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<Renewal, LockError>> {
         Lock::renew(self, ttl)
     }
 
@@ -281,7 +280,7 @@ async fn keep_lease<L: Renew>(
         }
         let sent = BootInstant::now();
         match lock.renew(timing.ttl).await {
-            Ok(true) => {
+            Ok(Renewal::Extended) => {
                 lease.extend_to(timing.deadline_after(sent));
                 next = sent + timing.renew_every;
                 let left = lease.deadline().remaining();
@@ -293,7 +292,7 @@ async fn keep_lease<L: Renew>(
                     report.verbose(event, format_args!("renewed {}", lock.redis_key()));
                 }
             }
-            Ok(false) => return Loss::TokenGone,
+            Ok(Renewal::Lost) => return Loss::TokenGone,
             Err(err) => {
                 let left = lease
                     .deadline()

@@ -21,8 +21,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::clock::show;
 use crate::lease::Timing;
-use crate::lock::{Attempt, Grant, Lock, LockError, Me, Mode, Wake, Wakes};
+use crate::lock::{
+    Attempt, Grant, Lock, LockError, Me, Mode, NotGivenBack, Subscription, Tried, Wake, Wakes,
+};
 use crate::report::{Event, Report};
 
 /// Polling period when the wake-up subscription failed or Redis does not
@@ -57,15 +60,12 @@ impl Wait {
 /// What the wait loop needs of a lock; `Lock` is the one, the tests drive
 /// the loop with a scripted one under tokio's paused clock.
 pub(crate) trait Contended {
-    async fn try_acquire(
-        &mut self,
-        timing: Timing,
-        me: &Me,
-        mode: Mode,
-    ) -> Result<Attempt, LockError>;
+    async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried;
     /// `None` when nobody sends this lock's waiters messages.
-    async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>>;
-    fn handed_over(&self, fence: u64, slot: Option<u32>) -> Option<Grant>;
+    async fn subscribe_wakes(&mut self) -> Subscription;
+    /// The grant a wake-up message announced, if it can be used as it is;
+    /// the lease is this run's either way.
+    fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant>;
     /// The lock's name in Redis, for verbose lines.
     fn redis_key(&self) -> &str;
     /// Who answers for the lock, for the line that says it answers again.
@@ -73,20 +73,15 @@ pub(crate) trait Contended {
 }
 
 impl Contended for Lock {
-    async fn try_acquire(
-        &mut self,
-        timing: Timing,
-        me: &Me,
-        mode: Mode,
-    ) -> Result<Attempt, LockError> {
+    async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried {
         Lock::try_acquire(self, timing, me, mode).await
     }
 
-    async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>> {
+    async fn subscribe_wakes(&mut self) -> Subscription {
         Lock::subscribe_wakes(self).await
     }
 
-    fn handed_over(&self, fence: u64, slot: Option<u32>) -> Option<Grant> {
+    fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant> {
         Lock::handed_over(self, fence, slot)
     }
 
@@ -166,10 +161,12 @@ impl<L: Contended> Waiter<'_, L> {
         let mut first = true;
         loop {
             self.subscribe_if_due().await;
-            let attempt = self
+            let tried = self
                 .lock
                 .try_acquire(self.timing, self.me, self.mode())
                 .await;
+            self.not_given_back(&tried.not_given_back);
+            let attempt = tried.outcome;
             let now = Instant::now();
             let waited_out = self.give_up.is_some_and(|t| t <= now);
             let retry = match self.judge(attempt, waited_out, std::mem::take(&mut first))? {
@@ -194,9 +191,29 @@ impl<L: Contended> Waiter<'_, L> {
         }
         self.resubscribe = false;
         match self.lock.subscribe_wakes().await {
-            Some(Ok(wakes)) => self.wakes = Some(wakes),
-            Some(Err(err)) => self.polling(&err.to_string()),
-            None => {}
+            Subscription::Wakes(wakes) => self.wakes = Some(wakes),
+            Subscription::Failed(err) => self.polling(&err.to_string()),
+            Subscription::NoMessages => {}
+        }
+    }
+
+    /// Says, with `--verbose`, each server that could not be given back what
+    /// the last attempt may have taken there: other runs may wait for it
+    /// until it runs out.
+    fn not_given_back(&self, servers: &[NotGivenBack]) {
+        for NotGivenBack { server, cause } in servers {
+            let event = Event::warning("give_back_failed")
+                .with("server", server.as_str())
+                .with("error", cause.to_string())
+                .with_ms("expires_within_ms", self.timing.ttl);
+            self.report.verbose(
+                event,
+                format_args!(
+                    "could not give back on {server} what this attempt may hold there, \
+                     which expires within {}: {cause}",
+                    show(self.timing.ttl)
+                ),
+            );
         }
     }
 
@@ -268,7 +285,7 @@ impl<L: Contended> Waiter<'_, L> {
             // data set loading, a long script, a failover or a quorum short
             // of a majority is worth waiting through, as long as the wait
             // lasts. A wrong password or URL failed long before.
-            Err(err) if err.passes() && !waited_out => {
+            Err(err) if err.is_retryable() && !waited_out => {
                 if !std::mem::replace(&mut self.failing, true) {
                     let event = Event::warning("redis_failing").with("error", err.to_string());
                     self.report
@@ -315,7 +332,7 @@ impl<L: Contended> Waiter<'_, L> {
             tokio::select! {
                 wake = wakes.next() => match wake {
                     Some(Wake::Granted(fence, slot)) => {
-                        return fresh(self.lock.handed_over(fence, slot), self.timing);
+                        return usable_as_handed(self.lock.handed_over(fence, slot), self.timing);
                     }
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),
                     // The attempt just made said it listens: look again at
@@ -359,7 +376,7 @@ fn waiting(in_line: u64, queued: bool) -> Event {
 /// attempt takes the lease afresh instead (the script sees it is ours and
 /// renews it). So does a run whose replicas must acknowledge the lease
 /// first (`grant` is then `None`).
-fn fresh(grant: Option<Grant>, timing: Timing) -> Option<Attempt> {
+fn usable_as_handed(grant: Option<Grant>, timing: Timing) -> Option<Attempt> {
     let grant = grant?;
     (grant.sent.elapsed() < timing.renew_every).then_some(Attempt::Acquired(grant))
 }

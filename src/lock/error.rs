@@ -22,10 +22,11 @@ pub(crate) enum LockError {
 }
 
 impl LockError {
-    /// Whether waiting may see it pass, while nothing is held: a server that
-    /// went away or is not ready yet, a quorum short of a majority. A key
-    /// that is not lockrun's, a wrong password or URL will not go away.
-    pub(crate) fn passes(&self) -> bool {
+    /// Whether a run that holds nothing yet should try again while its wait
+    /// lasts, as waiting may see the failure pass: a server that went away
+    /// or is not ready yet, a quorum short of a majority. A key that is not
+    /// lockrun's, a wrong password or URL will not go away.
+    pub(crate) fn is_retryable(&self) -> bool {
         match self {
             LockError::Redis(err) => err.kind == ErrorKind::Unreachable || err.is_transient(),
             LockError::Restarted { .. } | LockError::NoMajority(_) => true,

@@ -79,25 +79,27 @@ impl Me {
     }
 }
 
-/// A success that a `--once-per` run recorded (`lock/release.lua`): who ran
-/// the job, and until when (server time, ms since the epoch) no run of the
-/// key runs it again.
+/// The done record: the job is done this period, as a `--once-per` run that
+/// succeeded wrote (`lock/release.lua`): who ran it, and until when (server
+/// time, ms since the epoch) no run of the key runs it again. "Done" means
+/// this and only this, in the code, the scripts (the `:done` key) and
+/// `lockrun status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Done {
+pub(crate) struct DoneRecord {
     /// The run that succeeded, as its holder record said.
     pub(crate) by: Holder,
     pub(crate) until_ms: u64,
 }
 
-impl Done {
+impl DoneRecord {
     /// The record from its hash's fields; `None` when there is none.
-    pub(crate) fn from_fields(fields: &HashMap<String, String>) -> Option<Done> {
+    pub(crate) fn from_fields(fields: &HashMap<String, String>) -> Option<DoneRecord> {
         let by = Holder::from_fields(fields)?;
         let until_ms = fields
             .get("until")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        Some(Done { by, until_ms })
+        Some(DoneRecord { by, until_ms })
     }
 }
 

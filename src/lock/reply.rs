@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ParsingError, Value};
 
-use super::records::{Done, Holder, Taken};
+use super::records::{DoneRecord, Holder, Taken};
 
 /// A reply's fields by name. A handful each: a search is cheaper than a
 /// hash map.
@@ -55,8 +55,8 @@ impl Fields {
         Ok(Holder::from_fields(&self.get("holder")?))
     }
 
-    fn done(&self) -> Result<Option<Done>, ParsingError> {
-        Ok(Done::from_fields(&self.get("done")?))
+    fn done(&self) -> Result<Option<DoneRecord>, ParsingError> {
+        Ok(DoneRecord::from_fields(&self.get("done")?))
     }
 
     fn taken(&self) -> Result<Taken, ParsingError> {
@@ -89,10 +89,10 @@ impl Fields {
     }
 }
 
-/// A script's reply, or the key that stopped it (`lock/guard.lua`): the
-/// Redis key and the type it holds.
+/// A script's reply once it ran to its end, or the key that stopped it
+/// (`lock/guard.lua`): the Redis key and the type it holds.
 pub(super) enum Guarded<R> {
-    Done(R),
+    Ran(R),
     Stopped { key: String, holds: String },
 }
 
@@ -115,7 +115,7 @@ impl<R: Reply> Guarded<R> {
                 holds: fields.get("holds")?,
             });
         }
-        R::decode(&fields).map(Guarded::Done)
+        R::decode(&fields).map(Guarded::Ran)
     }
 }
 
@@ -150,7 +150,7 @@ pub(super) enum Acquire {
         uptime_secs: u64,
     },
     /// `--once-per`: the job succeeded this period; nothing was taken.
-    Done(Done),
+    Done(DoneRecord),
     /// The lock's holders and waiters agreed on this many slots, and this
     /// run asked for another number; nothing was taken.
     Mismatch {
@@ -246,7 +246,7 @@ pub(super) struct Status {
     /// The live waiters' arrivals and records, first come first.
     pub(super) waiters: Vec<(String, String)>,
     /// The success a `--once-per` run recorded for this period.
-    pub(super) done: Option<Done>,
+    pub(super) done: Option<DoneRecord>,
     /// The runs holding the lock together, each with its lease's time left.
     pub(super) together: Vec<Holder>,
 }
@@ -306,7 +306,7 @@ mod tests {
             ("fence", bulk("1732924800123456")),
             ("kind", bulk("acquired")),
         ]);
-        let Ok(Guarded::Done(Acquire::Acquired {
+        let Ok(Guarded::Ran(Acquire::Acquired {
             fence,
             replicas,
             slot: None,
@@ -331,7 +331,7 @@ mod tests {
             ("arrival", bulk("17")),
             ("retry", Value::Int(-1)),
         ]);
-        let Ok(Guarded::Done(Acquire::Queued {
+        let Ok(Guarded::Ran(Acquire::Queued {
             taken,
             arrival,
             retry,
@@ -392,7 +392,7 @@ mod tests {
             .collect(),
         );
         let reply = pairs(&[("kind", bulk("done")), ("done", record)]);
-        let Ok(Guarded::Done(Acquire::Done(done))) = Guarded::<Acquire>::from_redis_value(reply)
+        let Ok(Guarded::Ran(Acquire::Done(done))) = Guarded::<Acquire>::from_redis_value(reply)
         else {
             panic!("a done reply");
         };

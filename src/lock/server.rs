@@ -4,24 +4,24 @@
 
 mod split;
 
-use std::cell::Cell;
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
+use self::split::Split;
 use super::error::{Foreign, LockError};
 use super::keys::{Keys, Token};
 use super::protocol::{
     AckedArgs, AcquireArgs, ForceReleaseArgs, RaiseFenceArgs, ReleaseArgs, RenewArgs,
     RenewTogetherArgs, StatusArgs,
 };
-use super::records::{Holder, Me, Share, Waiter};
+use super::records::{Me, Share, Waiter};
 use super::reply::{self, Guarded, Released, Reply};
 use super::script::Call;
 use super::status::{Occupancy, Status};
 use super::wake::Wakes;
-use super::{millis, Attempt, Grant, Mode, ReplicaAcks};
+use super::{millis, Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
 use crate::clock::BootInstant;
 use crate::redis_conn::{Session, Target};
 
@@ -37,6 +37,7 @@ pub(crate) struct Server {
     /// already its own.
     token: Token,
     acks: ReplicaAcks,
+    hold: Hold,
     /// Every call's time limit.
     timeout: Duration,
     /// When the first acquire request went out. A release can hand the
@@ -51,17 +52,12 @@ pub(crate) struct Server {
     arrival: Option<String>,
     /// The fencing token of the lease this run holds: while the lock's slot
     /// is being migrated, it tells this run's holder record from another's
-    /// (`split.rs`). Set from `handed_over`, which only reads.
-    fence: Cell<Option<u64>>,
+    /// (`split.rs`).
+    fence: Option<u64>,
     /// How many replicas acknowledged the lease at the last acquisition or
     /// renewal that asked them, as noted in the holder record; `None` when
     /// none asked yet.
     acked: Option<u32>,
-    /// `--once-per`: the acquire script checks for a recorded success.
-    pub(super) once_per: bool,
-    /// Whether this run's lease is one held together (`--slots`,
-    /// `--shared`), as its first acquire call said.
-    together: bool,
 }
 
 /// A write that replicas may have to acknowledge: how many the node that
@@ -75,27 +71,32 @@ struct Written {
 
 impl Server {
     /// Every call is limited to `timeout`, replica acknowledgement
-    /// included. Nothing is sent yet.
+    /// included. With `listens`, this run's wake-up messages ride on the
+    /// connection it calls on, where the topology allows. Nothing is sent
+    /// yet.
     pub(super) fn new(
         target: Target,
         timeout: Duration,
         keys: Keys,
-        token: Token,
-        acks: ReplicaAcks,
+        role: &Role,
+        listens: bool,
     ) -> Self {
+        let mut session = Session::new(target, timeout);
+        if listens {
+            session.carry_subscription();
+        }
         Server {
-            session: Session::new(target, timeout),
+            session,
             timeout,
             keys,
-            token,
-            acks,
+            token: role.token.clone(),
+            acks: role.acks,
+            hold: role.hold,
             first_sent: None,
             in_redis: false,
             arrival: None,
-            fence: Cell::new(None),
+            fence: None,
             acked: None,
-            once_per: false,
-            together: false,
         }
     }
 
@@ -123,17 +124,12 @@ impl Server {
         })))
     }
 
-    /// Lets this run's subscription ride on its command connection.
-    pub(super) fn carry_subscription(&mut self) {
-        self.session.carry_subscription();
-    }
-
     /// Runs a script behind `lock/guard.lua`; a key it found holding
     /// someone else's data is `LockError::Foreign`.
     async fn invoke<R: Reply>(&mut self, call: &Call) -> Result<R, LockError> {
         let reply = self.session.invoke::<Guarded<R>>(call).await;
         match reply.map_err(|err| err.under_prefix(self.keys.prefix()))? {
-            Guarded::Done(reply) => Ok(reply),
+            Guarded::Ran(reply) => Ok(reply),
             Guarded::Stopped { key, holds } => Err(LockError::Foreign(Foreign {
                 part: self.keys.part_of(&key),
                 key,
@@ -152,7 +148,6 @@ impl Server {
         min_uptime: Option<Duration>,
     ) -> Result<Attempt, LockError> {
         let call = self.acquire_call(ttl, me, mode, min_uptime);
-        self.together = me.share.together();
         let sent = BootInstant::now();
         let started = Instant::now();
         self.first_sent.get_or_insert(sent);
@@ -164,14 +159,8 @@ impl Server {
                 self.in_redis = before;
                 return Err(LockError::Foreign(foreign));
             }
-            // The one-key-at-a-time path cannot check a recorded success
-            // atomically with taking the lease, nor count the holders of a
-            // lock held together: such a run waits for the slot to settle,
-            // as for any TRYAGAIN.
-            Err(err) if split::migrating(&err) && !self.once_per && !self.together => {
-                self.acquire_split(ttl, me, sent).await?
-            }
-            other => self.attempt(other?, sent, started)?,
+            Err(err) => Split::after(err, self)?.acquire(ttl, me, sent).await?,
+            Ok(reply) => self.attempt(reply, sent, started)?,
         };
         self.in_redis = !matches!(
             attempt,
@@ -181,7 +170,7 @@ impl Server {
                 | Attempt::Mismatch { .. }
         );
         if let Attempt::Acquired(grant) = &attempt {
-            self.fence.set(Some(grant.fence));
+            self.fence = Some(grant.fence);
             // A new holder record: the count is noted afresh.
             self.acked = None;
             if let Err(err) = self.replicated(&written).await {
@@ -264,7 +253,7 @@ impl Server {
             listening,
             supersede,
             refresh_ms: millis(refresh),
-            once_per: self.once_per,
+            once_per: self.hold == Hold::OncePer,
             slots: me.share.slots(),
             shared: me.share == Share::Shared,
             count_replicas: self.acks == ReplicaAcks::All,
@@ -281,12 +270,13 @@ impl Server {
     /// counted from this run's first request, which the hand-over followed.
     /// `None` when replicas must acknowledge the lease first: then the next
     /// acquire call confirms it (the script finds it is ours already) and
-    /// waits for them, as for a lease this run took itself.
-    pub(super) fn handed_over(&self, fence: u64, slot: Option<u32>) -> Option<Grant> {
-        self.fence.set(Some(fence));
+    /// waits for them, as for a lease this run took itself. Either way the
+    /// lease is this run's now, and its fencing token is noted.
+    pub(super) fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant> {
+        self.fence = Some(fence);
         // A --once-per run confirms the lease, which checks for the success
         // its last holder may just have recorded.
-        if self.acks != ReplicaAcks::Count(0) || self.once_per {
+        if self.acks != ReplicaAcks::Count(0) || self.hold == Hold::OncePer {
             return None;
         }
         self.first_sent.map(|sent| Grant { fence, sent, slot })
@@ -302,26 +292,23 @@ impl Server {
         self.invoke::<reply::Raised>(&call).await.map(|_| ())
     }
 
-    /// Extends the lease to `ttl` from now. `Ok(false)` means the token is
-    /// gone: the lease expired or someone removed or took the lock.
-    /// With replica acknowledgement, a renewal that too few replicas
-    /// acknowledged is an error, like one Redis never answered.
-    pub(super) async fn renew(&mut self, ttl: Duration) -> Result<bool, LockError> {
+    /// Extends the lease to `ttl` from now. With replica acknowledgement, a
+    /// renewal that too few replicas acknowledged is an error, like one
+    /// Redis never answered.
+    pub(super) async fn renew(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
         let (token, ttl_ms) = (self.token.as_str(), millis(ttl));
-        let call = if self.together {
+        let call = if self.hold == Hold::Together {
             Call::new(&self.keys, &RenewTogetherArgs { token, ttl_ms })
         } else {
             Call::new(&self.keys, &RenewArgs { token, ttl_ms })
         };
         let started = Instant::now();
         let reply: reply::Renew = match self.invoke(&call).await {
-            Err(err) if split::migrating(&err) && !self.together => {
-                return self.renew_split(ttl).await
-            }
-            other => other?,
+            Err(err) => return Split::after(err, self)?.renew(ttl).await,
+            Ok(reply) => reply,
         };
         if !reply.renewed {
-            return Ok(false);
+            return Ok(Renewal::Lost);
         }
         let written = Written {
             replicas: reply.replicas,
@@ -329,7 +316,7 @@ impl Server {
             started,
         };
         self.replicated(&written).await?;
-        Ok(true)
+        Ok(Renewal::Extended)
     }
 
     /// Waits until as many replicas as asked for have the last write, within
@@ -387,18 +374,18 @@ impl Server {
     }
 
     /// Gives the lock up, handing it to the first waiter, or with `keep_for`
-    /// leaves it to expire after that long; with `record`, records a success
-    /// for that period (`--once-per`). Never touches a lock that no longer
-    /// holds our token. Leaves the queue too.
+    /// leaves it to expire after that long; with `done_for`, writes the done
+    /// record for that period (`--once-per`). Never touches a lock that no
+    /// longer holds our token. Leaves the queue too.
     pub(super) async fn release(
         &mut self,
         keep_for: Option<Duration>,
-        record: Option<Duration>,
+        done_for: Option<Duration>,
     ) -> Result<Released, LockError> {
         let args = ReleaseArgs {
             token: self.token.as_str(),
             keep_ms: keep_for.map_or(0, millis),
-            period_ms: record.map_or(0, millis),
+            period_ms: done_for.map_or(0, millis),
         };
         let mut call = Call::new(&self.keys, &args);
         // The cluster client routes and redirects a pipeline as a whole;
@@ -406,13 +393,9 @@ impl Server {
         if !self.target().is_cluster() {
             call.reply_last();
         }
-        // One key at a time nothing is recorded: the success may run again
-        // (docs/guarantees.md).
         let released = match self.invoke(&call).await {
-            Err(err) if split::migrating(&err) && !self.together => {
-                self.release_split(keep_for).await?
-            }
-            other => other?,
+            Err(err) => Split::after(err, self)?.release(keep_for).await?,
+            Ok(released) => released,
         };
         self.in_redis = false;
         Ok(released)
@@ -434,8 +417,8 @@ impl Server {
     pub(super) async fn status(&mut self) -> Result<Status, LockError> {
         let call = Call::new(&self.keys, &StatusArgs {});
         let reply: reply::Status = match self.invoke(&call).await {
-            Err(err) if split::migrating(&err) => self.status_split().await?,
-            other => other?,
+            Err(err) => Split::after(err, self)?.status().await?,
+            Ok(reply) => reply,
         };
         let occupancy = match reply.pttl {
             -2 => Occupancy::Free,
@@ -470,24 +453,25 @@ impl Server {
     }
 
     /// Removes the lock whoever holds it (or only the holder with token
-    /// `only`), handing what it frees to the first waiters. Returns the
-    /// removed holder records and whether a recorded success was cleared.
-    pub(super) async fn force_release(
-        &mut self,
-        only: Option<&str>,
-    ) -> Result<(Vec<Holder>, bool), LockError> {
+    /// `only`), handing what it frees to the first waiters.
+    pub(super) async fn force_release(&mut self, only: Option<&str>) -> Result<Removed, LockError> {
         let args = ForceReleaseArgs {
             only: only.unwrap_or(""),
         };
         let call = Call::new(&self.keys, &args);
         match self.invoke::<reply::ForceRelease>(&call).await {
-            // One key at a time, only a holder alone can be removed.
-            Err(err) if split::migrating(&err) && only.is_none() => Ok((
-                self.force_release_split().await?.into_iter().collect(),
-                false,
-            )),
-            Ok(reply::ForceRelease(holder, cleared)) => Ok((holder, cleared)),
-            Err(err) => Err(err),
+            Err(err) => Ok(Removed {
+                holders: Split::after(err, self)?
+                    .force_release(only)
+                    .await?
+                    .into_iter()
+                    .collect(),
+                done_cleared: false,
+            }),
+            Ok(reply::ForceRelease(holders, done_cleared)) => Ok(Removed {
+                holders,
+                done_cleared,
+            }),
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::records::{Done, Holder, Waiter};
+use super::records::{DoneRecord, Holder, Waiter};
 use super::tally::majority;
 
 /// Whether a lock is held, and for how much longer.
@@ -32,7 +32,7 @@ pub(crate) struct Status {
     /// The runs waiting in line, first come first.
     pub(crate) waiters: Vec<Waiter>,
     /// The success a `--once-per` run recorded for this period.
-    pub(crate) done: Option<Done>,
+    pub(crate) done: Option<DoneRecord>,
     /// The runs holding the lock together (`--slots`, `--shared`), each with
     /// its token and time left; their lease is not `occupancy`.
     pub(crate) together: Vec<Holder>,
@@ -65,10 +65,17 @@ impl Status {
     }
 }
 
-/// Every server's view of a lock, in the order given; `Err` says why a
-/// server could not be asked.
+/// One server's view of a lock, or why it could not be asked.
 #[derive(Debug)]
-pub(crate) struct Views(pub(crate) Vec<(String, Result<Status, String>)>);
+pub(crate) struct View {
+    /// The server, as messages show it (no credentials).
+    pub(crate) server: String,
+    pub(crate) seen: Result<Status, String>,
+}
+
+/// Every server's view of a lock, in the order given.
+#[derive(Debug)]
+pub(crate) struct Views(pub(crate) Vec<View>);
 
 impl Views {
     pub(crate) fn of(&self) -> usize {
@@ -76,7 +83,7 @@ impl Views {
     }
 
     fn answered(&self) -> impl Iterator<Item = &Status> {
-        self.0.iter().filter_map(|(_, seen)| seen.as_ref().ok())
+        self.0.iter().filter_map(|view| view.seen.as_ref().ok())
     }
 
     /// The view a majority of servers agree holds the lock, if any.
@@ -111,7 +118,7 @@ impl Views {
     /// as any server shows it (the latest): any one member's record makes
     /// a quorum run skip (`Lock::try_acquire`). With the server time of
     /// the view it came from.
-    pub(crate) fn done(&self) -> Option<(&Done, u64)> {
+    pub(crate) fn done(&self) -> Option<(&DoneRecord, u64)> {
         self.answered()
             .filter_map(|view| Some((view.done.as_ref()?, view.now_us)))
             .filter(|(done, now_us)| done.until_ms > now_us / 1000)
@@ -149,7 +156,12 @@ mod tests {
     }
 
     fn views(seen: Vec<Result<Status, String>>) -> Views {
-        Views(seen.into_iter().map(|seen| (String::new(), seen)).collect())
+        let server = String::new();
+        let view = |seen| View {
+            server: server.clone(),
+            seen,
+        };
+        Views(seen.into_iter().map(view).collect())
     }
 
     #[test]
@@ -163,14 +175,14 @@ mod tests {
 
     #[test]
     fn a_majority_must_show_the_same_holder() {
-        let split = views(vec![
+        let disagreeing = views(vec![
             Ok(view(Some(("a", 7)), 900)),
             Ok(view(Some(("b", 8)), 900)),
             Ok(view(None, 0)),
         ]);
-        assert!(split.held().is_none());
-        assert!(!split.majority_agrees());
-        assert_eq!(split.last_fence(), Some(8));
+        assert!(disagreeing.held().is_none());
+        assert!(!disagreeing.majority_agrees());
+        assert_eq!(disagreeing.last_fence(), Some(8));
 
         let agreed = views(vec![
             Ok(view(Some(("a", 7)), 900)),
@@ -183,7 +195,7 @@ mod tests {
 
     #[test]
     fn one_member_with_a_live_success_record_shows_it() {
-        let done = |until_ms| Done {
+        let done = |until_ms| DoneRecord {
             by: Holder {
                 host: "a".into(),
                 ..Holder::default()
@@ -196,13 +208,9 @@ mod tests {
         let mut ended = view(None, 0);
         ended.now_us = 5_000_000;
         ended.done = Some(done(4_000));
-        let views = Views(vec![
-            ("a".into(), Ok(view(None, 0))),
-            ("b".into(), Ok(recorded)),
-            ("c".into(), Err("down".into())),
-        ]);
+        let views = self::views(vec![Ok(view(None, 0)), Ok(recorded), Err("down".into())]);
         assert_eq!(views.done().map(|(d, _)| d.until_ms), Some(9_000));
-        let views = Views(vec![("a".into(), Ok(ended))]);
+        let views = self::views(vec![Ok(ended)]);
         assert!(views.done().is_none());
     }
 }

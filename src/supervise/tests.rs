@@ -66,7 +66,7 @@ impl<'a> Scripted<'a> {
 impl Renew for Scripted<'_> {
     type Error = &'static str;
 
-    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<bool, &'static str>> {
+    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<Renewal, &'static str>> {
         assert_eq!(ttl, timing().ttl, "a renewal asks for the whole ttl");
         let now = BootInstant::now();
         self.sent
@@ -75,8 +75,8 @@ impl Renew for Scripted<'_> {
         async move {
             tokio::time::sleep(ms(delay)).await;
             match answer {
-                Answer::Renewed => Ok(true),
-                Answer::Gone => Ok(false),
+                Answer::Renewed => Ok(Renewal::Extended),
+                Answer::Gone => Ok(Renewal::Lost),
                 Answer::Fails => Err("connection refused"),
             }
         }

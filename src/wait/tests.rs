@@ -103,17 +103,22 @@ impl Scripted {
 }
 
 impl Contended for Scripted {
-    async fn try_acquire(&mut self, _: Timing, _: &Me, mode: Mode) -> Result<Attempt, LockError> {
+    async fn try_acquire(&mut self, _: Timing, _: &Me, mode: Mode) -> Tried {
         self.tries.push((self.start.elapsed(), mode));
-        self.answers.pop_front().unwrap_or(self.last).attempt()
+        Tried {
+            outcome: self.answers.pop_front().unwrap_or(self.last).attempt(),
+            not_given_back: Vec::new(),
+        }
     }
 
-    async fn subscribe_wakes(&mut self) -> Option<Result<Wakes, LockError>> {
+    async fn subscribe_wakes(&mut self) -> Subscription {
         self.subscribed_after.push(self.tries.len());
-        self.wakes.take().map(Ok)
+        self.wakes
+            .take()
+            .map_or(Subscription::NoMessages, Subscription::Wakes)
     }
 
-    fn handed_over(&self, fence: u64, _slot: Option<u32>) -> Option<Grant> {
+    fn handed_over(&mut self, fence: u64, _slot: Option<u32>) -> Option<Grant> {
         Some(Grant {
             fence,
             sent: BootInstant::now() - self.asked_ago,
@@ -192,7 +197,7 @@ async fn failures_that_may_pass_are_waited_through_until_the_wait_runs_out() {
     let err = wait_on(&mut lock, Some(Wait::Up(2 * S)))
         .await
         .expect_err("ran out");
-    assert!(err.passes(), "{err}");
+    assert!(err.is_retryable(), "{err}");
     assert_eq!(started.elapsed(), 2 * S);
 }
 
@@ -202,7 +207,7 @@ async fn a_failure_that_cannot_pass_ends_the_wait_at_once() {
     let err = wait_on(&mut lock, Some(Wait::Forever))
         .await
         .expect_err("foreign");
-    assert!(!err.passes());
+    assert!(!err.is_retryable());
     assert_eq!(lock.tries.len(), 1);
 }
 
@@ -254,7 +259,7 @@ async fn a_listening_waiter_refreshes_its_place_every_renewal_period() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lease_handed_over_is_used_at_once_while_fresh() {
+async fn a_lease_handed_over_is_used_at_once_while_in_time_for_its_first_renewal() {
     let mut lock = Scripted::new(&[Queued(None)]).with_wakes(&[(3 * S, "granted 42")]);
     lock.asked_ago = 3 * S;
     let started = Instant::now();

@@ -25,6 +25,7 @@ mod metrics;
 mod migration;
 mod once_per;
 mod operator;
+mod ordering;
 mod process;
 mod queue;
 mod quorum;

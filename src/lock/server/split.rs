@@ -9,6 +9,10 @@
 //! one key that decides who holds the lock, is only ever changed on its
 //! own; nobody takes a place in line and no release hands the lock over:
 //! a waiting run polls until the slot settles.
+//!
+//! `Split` is that path: a server's method that gets TRYAGAIN hands the
+//! refusal to it, and it decides, in one place, which operations have a
+//! one-key-at-a-time form for which runs.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -24,13 +28,82 @@ use crate::lock::protocol::OneKeyArgs;
 use crate::lock::records::{Holder, Me, Taken};
 use crate::lock::reply::{self, Fields, Released, Reply};
 use crate::lock::script::Call;
-use crate::lock::{millis, Attempt, Grant, ReplicaAcks};
+use crate::lock::{millis, Attempt, Grant, Hold, Renewal, ReplicaAcks};
 use crate::redis_conn::{ErrorKind, Unready};
 
-/// Whether `err` is the cluster refusing a call that names keys of a slot
-/// being migrated, not all of them on the node asked (TRYAGAIN).
-pub(super) fn migrating(err: &LockError) -> bool {
-    matches!(err, LockError::Redis(err) if err.kind == ErrorKind::Transient(Unready::TryAgain))
+/// A server that refused a script because the lock's keys may be split
+/// between two nodes: the operations that can be made one key at a time.
+pub(super) struct Split<'a> {
+    server: &'a mut Server,
+    /// What an operation that has no one-key-at-a-time form returns, as a
+    /// run gets it for any TRYAGAIN: it waits for the slot to settle.
+    refusal: LockError,
+}
+
+impl<'a> Split<'a> {
+    /// The one-key-at-a-time path on `server` after `err`, when `err` is the
+    /// cluster refusing a call that names keys of a slot being migrated, not
+    /// all of them on the node asked (TRYAGAIN); any other `err` as it is.
+    pub(super) fn after(err: LockError, server: &'a mut Server) -> Result<Self, LockError> {
+        match &err {
+            LockError::Redis(redis) if redis.kind == ErrorKind::Transient(Unready::TryAgain) => {
+                Ok(Split {
+                    server,
+                    refusal: err,
+                })
+            }
+            _ => Err(err),
+        }
+    }
+
+    /// One key at a time, a done record cannot be checked atomically with
+    /// taking the lease, nor the holders of a lock held together counted:
+    /// only a run alone acquires this way.
+    pub(super) async fn acquire(
+        self,
+        ttl: Duration,
+        me: &Me,
+        sent: BootInstant,
+    ) -> Result<(Attempt, Written), LockError> {
+        if self.server.hold != Hold::Alone {
+            return Err(self.refusal);
+        }
+        self.server.acquire_split(ttl, me, sent).await
+    }
+
+    /// A lease held together is not on the key that this path renews.
+    pub(super) async fn renew(self, ttl: Duration) -> Result<Renewal, LockError> {
+        if self.server.hold == Hold::Together {
+            return Err(self.refusal);
+        }
+        self.server.renew_split(ttl).await
+    }
+
+    /// No done record is written: the job may run again
+    /// (docs/guarantees.md). A lease held together is not on the key that
+    /// this path releases.
+    pub(super) async fn release(self, keep_for: Option<Duration>) -> Result<Released, LockError> {
+        if self.server.hold == Hold::Together {
+            return Err(self.refusal);
+        }
+        self.server.release_split(keep_for).await
+    }
+
+    /// The line cannot be read: it shows empty.
+    pub(super) async fn status(self) -> Result<reply::Status, LockError> {
+        self.server.status_split().await
+    }
+
+    /// Only a holder alone can be removed, and only whoever it is.
+    pub(super) async fn force_release(
+        self,
+        only: Option<&str>,
+    ) -> Result<Option<Holder>, LockError> {
+        if only.is_some() {
+            return Err(self.refusal);
+        }
+        self.server.force_release_split().await
+    }
 }
 
 /// What `lock/one_key.lua` found or did with one key.
@@ -93,7 +166,7 @@ impl Server {
     }
 
     /// `renew`, one key at a time.
-    pub(super) async fn renew_split(&mut self, ttl: Duration) -> Result<bool, LockError> {
+    async fn renew_split(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
         let ttl = millis(ttl).to_string();
         let started = Instant::now();
         let token = self.token.as_str().to_owned();
@@ -101,9 +174,9 @@ impl Server {
             .piece(Part::Lease, "lease_renew", &[&token, &ttl])
             .await?;
         if lease.kind != "mine" {
-            return Ok(false);
+            return Ok(Renewal::Lost);
         }
-        if let Some(fence) = self.fence.get() {
+        if let Some(fence) = self.fence {
             // The record only informs: a lease renewed without it holds.
             let fence = fence.to_string();
             let _ = self
@@ -111,14 +184,11 @@ impl Server {
                 .await;
         }
         self.replicated(&Self::written(&lease, started)).await?;
-        Ok(true)
+        Ok(Renewal::Extended)
     }
 
     /// `release`, one key at a time; the lock goes to nobody in line.
-    pub(super) async fn release_split(
-        &mut self,
-        keep_for: Option<Duration>,
-    ) -> Result<Released, LockError> {
+    async fn release_split(&mut self, keep_for: Option<Duration>) -> Result<Released, LockError> {
         let keep = keep_for.map_or(0, millis).to_string();
         let token = self.token.as_str().to_owned();
         let lease = self
@@ -129,7 +199,7 @@ impl Server {
             "kept" => Released::Kept,
             _ => return Ok(Released::NotOurs),
         };
-        if let Some(fence) = self.fence.get() {
+        if let Some(fence) = self.fence {
             let fence = fence.to_string();
             // A record left behind only informs, and expires with the lease.
             let _ = match released {
@@ -145,7 +215,7 @@ impl Server {
 
     /// `acquire`, one key at a time: the lease first, and only once it is
     /// taken a new fencing token and the holder record. Never in line.
-    pub(super) async fn acquire_split(
+    async fn acquire_split(
         &mut self,
         ttl: Duration,
         me: &Me,
@@ -206,7 +276,7 @@ impl Server {
     }
 
     /// `status`, one key at a time. The line cannot be read: it shows empty.
-    pub(super) async fn status_split(&mut self) -> Result<reply::Status, LockError> {
+    async fn status_split(&mut self) -> Result<reply::Status, LockError> {
         let lease = self.piece(Part::Lease, "lease_get", &[]).await?;
         let holder = self.piece(Part::Holder, "holder_get", &[]).await?;
         let fence = self.piece(Part::Fence, "fence_get", &[]).await?;
@@ -224,7 +294,7 @@ impl Server {
 
     /// `release --force`, one key at a time; the lock goes to nobody in
     /// line.
-    pub(super) async fn force_release_split(&mut self) -> Result<Option<Holder>, LockError> {
+    async fn force_release_split(&mut self) -> Result<Option<Holder>, LockError> {
         let lease = self.piece(Part::Lease, "lease_remove", &[]).await?;
         let holder = self.piece(Part::Holder, "holder_remove", &[]).await?;
         Ok((lease.kind == "deleted").then(|| holder.holder.unwrap_or_default()))

@@ -28,7 +28,7 @@ use crate::report::{Event, Report};
 const END_LIMIT: Duration = Duration::from_secs(2 * metrics::LOCK_WAIT.as_secs() + 1);
 
 /// One run's writes to the metrics file; does nothing without one.
-pub(super) struct Record {
+pub(super) struct MetricsFile {
     file: Option<Arc<Writer>>,
     began: BootInstant,
     /// When the lock was taken, on the boot clock and as Unix time, and how
@@ -71,7 +71,7 @@ impl Writer {
     }
 }
 
-impl Record {
+impl MetricsFile {
     pub(super) fn new(config: &RunConfig, report: Report) -> Self {
         let file = config.metrics_file.clone().map(|path| {
             Arc::new(Writer {
@@ -81,7 +81,7 @@ impl Record {
                 warned: AtomicBool::new(false),
             })
         });
-        Record {
+        MetricsFile {
             file,
             began: BootInstant::now(),
             acquired: None,

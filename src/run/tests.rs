@@ -1,0 +1,40 @@
+//! A run's steps against a Redis that is not there.
+
+use super::*;
+use crate::lock::Role;
+use crate::redis_conn::Target;
+
+/// A lock on a server that is not there: every call fails at once.
+fn unreachable_lock() -> Lock {
+    let target =
+        Target::parse("unix:///nonexistent/lockrun-test.sock", None).expect("a unix socket URL");
+    let servers = Servers::One(Box::new(target));
+    let role = Role {
+        token: Token::default(),
+        hold: Hold::Alone,
+        acks: crate::lock::ReplicaAcks::Count(0),
+        may_wait: false,
+    };
+    Lock::new(
+        &servers,
+        Duration::from_secs(1),
+        Keys::new("lockrun", "job"),
+        &role,
+    )
+}
+
+#[tokio::test]
+async fn a_command_not_started_says_the_lock_could_not_be_released_and_when_it_expires() {
+    let mut lock = unreachable_lock();
+    let ttl = Duration::from_secs(30);
+    let quiet = Report::default().as_loud_as(crate::report::Verbosity::Quiet);
+    let err = not_started("nope".into(), SpawnError::NotFound, &mut lock, ttl, quiet).await;
+    assert_eq!(err.exit_code(), exit_code::NOT_FOUND);
+    let said = err.to_string();
+    assert!(
+        said.starts_with(
+            "nope: command not found; could not release job, it will expire within 30s: "
+        ),
+        "{said}"
+    );
+}
