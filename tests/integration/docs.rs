@@ -143,6 +143,7 @@ fn markdown_files() -> Vec<String> {
         "README.md",
         "CONTRIBUTING.md",
         "BENCHMARKS.md",
+        "bench/README.md",
         "examples/postgres-fencing/README.md",
     ]
     .map(String::from)
