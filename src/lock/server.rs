@@ -2,14 +2,14 @@
 //! have left there, and waiting for its replicas. A lock on one server has
 //! one of these; a quorum has one per member (`lock.rs` asks them all).
 
-mod split;
+mod one_key;
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
-use self::split::Split;
+use self::one_key::OneKey;
 use super::error::{Foreign, LockError};
 use super::keys::{Keys, Token};
 use super::protocol::{
@@ -52,7 +52,7 @@ pub(crate) struct Server {
     arrival: Option<String>,
     /// The fencing token of the lease this run holds: while the lock's slot
     /// is being migrated, it tells this run's holder record from another's
-    /// (`split.rs`).
+    /// (`one_key.rs`).
     fence: Option<u64>,
     /// How many replicas acknowledged the lease at the last acquisition or
     /// renewal that asked them, as noted in the holder record; `None` when
@@ -159,7 +159,7 @@ impl Server {
                 self.in_redis = before;
                 return Err(LockError::Foreign(foreign));
             }
-            Err(err) => Split::after(err, self)?.acquire(ttl, me, sent).await?,
+            Err(err) => OneKey::after(err, self)?.acquire(ttl, me, sent).await?,
             Ok(reply) => self.attempt(reply, sent, started)?,
         };
         self.in_redis = !matches!(
@@ -304,7 +304,7 @@ impl Server {
         };
         let started = Instant::now();
         let reply: reply::Renew = match self.invoke(&call).await {
-            Err(err) => return Split::after(err, self)?.renew(ttl).await,
+            Err(err) => return OneKey::after(err, self)?.renew(ttl).await,
             Ok(reply) => reply,
         };
         if !reply.renewed {
@@ -394,7 +394,7 @@ impl Server {
             call.reply_last();
         }
         let released = match self.invoke(&call).await {
-            Err(err) => Split::after(err, self)?.release(keep_for).await?,
+            Err(err) => OneKey::after(err, self)?.release(keep_for).await?,
             Ok(released) => released,
         };
         self.in_redis = false;
@@ -417,7 +417,7 @@ impl Server {
     pub(super) async fn status(&mut self) -> Result<Status, LockError> {
         let call = Call::new(&self.keys, &StatusArgs {});
         let reply: reply::Status = match self.invoke(&call).await {
-            Err(err) => Split::after(err, self)?.status().await?,
+            Err(err) => OneKey::after(err, self)?.status().await?,
             Ok(reply) => reply,
         };
         let occupancy = match reply.pttl {
@@ -461,7 +461,7 @@ impl Server {
         let call = Call::new(&self.keys, &args);
         match self.invoke::<reply::ForceRelease>(&call).await {
             Err(err) => Ok(Removed {
-                holders: Split::after(err, self)?
+                holders: OneKey::after(err, self)?
                     .force_release(only)
                     .await?
                     .into_iter()

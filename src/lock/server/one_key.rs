@@ -10,7 +10,7 @@
 //! own; nobody takes a place in line and no release hands the lock over:
 //! a waiting run polls until the slot settles.
 //!
-//! `Split` is that path: a server's method that gets TRYAGAIN hands the
+//! `OneKey` is that path: a server's method that gets TRYAGAIN hands the
 //! refusal to it, and it decides, in one place, which operations have a
 //! one-key-at-a-time form for which runs.
 
@@ -33,21 +33,21 @@ use crate::redis_conn::{ErrorKind, Unready};
 
 /// A server that refused a script because the lock's keys may be split
 /// between two nodes: the operations that can be made one key at a time.
-pub(super) struct Split<'a> {
+pub(super) struct OneKey<'a> {
     server: &'a mut Server,
     /// What an operation that has no one-key-at-a-time form returns, as a
     /// run gets it for any TRYAGAIN: it waits for the slot to settle.
     refusal: LockError,
 }
 
-impl<'a> Split<'a> {
+impl<'a> OneKey<'a> {
     /// The one-key-at-a-time path on `server` after `err`, when `err` is the
     /// cluster refusing a call that names keys of a slot being migrated, not
     /// all of them on the node asked (TRYAGAIN); any other `err` as it is.
     pub(super) fn after(err: LockError, server: &'a mut Server) -> Result<Self, LockError> {
         match &err {
             LockError::Redis(redis) if redis.kind == ErrorKind::Transient(Unready::TryAgain) => {
-                Ok(Split {
+                Ok(OneKey {
                     server,
                     refusal: err,
                 })
@@ -68,7 +68,7 @@ impl<'a> Split<'a> {
         if self.server.hold != Hold::Alone {
             return Err(self.refusal);
         }
-        self.server.acquire_split(ttl, me, sent).await
+        self.server.acquire_one_key(ttl, me, sent).await
     }
 
     /// A lease held together is not on the key that this path renews.
@@ -76,7 +76,7 @@ impl<'a> Split<'a> {
         if self.server.hold == Hold::Together {
             return Err(self.refusal);
         }
-        self.server.renew_split(ttl).await
+        self.server.renew_one_key(ttl).await
     }
 
     /// No done record is written: the job may run again
@@ -86,12 +86,12 @@ impl<'a> Split<'a> {
         if self.server.hold == Hold::Together {
             return Err(self.refusal);
         }
-        self.server.release_split(keep_for).await
+        self.server.release_one_key(keep_for).await
     }
 
     /// The line cannot be read: it shows empty.
     pub(super) async fn status(self) -> Result<reply::Status, LockError> {
-        self.server.status_split().await
+        self.server.status_one_key().await
     }
 
     /// Only a holder alone can be removed, and only whoever it is.
@@ -102,7 +102,7 @@ impl<'a> Split<'a> {
         if only.is_some() {
             return Err(self.refusal);
         }
-        self.server.force_release_split().await
+        self.server.force_release_one_key().await
     }
 }
 
@@ -166,7 +166,7 @@ impl Server {
     }
 
     /// `renew`, one key at a time.
-    async fn renew_split(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
+    async fn renew_one_key(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
         let ttl = millis(ttl).to_string();
         let started = Instant::now();
         let token = self.token.as_str().to_owned();
@@ -188,7 +188,7 @@ impl Server {
     }
 
     /// `release`, one key at a time; the lock goes to nobody in line.
-    async fn release_split(&mut self, keep_for: Option<Duration>) -> Result<Released, LockError> {
+    async fn release_one_key(&mut self, keep_for: Option<Duration>) -> Result<Released, LockError> {
         let keep = keep_for.map_or(0, millis).to_string();
         let token = self.token.as_str().to_owned();
         let lease = self
@@ -215,7 +215,7 @@ impl Server {
 
     /// `acquire`, one key at a time: the lease first, and only once it is
     /// taken a new fencing token and the holder record. Never in line.
-    async fn acquire_split(
+    async fn acquire_one_key(
         &mut self,
         ttl: Duration,
         me: &Me,
@@ -250,9 +250,9 @@ impl Server {
                         .await?;
                     holder.fence
                 }
-                None => self.grant_split(&ttl, me).await?,
+                None => self.grant_one_key(&ttl, me).await?,
             },
-            _ => self.grant_split(&ttl, me).await?,
+            _ => self.grant_one_key(&ttl, me).await?,
         };
         let written = Self::written(&lease, started);
         Ok((
@@ -266,7 +266,7 @@ impl Server {
     }
 
     /// The next fencing token and the holder record, for a lease just taken.
-    async fn grant_split(&mut self, ttl: &str, me: &Me) -> Result<u64, LockError> {
+    async fn grant_one_key(&mut self, ttl: &str, me: &Me) -> Result<u64, LockError> {
         let next = self.piece(Part::Fence, "fence_next", &[]).await?;
         let fence = next.fence.unwrap_or_default();
         let (pid, shown) = (me.pid.to_string(), fence.to_string());
@@ -276,7 +276,7 @@ impl Server {
     }
 
     /// `status`, one key at a time. The line cannot be read: it shows empty.
-    async fn status_split(&mut self) -> Result<reply::Status, LockError> {
+    async fn status_one_key(&mut self) -> Result<reply::Status, LockError> {
         let lease = self.piece(Part::Lease, "lease_get", &[]).await?;
         let holder = self.piece(Part::Holder, "holder_get", &[]).await?;
         let fence = self.piece(Part::Fence, "fence_get", &[]).await?;
@@ -294,7 +294,7 @@ impl Server {
 
     /// `release --force`, one key at a time; the lock goes to nobody in
     /// line.
-    async fn force_release_split(&mut self) -> Result<Option<Holder>, LockError> {
+    async fn force_release_one_key(&mut self) -> Result<Option<Holder>, LockError> {
         let lease = self.piece(Part::Lease, "lease_remove", &[]).await?;
         let holder = self.piece(Part::Holder, "holder_remove", &[]).await?;
         Ok((lease.kind == "deleted").then(|| holder.holder.unwrap_or_default()))
