@@ -63,7 +63,6 @@ pub mod exit_code;
 mod lease;
 mod lock;
 mod metrics;
-mod name_lookup;
 mod redis_conn;
 mod report;
 mod run;
@@ -120,10 +119,6 @@ fn start(blocked: io::Result<Blocked>) -> u8 {
         Err(err) => return exit(report, Err(err)),
     };
     let report = report.as_loud_as(invocation.verbosity());
-    // Here, while lockrun has one thread: the runtime's threads look names up.
-    if invocation.may_look_up_names() {
-        name_lookup::files_and_dns_only();
-    }
     // One thread: the command is spawned from the thread that lives as long
     // as lockrun, which the parent-death signal depends on.
     let runtime = match tokio::runtime::Builder::new_current_thread()
