@@ -22,7 +22,7 @@ mod session;
 mod target;
 mod tls;
 
-pub(crate) use error::{ErrorKind, RedisError, Unready};
+pub(crate) use error::{script_refusal, ErrorKind, RedisError, ScriptRefusal, Unready};
 pub(crate) use session::{Request, Session};
 pub(crate) use target::{InvalidUrl, Target};
 pub(crate) use tls::Ca;
