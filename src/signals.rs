@@ -17,6 +17,7 @@
 //! there.
 
 use std::io;
+use std::marker::PhantomData;
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -46,6 +47,9 @@ fn handled() -> SigSet {
 pub(crate) struct Blocked {
     /// The mask lockrun started with.
     before: SigSet,
+    /// Not `Send`: a mask is a thread's, and the proof holds on the thread
+    /// that made it (and those it started afterwards).
+    _thread: PhantomData<*const ()>,
 }
 
 impl Blocked {
@@ -58,7 +62,10 @@ impl Blocked {
             Some(&handled()),
             Some(&mut before),
         )?;
-        Ok(Blocked { before })
+        Ok(Blocked {
+            before,
+            _thread: PhantomData,
+        })
     }
 
     /// Gives the handled signals back their effect, for an invocation that
