@@ -15,7 +15,6 @@ use crate::lock::ReplicaAcks;
 use crate::report::Format;
 use crate::wait::Wait;
 
-mod plain;
 mod usage;
 
 pub(crate) use usage::log_format_hint;
@@ -451,9 +450,6 @@ fn parse_wait(text: &str) -> Result<Wait, String> {
 /// Parses lockrun's own command line. `Ok(None)` means clap already printed
 /// what was asked for (`--help`, `--version`): nothing is left to do.
 pub(crate) fn parse() -> Result<Option<Cli>, Error> {
-    if let Some(run) = plain::parse() {
-        return Ok(Some(Cli { action: None, run }));
-    }
     match Cli::try_parse() {
         Ok(cli) => Ok(Some(cli)),
         // --help and --version are not errors.

@@ -103,16 +103,6 @@ pub(crate) struct ListConfig {
 }
 
 impl Invocation {
-    /// Whether what was asked may take a host-name lookup.
-    pub(crate) fn may_look_up_names(&self) -> bool {
-        match self {
-            Invocation::Run(RunConfig { lock, .. })
-            | Invocation::Status { lock, .. }
-            | Invocation::Release { lock, .. } => lock.servers.may_look_up_names(),
-            Invocation::List(list) => list.servers.may_look_up_names(),
-        }
-    }
-
     /// Validates the parsed command line; `passwords` come from the
     /// environment.
     pub(crate) fn from_cli(cli: Cli, passwords: Passwords) -> Result<Self, Error> {

@@ -68,7 +68,6 @@ pub mod exit_code;
 mod lease;
 mod lock;
 mod metrics;
-mod name_lookup;
 mod redis_conn;
 mod report;
 mod run;
@@ -79,17 +78,29 @@ mod wait;
 
 pub use crate::secrets::{PASSWORD_ENV, SENTINEL_PASSWORD_ENV};
 
+use std::io;
+use std::process::ExitCode;
+
 use crate::config::{Invocation, Passwords};
 use crate::error::Error;
 use crate::lock::Token;
 use crate::report::Report;
-use crate::signals::Signals;
+use crate::signals::{Blocked, Signals};
 
 /// The whole program: parse, validate, run on a single-threaded runtime,
 /// and turn the outcome into an exit status, reporting any error here and
-/// nowhere else. Returns the exit status.
+/// nowhere else.
 #[must_use]
-pub fn main() -> u8 {
+pub fn main() -> ExitCode {
+    // First of all, before any thread exists or any line is printed (the
+    // first line starts stderr's writer thread): every thread inherits the
+    // mask, and a thread that left these signals unblocked could be killed
+    // by one with the lock held.
+    let blocked = Blocked::now();
+    ExitCode::from(start(blocked))
+}
+
+fn start(blocked: io::Result<Blocked>) -> u8 {
     let cli = match cli::parse() {
         Ok(Some(cli)) => cli,
         Ok(None) => return 0,
@@ -113,10 +124,6 @@ pub fn main() -> u8 {
         Err(err) => return exit(report, Err(err)),
     };
     let report = report.as_loud_as(invocation.verbosity());
-    // Here, while lockrun has one thread: the runtime's threads look names up.
-    if invocation.may_look_up_names() {
-        name_lookup::files_and_dns_only();
-    }
     // One thread: the command is spawned from the thread that lives as long
     // as lockrun, which the parent-death signal depends on.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -129,7 +136,7 @@ pub fn main() -> u8 {
             return exit(report, Err(Error::Internal { doing, source }));
         }
     };
-    let outcome = runtime.block_on(execute(invocation, report));
+    let outcome = runtime.block_on(execute(invocation, blocked, report));
     // Left to the exit, not dropped: dropping would wait for the runtime's
     // blocking threads, and a DNS lookup for the Redis host runs on one
     // (after a lookup that outlived its timeout, lockrun would hang there
@@ -140,15 +147,21 @@ pub fn main() -> u8 {
     exit(report, outcome)
 }
 
-async fn execute(invocation: Invocation, report: Report) -> Result<u8, Error> {
+async fn execute(
+    invocation: Invocation,
+    blocked: io::Result<Blocked>,
+    report: Report,
+) -> Result<u8, Error> {
     match invocation {
         Invocation::Run(config) => {
             // Before anything is taken: a run that cannot catch signals or
             // make a token must not hold a lock.
-            let signals = Signals::install().map_err(|source| Error::Internal {
-                doing: "catch signals",
-                source,
-            })?;
+            let signals = blocked
+                .and_then(Signals::install)
+                .map_err(|source| Error::Internal {
+                    doing: "catch signals",
+                    source,
+                })?;
             let token = Token::generate().map_err(|source| Error::Internal {
                 doing: "read random bytes for the lock token",
                 source,
@@ -159,13 +172,30 @@ async fn execute(invocation: Invocation, report: Report) -> Result<u8, Error> {
             })?;
             run::run(config, report, signals, token).await
         }
-        Invocation::Status { lock, json } => admin::status(lock, json).await,
+        Invocation::Status { lock, json } => {
+            unblock(blocked);
+            admin::status(lock, json).await
+        }
         Invocation::Release {
             lock,
             force,
             holder,
-        } => admin::release(lock, force, holder.as_deref()).await,
-        Invocation::List(list) => admin::list(list).await,
+        } => {
+            unblock(blocked);
+            admin::release(lock, force, holder.as_deref()).await
+        }
+        Invocation::List(list) => {
+            unblock(blocked);
+            admin::list(list).await
+        }
+    }
+}
+
+/// For an invocation that takes no lock: a signal that ends it leaves
+/// nothing behind, so Ctrl-C ends it as it ends any command.
+fn unblock(blocked: io::Result<Blocked>) {
+    if let Ok(blocked) = blocked {
+        blocked.undo();
     }
 }
 

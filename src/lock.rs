@@ -62,11 +62,6 @@ impl Servers {
             Servers::Quorum(targets) => targets,
         }
     }
-
-    /// Whether reaching a server may take a host-name lookup.
-    pub(crate) fn may_look_up_names(&self) -> bool {
-        self.targets().iter().any(Target::may_look_up_names)
-    }
 }
 
 /// What subscribing to a waiting run's wake-up messages gave.

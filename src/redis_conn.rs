@@ -11,12 +11,9 @@
 //! - `error`: what a failed call means for lockrun, and its message;
 //! - `session`: the connection, its time limits, `WAIT` and subscriptions;
 //! - `sentinel`, `cluster`: finding the server that holds the lock there;
-//! - `tls`: the CA certificates of `--redis-ca-file`, trusted for TLS;
-//! - `cpu_features`: a one-time cost of the crate's reply parser, paid while
-//!   the first request is at Redis.
+//! - `tls`: the CA certificates of `--redis-ca-file`, trusted for TLS.
 
 mod cluster;
-mod cpu_features;
 mod error;
 mod hosts;
 mod pushes;
@@ -25,7 +22,7 @@ mod session;
 mod target;
 mod tls;
 
-pub(crate) use error::{ErrorKind, RedisError, Unready};
+pub(crate) use error::{script_refusal, ErrorKind, RedisError, ScriptRefusal, Unready};
 pub(crate) use session::{Request, Session};
 pub(crate) use target::{InvalidUrl, Target};
 pub(crate) use tls::Ca;

@@ -7,14 +7,17 @@
 //! Catching them also means lockrun never dies of one of them and leaves a
 //! lock behind.
 //!
-//! They are blocked for lockrun's whole life and read from a signalfd, not
-//! caught by handlers: a blocked signal waits, whatever lockrun is doing,
-//! until lockrun reads it, and a signalfd costs two system calls where a
-//! handler per signal, the self-pipe it writes to and their registry cost
-//! 40 K instructions, 7 % of a whole run. The command starts with an empty
-//! mask (`child::spawn`), so it gets them as if lockrun were not there.
+//! They are blocked from the first line of `lockrun::main` for lockrun's
+//! whole life, before any other thread exists, so that every thread lockrun
+//! starts inherits the mask: a thread started with them unblocked would let
+//! a SIGTERM kill lockrun outright with the lock held. They are read from a
+//! signalfd, not caught by handlers: a blocked signal waits, whatever
+//! lockrun is doing, until lockrun reads it. The command starts with an
+//! empty mask (`child::spawn`), so it gets them as if lockrun were not
+//! there.
 
 use std::io;
+use std::marker::PhantomData;
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -31,24 +34,67 @@ pub(crate) const FORWARDED: [Signal; 7] = [
     Signal::SIGWINCH,
 ];
 
+/// The forwarded signals and SIGCHLD: the ones lockrun handles.
+fn handled() -> SigSet {
+    let mut set: SigSet = FORWARDED.into_iter().collect();
+    set.add(Signal::SIGCHLD);
+    set
+}
+
+/// Proof that the calling thread blocked the handled signals, made only by
+/// `Blocked::now`, which `lockrun::main` calls first: the signalfd can be
+/// opened only with it.
+pub(crate) struct Blocked {
+    /// The mask lockrun started with.
+    before: SigSet,
+    /// Not `Send`: a mask is a thread's, and the proof holds on the thread
+    /// that made it (and those it started afterwards).
+    _thread: PhantomData<*const ()>,
+}
+
+impl Blocked {
+    /// Blocks the handled signals in the calling thread, and so in every
+    /// thread it starts afterwards.
+    pub(crate) fn now() -> io::Result<Blocked> {
+        let mut before = SigSet::empty();
+        nix::sys::signal::pthread_sigmask(
+            SigmaskHow::SIG_BLOCK,
+            Some(&handled()),
+            Some(&mut before),
+        )?;
+        Ok(Blocked {
+            before,
+            _thread: PhantomData,
+        })
+    }
+
+    /// Gives the handled signals back their effect, for an invocation that
+    /// takes no lock (`status`, `release`, `list`): there nothing is left
+    /// behind if one ends lockrun, as Ctrl-C should.
+    pub(crate) fn undo(self) {
+        let _ =
+            nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&self.before), None);
+    }
+}
+
 /// Every forwarded signal and SIGCHLD, as they arrive.
 pub(crate) struct Signals {
     fd: AsyncFd<SignalFd>,
+    /// Kept for as long as the signalfd is read: they stay blocked.
+    _blocked: Blocked,
 }
 
 impl Signals {
-    /// Blocks the signals and opens the signalfd that reads them. Called
-    /// before any other thread exists, so that every thread blocks them and
-    /// none can be killed by one.
-    pub(crate) fn install() -> io::Result<Self> {
-        let mut set: SigSet = FORWARDED.into_iter().collect();
-        set.add(Signal::SIGCHLD);
-        nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None)?;
-        let fd = SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+    /// Opens the signalfd that reads the signals `blocked` holds back.
+    pub(crate) fn install(blocked: Blocked) -> io::Result<Self> {
+        let fd = SignalFd::with_flags(&handled(), SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
         // SAFETY: the SignalFd owns its fd, which stays open and the same
         // until the AsyncFd drops it: nothing replaces the SignalFd inside.
         let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }?;
-        Ok(Signals { fd })
+        Ok(Signals {
+            fd,
+            _blocked: blocked,
+        })
     }
 
     /// The next signal that should end a wait for the lock: any but

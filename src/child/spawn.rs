@@ -8,7 +8,9 @@
 //! own while lockrun's thread is suspended (`CLONE_VFORK`) until the exec,
 //! and makes only async-signal-safe calls. Everything it reads (program,
 //! argv, envp) is built before the clone; it writes nothing of lockrun's but
-//! the error it reports, in memory the parent reads after the clone.
+//! the error it reports, in memory the parent reads after the clone. What it
+//! saves against std's `Command` is in BENCHMARKS.md ("Start-up: what each
+//! speed-up saves").
 //!
 //! The child starts as std's would: in a process group of its own, with an
 //! empty signal mask, every handled signal and SIGPIPE back to the default,
@@ -16,14 +18,15 @@
 
 use std::ffi::{c_int, c_void, CString, OsStr, OsString};
 use std::io;
-use std::mem::MaybeUninit;
 use std::os::unix::ffi::OsStrExt;
 use std::ptr;
 
 use nix::unistd::Pid;
 
-/// The child's own stack, on top of what execvp's script fallback puts
-/// there (a copy of argv): glibc's posix_spawn reserves the same 32 KiB.
+/// The child's own stack, besides what execvp's script fallback puts there
+/// (a copy of argv): room for execvp's PATH buffer (PATH_MAX and NAME_MAX
+/// bytes) and the frames of an unoptimised build, twice the 32 KiB that
+/// glibc's posix_spawn gives its child.
 const STACK: usize = 64 * 1024;
 /// The highest signal number on Linux (SIGRTMAX).
 const LAST_SIGNAL: c_int = 64;
@@ -62,15 +65,7 @@ pub(super) fn spawn(
         terminal,
         error: 0,
     };
-    // u128: the top of the stack is 16-byte aligned, as the ABI wants. Left
-    // uninitialised: zeroing it cost more than the rest of the spawn, and
-    // faulted in every page of it where the child touches one or two.
-    let mut stack = Vec::<MaybeUninit<u128>>::with_capacity((STACK + argv.len() * 8) / 16 + 1);
-    let top = stack
-        .spare_capacity_mut()
-        .as_mut_ptr_range()
-        .end
-        .cast::<c_void>();
+    let stack = Stack::new(argv.len())?;
     let all = blocked_all()?;
     // SAFETY: `child` gets a stack of its own that outlives it (lockrun's
     // thread is suspended until the child execs or exits: CLONE_VFORK), and
@@ -80,13 +75,15 @@ pub(super) fn spawn(
     let pid = unsafe {
         libc::clone(
             child,
-            top,
+            stack.top(),
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
             ptr::from_mut(&mut handoff).cast::<c_void>(),
         )
     };
     let cloned = io::Error::last_os_error();
     restore(&all);
+    // The child has exec'd or exited: it no longer runs on the stack.
+    drop(stack);
     if pid == -1 {
         return Err(cloned);
     }
@@ -99,6 +96,64 @@ pub(super) fn spawn(
         return Err(io::Error::from_raw_os_error(error));
     }
     Ok(pid)
+}
+
+/// The child's stack: a mapping of its own with a page below it that
+/// faults, as a thread's stack has, so that an overflow kills the child
+/// rather than writing over lockrun's memory. Unmapped when dropped.
+struct Stack {
+    base: *mut c_void,
+    len: usize,
+}
+
+impl Stack {
+    /// A stack for a child started with `argc` arguments.
+    fn new(argc: usize) -> io::Result<Stack> {
+        // SAFETY: sysconf only reads.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .map_err(io::Error::other)?;
+        // execvp's script fallback copies argv, two more words included.
+        let usable = (STACK + (argc + 2) * std::mem::size_of::<usize>()).next_multiple_of(page);
+        let len = usable + page;
+        // SAFETY: a new private anonymous mapping, which nothing else uses.
+        let base = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Stack { base, len };
+        // SAFETY: the lowest page of the mapping just made, which nothing
+        // uses yet; the guard.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The stack's first address above it: it grows down from there.
+    /// Page-aligned, so 16-byte aligned as the ABI wants.
+    fn top(&self) -> *mut c_void {
+        // SAFETY: one past the end of the mapping, which `len` spans.
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, used by no one once the child
+        // exec'd or exited.
+        unsafe {
+            libc::munmap(self.base, self.len);
+        }
+    }
 }
 
 /// The child, between clone and exec.
@@ -248,4 +303,34 @@ fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
         .map(|s| s.as_ptr())
         .chain(std::iter::once(ptr::null()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mapping as /proc/self/maps lists it: "START-END PERMS ...".
+    fn mapping_at(address: usize) -> Option<String> {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+        maps.lines()
+            .find(|line| {
+                let range = line.split(' ').next().unwrap_or("");
+                let (start, end) = range.split_once('-').unwrap_or(("", ""));
+                let bound = |hex| usize::from_str_radix(hex, 16).unwrap_or(0);
+                (bound(start)..bound(end)).contains(&address)
+            })
+            .map(str::to_owned)
+    }
+
+    #[test]
+    fn the_stack_has_a_guard_page_below_it() {
+        let stack = Stack::new(3).expect("a stack");
+        let (base, top) = (stack.base as usize, stack.top() as usize);
+        assert_eq!(top % 16, 0);
+        assert!(top - base > STACK + 5 * 8);
+        let guard = mapping_at(base).expect("the guard page");
+        assert!(guard.contains(" ---p "), "{guard}");
+        let usable = mapping_at(top - 1).expect("the stack");
+        assert!(usable.contains(" rw-p "), "{usable}");
+    }
 }

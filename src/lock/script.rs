@@ -14,7 +14,7 @@ use redis::{RedisResult, Value};
 
 use super::keys::Keys;
 use super::protocol::{self, Args, Part, Takes};
-use crate::redis_conn::Request;
+use crate::redis_conn::{script_refusal, Request, ScriptRefusal};
 
 /// A script and its SHA-1, in lower-case hex as Redis names it.
 pub(crate) struct Lua {
@@ -151,29 +151,20 @@ impl Call {
 impl Lua {
     /// A command of this script that the server refused lockrun's user, as
     /// the NOPERM error a command sent directly gets. Redis says only the
-    /// script's line (`user_script:N`), so the command is read from that
-    /// line; `None` for any other error.
+    /// script's line, so the command is read from that line; `None` for
+    /// any other error.
     fn refusal(&self, err: &redis::RedisError) -> Option<redis::RedisError> {
-        let text = err.to_string();
-        let why = text.split("The user executing the script can't ").nth(1)?;
-        let detail = if why.starts_with("publish") || why.contains("channel") {
-            "No permissions to access a channel".to_owned()
-        } else if why.starts_with("access") {
-            "No permissions to access a key".to_owned()
-        } else {
-            let line = text
-                .split("user_script:")
-                .nth(1)?
-                .split(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse::<usize>()
-                .ok()?;
-            let called = commands_on(self.code.lines().nth(line.checked_sub(1)?)?);
-            let quoted: Vec<String> = called.iter().map(|name| format!("'{name}'")).collect();
-            format!(
-                "this user has no permissions to run the {} command",
-                quoted.join(" or ")
-            )
+        let detail = match script_refusal(err)? {
+            ScriptRefusal::Channel => "No permissions to access a channel".to_owned(),
+            ScriptRefusal::Key => "No permissions to access a key".to_owned(),
+            ScriptRefusal::Line(line) => {
+                let called = commands_on(self.code.lines().nth(line.checked_sub(1)?)?);
+                let quoted: Vec<String> = called.iter().map(|name| format!("'{name}'")).collect();
+                format!(
+                    "this user has no permissions to run the {} command",
+                    quoted.join(" or ")
+                )
+            }
         };
         Some(redis::make_extension_error("NOPERM".into(), Some(detail)))
     }

@@ -6,10 +6,13 @@
 
 use std::time::Duration;
 
-use redis::{ConnectionAddr, ServerErrorKind};
+use redis::ConnectionAddr;
 
+mod code;
 mod message;
 mod noperm;
+
+pub(crate) use code::{script_refusal, ScriptRefusal};
 
 use super::target::show_addr;
 use super::Target;
@@ -131,10 +134,6 @@ impl Target {
     /// What an error means for lockrun, by the reply's error code where
     /// there is one.
     fn classify(&self, err: &redis::RedisError) -> ErrorKind {
-        use ServerErrorKind as Code;
-        if let Some(inner) = script_call_error(err) {
-            return self.classify(&inner);
-        }
         if is_auth_error(err) {
             return if self.password().is_some() {
                 ErrorKind::Auth
@@ -146,29 +145,25 @@ impl Target {
             return ErrorKind::Unreachable;
         }
         let replicated = self.is_replicated();
-        match err.kind() {
-            redis::ErrorKind::Server(Code::BusyLoading) => ErrorKind::Transient(Unready::Loading),
-            redis::ErrorKind::Server(Code::TryAgain) => ErrorKind::Transient(Unready::TryAgain),
-            redis::ErrorKind::Server(Code::MasterDown) => ErrorKind::Transient(Unready::MasterDown),
+        match code::code(err).as_deref() {
+            Some("LOADING") => ErrorKind::Transient(Unready::Loading),
+            Some("TRYAGAIN") => ErrorKind::Transient(Unready::TryAgain),
+            Some("MASTERDOWN") => ErrorKind::Transient(Unready::MasterDown),
             // The cluster is healing: a later call may succeed.
-            redis::ErrorKind::Server(Code::ClusterDown) => {
-                ErrorKind::Transient(Unready::ClusterDown)
-            }
+            Some("CLUSTERDOWN") => ErrorKind::Transient(Unready::ClusterDown),
             // Behind Sentinel or in a cluster, a demoted primary or a moved
             // slot is a failover under way, not a wrong URL.
-            redis::ErrorKind::Server(Code::ReadOnly | Code::Moved | Code::Ask) if replicated => {
+            Some("READONLY" | "MOVED" | "ASK") if replicated => {
                 ErrorKind::Transient(Unready::Failover)
             }
-            redis::ErrorKind::Server(Code::ReadOnly) => ErrorKind::ReadOnly,
+            Some("READONLY") => ErrorKind::ReadOnly,
+            Some("NOPERM") => ErrorKind::NoPerm,
+            Some("BUSY") => ErrorKind::Transient(Unready::Busy),
+            // min-replicas-to-write: too few replicas are connected right now.
+            Some("NOREPLICAS") => ErrorKind::Transient(Unready::Replicas),
             // `Session::invoke` decodes replies itself, so a parse error
             // here is the wire protocol's: whatever answered is not Redis.
-            redis::ErrorKind::Parse => ErrorKind::NotRedis,
-            // lock/script.rs says a script's refused command the same way.
-            _ if err.code() == Some("NOPERM") => ErrorKind::NoPerm,
-            // The crate knows no code of its own for these two.
-            _ if err.code() == Some("BUSY") => ErrorKind::Transient(Unready::Busy),
-            // min-replicas-to-write: too few replicas are connected right now.
-            _ if err.code() == Some("NOREPLICAS") => ErrorKind::Transient(Unready::Replicas),
+            None if err.kind() == redis::ErrorKind::Parse => ErrorKind::NotRedis,
             _ => ErrorKind::Server,
         }
     }
@@ -179,8 +174,8 @@ impl Target {
         if self.is_replicated() {
             return None;
         }
-        match err.kind() {
-            redis::ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask) => {
+        match code::code(err).as_deref() {
+            Some("MOVED" | "ASK") => {
                 let (scheme, at) = match self.info.addr() {
                     ConnectionAddr::TcpTls { .. } => ("rediss", show_addr(self.info.addr(), false)),
                     ConnectionAddr::Tcp(..) => ("redis", show_addr(self.info.addr(), false)),
@@ -228,45 +223,14 @@ impl Target {
 /// Whether the server refused to let lockrun in: a wrong password, or none
 /// where one is wanted.
 pub(super) fn is_auth_error(err: &redis::RedisError) -> bool {
-    if err.kind() == redis::ErrorKind::AuthenticationFailed {
-        return true;
-    }
-    let text = err.to_string();
-    // A server with a password answers a client that sent none with NOAUTH,
-    // or, for a command with many arguments (our scripts), with a protocol
-    // error about an "unauthenticated" request.
-    [
-        "NOAUTH",
-        "WRONGPASS",
-        "invalid password",
-        "invalid username-password",
-        "unauthenticated",
-    ]
-    .iter()
-    .any(|needle| text.contains(needle))
-}
-
-/// The error a script's own `redis.call` ran into, which Redis before 7
-/// replies with under the code ERR: `Error running script (call to f_SHA):
-/// @user_script:99: @user_script: 99: -READONLY You can't write ...`.
-/// Redis 7 replies with the inner code itself; unwrapped, a 6.2 replica or a
-/// demoted primary reads the same as there. No write of a script that met
-/// READONLY or NOREPLICAS took effect: the first write is the one refused.
-pub(super) fn script_call_error(err: &redis::RedisError) -> Option<redis::RedisError> {
-    let detail = err.detail().filter(|_| err.code() == Some("ERR"))?;
-    let inner = detail.strip_prefix("Error running script ")?;
-    let inner = &inner[inner.find(": -")? + 3..];
-    match redis::parse_redis_value(format!("-{}\r\n", inner.trim_end()).as_bytes()) {
-        Ok(redis::Value::ServerError(inner)) => Some(inner.into()),
-        _ => None,
-    }
+    err.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(code::code(err).as_deref(), Some("NOAUTH" | "WRONGPASS"))
 }
 
 /// Whether `err` is READONLY: the server is a replica, replied directly or
 /// from inside a script.
 pub(super) fn is_read_only(err: &redis::RedisError) -> bool {
-    let inner = script_call_error(err);
-    inner.as_ref().unwrap_or(err).kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly)
+    code::code(err).as_deref() == Some("READONLY")
 }
 
 /// `err` as text on one line. Some errors span lines (a parser's report of

@@ -13,7 +13,6 @@ use redis::{AsyncConnectionConfig, Client, ConnectionInfo, Value};
 use tokio::time::Instant;
 
 use super::cluster;
-use super::cpu_features;
 use super::error::is_read_only;
 use super::pushes::{self, Pushes};
 use super::target::{show_addr, Topology};
@@ -195,7 +194,7 @@ impl Session {
             let left = self.timeout.saturating_sub(started.elapsed());
             // Decoded here rather than by the crate, so that a reply of the
             // wrong shape is told apart from a server that is not Redis.
-            let sent = cpu_features::look_up_meanwhile(call.send(conn));
+            let sent = call.send(conn);
             let result = tokio::time::timeout(left, sent).await;
             match result {
                 Ok(Ok(value)) => {
@@ -431,11 +430,9 @@ pub(super) async fn connect_carrying(
     }
     let (info, config, pushes) = pushes::carried(info, call_limits(timeout));
     let client = Client::open(info)?;
-    // The connection's first request is its `HELLO`, sent as it opens.
-    let conn = cpu_features::look_up_meanwhile(
-        client.get_multiplexed_async_connection_with_config(&config),
-    )
-    .await?;
+    let conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
     Ok((conn, Some(pushes)))
 }
 

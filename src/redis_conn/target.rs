@@ -153,19 +153,6 @@ impl Target {
         matches!(self.info.addr(), ConnectionAddr::TcpTls { .. })
     }
 
-    /// Whether reaching these servers may take a host-name lookup: a host
-    /// given by name, or Sentinel or a Cluster, which may hand back names.
-    pub(crate) fn may_look_up_names(&self) -> bool {
-        match (&self.topology, self.info.addr()) {
-            (Topology::Single, ConnectionAddr::Unix(_)) => false,
-            (
-                Topology::Single,
-                ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. },
-            ) => host.parse::<std::net::IpAddr>().is_err(),
-            _ => true,
-        }
-    }
-
     /// Whether the lock is on a cluster node, reached through the cluster
     /// client (which routes and redirects each call itself).
     pub(crate) fn is_cluster(&self) -> bool {
@@ -239,27 +226,6 @@ mod tests {
         assert!(!Target::parse("redis://h", None)
             .expect("valid")
             .is_replicated());
-    }
-
-    #[test]
-    fn only_names_sentinel_and_cluster_may_need_a_lookup() {
-        let looks_up = |url: &str| Target::parse(url, None).expect(url).may_look_up_names();
-        for url in [
-            "unix:///run/redis.sock",
-            "redis://127.0.0.1:6379",
-            "redis://[::1]:6379",
-            "rediss://10.0.0.5",
-        ] {
-            assert!(!looks_up(url), "{url}");
-        }
-        for url in [
-            "redis://localhost:6379",
-            "rediss://db.example",
-            "redis+sentinel://10.0.0.1:26379/main",
-            "redis+cluster://10.0.0.1:7000",
-        ] {
-            assert!(looks_up(url), "{url}");
-        }
     }
 
     #[test]
