@@ -50,7 +50,6 @@ say "Building lockrun (about a minute the first time)..."
 cargo build
 target=${CARGO_TARGET_DIR:-target}
 case $target in /*) ;; *) target=$PWD/$target ;; esac
-# Under the host's own tuple: .cargo/config.toml builds for a named target.
 lockrun=$target/debug/lockrun
 url=unix://$dir/redis.sock
 
