@@ -83,8 +83,8 @@ impl<'a> Stopping<'a> {
             if self.reason.is_none() {
                 // Not even SIGTERM went out: lockrun could not run (paused,
                 // suspended) until past the deadline. SIGKILL is the stop.
-                let now = BootInstant::now();
-                self.start(target, Stop::Lost(Loss::Lapsed), Signal::SIGKILL, now);
+                let reason = Stop::Lost(Loss::Lapsed);
+                self.start(target, reason, Signal::SIGKILL, Duration::ZERO);
             }
             self.lapsed();
             self.kill(target);
@@ -102,7 +102,8 @@ impl<'a> Stopping<'a> {
             // blaming renewals that never got the chance.
         } else if (lease.deadline() - self.timing.kill_grace).has_passed() {
             // Stop while there is still time for a graceful exit.
-            self.begin(target, Stop::Lost(Loss::Unconfirmed), lease.deadline());
+            let left = lease.deadline().remaining();
+            self.begin(target, Stop::Lost(Loss::Unconfirmed), left);
         } else if self.timeout_at.is_some_and(BootInstant::has_passed) {
             self.begin_soon(target, lease, Stop::TimedOut);
         }
@@ -111,28 +112,24 @@ impl<'a> Stopping<'a> {
     /// SIGTERM now, SIGKILL after the kill grace, or at the lease's deadline
     /// if that comes first.
     pub(super) fn begin_soon(&mut self, target: &impl Target, lease: &Lease, reason: Stop) {
-        let kill_at = BootInstant::now() + self.timing.kill_grace;
-        self.begin(target, reason, kill_at.min(lease.deadline()));
+        let grace = self.timing.kill_grace.min(lease.deadline().remaining());
+        self.begin(target, reason, grace);
     }
 
-    /// SIGTERM now, SIGKILL at `kill_at`. Only the first reason counts.
-    fn begin(&mut self, target: &impl Target, reason: Stop, kill_at: BootInstant) {
+    /// SIGTERM now, SIGKILL `grace` later. Only the first reason counts.
+    fn begin(&mut self, target: &impl Target, reason: Stop, grace: Duration) {
         if self.reason.is_none() {
-            self.start(target, reason, Signal::SIGTERM, kill_at);
+            self.start(target, reason, Signal::SIGTERM, grace);
         }
     }
 
     /// Says that the stop starts, then starts it: `signal` to everything the
-    /// command started, SIGKILL at `kill_at`.
-    fn start(&mut self, target: &impl Target, reason: Stop, signal: Signal, kill_at: BootInstant) {
-        let grace = match signal {
-            Signal::SIGKILL => Duration::ZERO,
-            _ => kill_at.remaining(),
-        };
+    /// command started, and SIGKILL `grace` later.
+    fn start(&mut self, target: &impl Target, reason: Stop, signal: Signal, grace: Duration) {
         let (event, line) = stop_said(Some(reason), signal, Some(grace), self.lock);
         self.report.verbose(event, line);
         self.reason = Some(reason);
-        self.kill_at = Some(kill_at);
+        self.kill_at = Some(BootInstant::now() + grace);
         target.signal_all(signal);
         self.killed |= signal == Signal::SIGKILL;
     }
