@@ -63,7 +63,7 @@ impl Supervisor<'_> {
         let keeper = keep_lease(lock, lease, acquired, timing, report);
         tokio::pin!(keeper);
         let mut keeper_running = true;
-        // Every stop starts there, and says so there.
+        // Every stop starts in `stopping`, which says so before it signals.
         let mut stopping = Stopping::new(timing, timeout_at, &name, report);
         loop {
             stopping.enforce_deadline(&*child, lease);
