@@ -17,12 +17,9 @@ use crate::lock::{Lock, LockError, Renewal};
 use crate::report::{Event, Report};
 use crate::signals::Signals;
 
-/// Why lockrun stopped the command before it finished on its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Stop {
-    Lost(Loss),
-    TimedOut,
-}
+mod stopping;
+pub(crate) use stopping::Stop;
+use stopping::Stopping;
 
 /// How supervision ended: the command's exit, and lockrun's reason if it
 /// stopped the command.
@@ -62,21 +59,23 @@ impl Supervisor<'_> {
             timeout_at,
             report,
         } = self;
+        let name = lock.keys().name.clone();
         let keeper = keep_lease(lock, lease, acquired, timing, report);
         tokio::pin!(keeper);
         let mut keeper_running = true;
-        let mut stopping = Stopping::new(timing, timeout_at);
+        // Every stop starts in `stopping`, which says so before it signals.
+        let mut stopping = Stopping::new(timing, timeout_at, &name, report);
         loop {
-            stopping.enforce_deadline(child, lease);
+            stopping.enforce_deadline(&*child, lease);
             let wake = stopping.next_wake(lease.deadline());
             tokio::select! {
                 biased;
-                () = clock::sleep_until_some(wake) => stopping.on_wake(child, lease),
+                () = clock::sleep_until_some(wake) => stopping.on_wake(&*child, lease),
                 loss = &mut keeper, if keeper_running => {
                     keeper_running = false;
                     // A lapse is the deadline's to handle, at the top of the loop.
                     if loss == Loss::TokenGone {
-                        stopping.begin_soon(child, Stop::Lost(Loss::TokenGone));
+                        stopping.begin_soon(&*child, lease, Stop::Lost(Loss::TokenGone));
                     }
                 }
                 signal = signals.recv() => match signal {
@@ -89,13 +88,7 @@ impl Supervisor<'_> {
                             return Ended { status, stop: stopping.reason };
                         }
                     }
-                    Ok(signal) => {
-                        report.verbose(
-                            signal_event(signal),
-                            format_args!("forwarding {signal} to the command"),
-                        );
-                        child.signal_group(signal);
-                    }
+                    Ok(signal) => stopping.forward(&*child, signal),
                     Err(err) => return Ended { status: Err(err), stop: stopping.reason },
                 },
             }
@@ -123,111 +116,6 @@ fn child_changed(child: &mut Child, lease: &Lease) -> Option<io::Result<ExitStat
         }
     }
     None
-}
-
-/// How far lockrun got in stopping the command.
-struct Stopping {
-    timing: Timing,
-    timeout_at: Option<BootInstant>,
-    reason: Option<Stop>,
-    kill_at: Option<BootInstant>,
-    killed: bool,
-}
-
-impl Stopping {
-    fn new(timing: Timing, timeout_at: Option<BootInstant>) -> Self {
-        Stopping {
-            timing,
-            timeout_at,
-            reason: None,
-            kill_at: None,
-            killed: false,
-        }
-    }
-
-    /// The lease comes first: past its deadline the lock may already be
-    /// someone else's, so nothing else may happen before the command is
-    /// killed.
-    fn enforce_deadline(&mut self, child: &Child, lease: &Lease) {
-        if lease.has_lapsed() {
-            self.lapsed();
-            self.kill(child);
-        } else if self.kill_at.is_some_and(BootInstant::has_passed) {
-            self.kill(child);
-        }
-    }
-
-    /// A moment from `next_wake` came.
-    fn on_wake(&mut self, child: &Child, lease: &Lease) {
-        // Renewals may have moved the deadline while this slept.
-        if lease.has_lapsed() {
-            // lockrun could not run (paused, suspended) until past the
-            // deadline: `enforce_deadline` kills and says so, rather than
-            // blaming renewals that never got the chance.
-        } else if (lease.deadline() - self.timing.kill_grace).has_passed() {
-            // Stop while there is still time for a graceful exit.
-            self.begin(child, Stop::Lost(Loss::Unconfirmed), lease.deadline());
-        } else if self.timeout_at.is_some_and(BootInstant::has_passed) {
-            self.begin_soon(child, Stop::TimedOut);
-        }
-    }
-
-    /// SIGTERM now, SIGKILL after the kill grace.
-    fn begin_soon(&mut self, child: &Child, reason: Stop) {
-        self.begin(child, reason, BootInstant::now() + self.timing.kill_grace);
-    }
-
-    /// SIGTERM now, SIGKILL at `kill_at`. Only the first reason counts.
-    fn begin(&mut self, child: &Child, reason: Stop, kill_at: BootInstant) {
-        if self.reason.is_none() {
-            self.reason = Some(reason);
-            self.kill_at = Some(kill_at);
-            child.signal_all(Signal::SIGTERM);
-        }
-    }
-
-    /// The lease ran out. That outranks a timeout (the lock is what matters)
-    /// but not an earlier, more precise reason for the same loss.
-    fn lapsed(&mut self) {
-        if matches!(self.reason, None | Some(Stop::TimedOut)) {
-            self.reason = Some(Stop::Lost(Loss::Lapsed));
-        }
-    }
-
-    fn kill(&mut self, child: &Child) {
-        if !std::mem::replace(&mut self.killed, true) {
-            child.signal_all(Signal::SIGKILL);
-        }
-    }
-
-    /// The next moment the supervisor must act, or None when only the
-    /// command's exit is left to wait for. A moment already acted on must not
-    /// count again: a sleep that is always ready, polled first in a biased
-    /// select, would starve the command's exit forever.
-    fn next_wake(&self, deadline: BootInstant) -> Option<BootInstant> {
-        if self.killed {
-            return None;
-        }
-        let due = match self.reason {
-            // SIGTERM went out: SIGKILL is next, at kill_at or when the lease lapses.
-            Some(_) => [self.kill_at, None],
-            None => [Some(deadline - self.timing.kill_grace), self.timeout_at],
-        };
-        Some(due.into_iter().flatten().fold(deadline, BootInstant::min))
-    }
-}
-
-/// A signal lockrun passes on: one that asks the command to end is a
-/// `stopping` event, any other just `forwarded`.
-fn signal_event(signal: Signal) -> Event {
-    let name = signal.as_str();
-    match signal {
-        Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT => Event::info("stopping")
-            .with("reason", "signal")
-            .with("signal", name)
-            .with("exit_status", None::<u8>),
-        _ => Event::info("forwarded").with("signal", name),
-    }
 }
 
 /// What `keep_lease` needs of a lock: a seam, so that the keeper's timing

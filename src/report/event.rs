@@ -96,9 +96,8 @@ impl Event {
             Error::LeaseLost { loss, .. } => {
                 Event::new(level, "lost").with("reason", loss_name(*loss))
             }
-            Error::TimedOut { .. } => Event::new(level, "stopping")
-                .with("reason", "timeout")
-                .with("signal", None::<&str>),
+            // The stop itself was `stopping`, when it began.
+            Error::TimedOut { .. } => Event::new(level, "timed_out"),
             Error::Interrupted(signal) => {
                 Event::new(level, "interrupted").with("signal", signal.as_str())
             }
@@ -259,6 +258,13 @@ mod tests {
         assert_eq!((event.name, event.level), ("lost", Level::Error));
         assert_eq!(event.fields[0], ("reason", "token_gone".into()));
         assert_eq!(event.fields[1], ("exit_status", 76.into()));
+        // The stop was said when it began: the end is an event of its own.
+        let timed_out = Event::of_error(&Error::TimedOut { unreleased: None });
+        assert_eq!(
+            (timed_out.name, timed_out.level),
+            ("timed_out", Level::Error)
+        );
+        assert_eq!(timed_out.fields, [("exit_status", 124.into())]);
         let usage = Event::of_error(&Error::Usage("no".into()));
         assert_eq!(usage.name, "error");
     }

@@ -21,6 +21,11 @@ fn timing() -> Timing {
     }
 }
 
+/// A stop schedule for the lock "billing", saying nothing.
+fn new_stopping(timing: Timing, timeout_at: Option<BootInstant>) -> Stopping<'static> {
+    Stopping::new(timing, timeout_at, "billing", Report::default())
+}
+
 /// Milliseconds from `t0` to `t`: the timelines below count from the
 /// grant's send.
 fn since(t0: BootInstant, t: BootInstant) -> u64 {
@@ -258,7 +263,7 @@ async fn a_token_gone_ends_the_keeper_at_once() {
 #[test]
 fn the_command_is_asked_to_stop_kill_grace_before_the_deadline() {
     let t0 = crate::clock::at(Duration::from_secs(1000));
-    let stopping = Stopping::new(timing(), None);
+    let stopping = new_stopping(timing(), None);
     // Renewals move the deadline, and the moment to stop with it.
     for deadline in [2968, 3968, 5868] {
         let wake = stopping.next_wake(t0 + ms(deadline));
@@ -266,7 +271,7 @@ fn the_command_is_asked_to_stop_kill_grace_before_the_deadline() {
     }
     // A kill grace longer than what is left of the lease: the moment to
     // stop has already come.
-    let long_grace = Stopping::new(
+    let long_grace = new_stopping(
         Timing {
             kill_grace: ms(5000),
             ..timing()
@@ -288,7 +293,7 @@ fn a_timeout_wakes_only_if_it_comes_first() {
         (2469, 2468),
         (9000, 2468),
     ] {
-        let stopping = Stopping::new(timing(), Some(t0 + ms(timeout)));
+        let stopping = new_stopping(timing(), Some(t0 + ms(timeout)));
         assert_eq!(
             stopping.next_wake(deadline),
             Some(t0 + ms(wake)),
@@ -311,7 +316,7 @@ fn after_sigterm_the_kill_comes_at_kill_at_or_the_deadline_whichever_is_first() 
         (Stop::Lost(Loss::TokenGone), 3300, 2968),
     ];
     for (reason, kill_at, wake) in cases {
-        let mut stopping = Stopping::new(timing(), Some(t0 + ms(100)));
+        let mut stopping = new_stopping(timing(), Some(t0 + ms(100)));
         stopping.reason = Some(reason);
         stopping.kill_at = Some(t0 + ms(kill_at));
         assert_eq!(
@@ -338,7 +343,7 @@ fn a_lapse_outranks_a_timeout_but_not_a_known_loss() {
             Stop::Lost(Loss::Unconfirmed),
         ),
     ] {
-        let mut stopping = Stopping::new(timing(), None);
+        let mut stopping = new_stopping(timing(), None);
         stopping.reason = before;
         stopping.lapsed();
         assert_eq!(stopping.reason, Some(after), "{before:?}");
@@ -356,7 +361,7 @@ fn a_moment_already_acted_on_is_never_a_wake() {
         kill_grace: 2 * s,
     };
     let deadline = now + 10 * s;
-    let mut stopping = Stopping::new(timing, Some(now + 3 * s));
+    let mut stopping = new_stopping(timing, Some(now + 3 * s));
     assert_eq!(stopping.next_wake(deadline), Some(now + 3 * s));
 
     // SIGTERM went out when the timeout passed: only SIGKILL is left.

@@ -1,0 +1,230 @@
+//! Stopping the command, and saying so. Every way a run stops its command
+//! starts here, in the one function that both says `stopping` and sends the
+//! first signal: lines leave in the order they are said, so the `stopping`
+//! event always comes before what the command's end brings (`released`,
+//! `lost`, `timed_out`). Said after the fact, a log shipper would see the
+//! stop after the release, and never learn which signal went out.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::child::Child;
+use crate::clock::{show, BootInstant};
+use crate::exit_code;
+use crate::lease::{Lease, Loss, Timing};
+use crate::report::{ms, Event, Report};
+
+/// Why lockrun stopped the command before it finished on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stop {
+    Lost(Loss),
+    TimedOut,
+}
+
+/// Where the signals of a stop go: the command is the one target; tests
+/// count what would have been sent.
+pub(crate) trait Target {
+    /// Everything the command started: lockrun's own stop.
+    fn signal_all(&self, signal: Signal);
+    /// The command's process group: what a forwarded signal reaches.
+    fn signal_group(&self, signal: Signal);
+}
+
+impl Target for Child {
+    fn signal_all(&self, signal: Signal) {
+        Child::signal_all(self, signal);
+    }
+
+    fn signal_group(&self, signal: Signal) {
+        Child::signal_group(self, signal);
+    }
+}
+
+/// How far lockrun got in stopping the command.
+pub(super) struct Stopping<'a> {
+    timing: Timing,
+    timeout_at: Option<BootInstant>,
+    /// The lock's name, for the text lines.
+    lock: &'a str,
+    report: Report,
+    pub(super) reason: Option<Stop>,
+    pub(super) kill_at: Option<BootInstant>,
+    pub(super) killed: bool,
+    /// A signal asking the command to end was passed on: a second one is
+    /// only `forwarded`, the stop having been said.
+    pub(super) asked: bool,
+}
+
+impl<'a> Stopping<'a> {
+    pub(super) fn new(
+        timing: Timing,
+        timeout_at: Option<BootInstant>,
+        lock: &'a str,
+        report: Report,
+    ) -> Self {
+        Stopping {
+            timing,
+            timeout_at,
+            lock,
+            report,
+            reason: None,
+            kill_at: None,
+            killed: false,
+            asked: false,
+        }
+    }
+
+    /// The lease comes first: past its deadline the lock may already be
+    /// someone else's, so nothing else may happen before the command is
+    /// killed.
+    pub(super) fn enforce_deadline(&mut self, target: &impl Target, lease: &Lease) {
+        if lease.has_lapsed() {
+            if self.reason.is_none() {
+                // Not even SIGTERM went out: lockrun could not run (paused,
+                // suspended) until past the deadline. SIGKILL is the stop.
+                let reason = Stop::Lost(Loss::Lapsed);
+                self.start(target, reason, Signal::SIGKILL, Duration::ZERO);
+            }
+            self.lapsed();
+            self.kill(target);
+        } else if self.kill_at.is_some_and(BootInstant::has_passed) {
+            self.kill(target);
+        }
+    }
+
+    /// A moment from `next_wake` came.
+    pub(super) fn on_wake(&mut self, target: &impl Target, lease: &Lease) {
+        // Renewals may have moved the deadline while this slept.
+        if lease.has_lapsed() {
+            // lockrun could not run (paused, suspended) until past the
+            // deadline: `enforce_deadline` kills and says so, rather than
+            // blaming renewals that never got the chance.
+        } else if (lease.deadline() - self.timing.kill_grace).has_passed() {
+            // Stop while there is still time for a graceful exit.
+            let left = lease.deadline().remaining();
+            self.begin(target, Stop::Lost(Loss::Unconfirmed), left);
+        } else if self.timeout_at.is_some_and(BootInstant::has_passed) {
+            self.begin_soon(target, lease, Stop::TimedOut);
+        }
+    }
+
+    /// SIGTERM now, SIGKILL after the kill grace, or at the lease's deadline
+    /// if that comes first.
+    pub(super) fn begin_soon(&mut self, target: &impl Target, lease: &Lease, reason: Stop) {
+        let grace = self.timing.kill_grace.min(lease.deadline().remaining());
+        self.begin(target, reason, grace);
+    }
+
+    /// SIGTERM now, SIGKILL `grace` later. Only the first reason counts.
+    fn begin(&mut self, target: &impl Target, reason: Stop, grace: Duration) {
+        if self.reason.is_none() {
+            self.start(target, reason, Signal::SIGTERM, grace);
+        }
+    }
+
+    /// Says that the stop starts, then starts it: `signal` to everything the
+    /// command started, and SIGKILL `grace` later.
+    fn start(&mut self, target: &impl Target, reason: Stop, signal: Signal, grace: Duration) {
+        let (event, line) = stop_said(Some(reason), signal, Some(grace), self.lock);
+        self.report.verbose(event, line);
+        self.reason = Some(reason);
+        self.kill_at = Some(BootInstant::now() + grace);
+        target.signal_all(signal);
+        self.killed |= signal == Signal::SIGKILL;
+    }
+
+    /// Passes on a signal lockrun got. The first that asks the command to
+    /// end, while lockrun is not stopping it already, is the start of a
+    /// stop: the command decides how long it takes, and lockrun keeps the
+    /// lease meanwhile.
+    pub(super) fn forward(&mut self, target: &impl Target, signal: Signal) {
+        let ends = matches!(signal, Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT);
+        let (event, line) = if ends && !self.asked && self.reason.is_none() {
+            self.asked = true;
+            stop_said(None, signal, None, self.lock)
+        } else {
+            let event = Event::info("forwarded").with("signal", signal.as_str());
+            (event, format!("forwarding {signal} to the command"))
+        };
+        self.report.verbose(event, line);
+        target.signal_group(signal);
+    }
+
+    /// The lease ran out. That outranks a timeout (the lock is what matters)
+    /// but not an earlier, more precise reason for the same loss.
+    pub(super) fn lapsed(&mut self) {
+        if matches!(self.reason, None | Some(Stop::TimedOut)) {
+            self.reason = Some(Stop::Lost(Loss::Lapsed));
+        }
+    }
+
+    fn kill(&mut self, target: &impl Target) {
+        if !std::mem::replace(&mut self.killed, true) {
+            target.signal_all(Signal::SIGKILL);
+        }
+    }
+
+    /// The next moment the supervisor must act, or None when only the
+    /// command's exit is left to wait for. A moment already acted on must not
+    /// count again: a sleep that is always ready, polled first in a biased
+    /// select, would starve the command's exit forever.
+    pub(super) fn next_wake(&self, deadline: BootInstant) -> Option<BootInstant> {
+        if self.killed {
+            return None;
+        }
+        let due = match self.reason {
+            // SIGTERM went out: SIGKILL is next, at kill_at or when the lease lapses.
+            Some(_) => [self.kill_at, None],
+            None => [Some(deadline - self.timing.kill_grace), self.timeout_at],
+        };
+        Some(due.into_iter().flatten().fold(deadline, BootInstant::min))
+    }
+}
+
+/// The `stopping` event and its text line: why (None: a signal lockrun got
+/// and passes on), the signal sent first, and how long until SIGKILL (None:
+/// lockrun sends none of its own).
+pub(super) fn stop_said(
+    reason: Option<Stop>,
+    signal: Signal,
+    grace: Option<Duration>,
+    lock: &str,
+) -> (Event, String) {
+    let (event, name, exit_status) = match reason {
+        None => (Event::info("stopping"), "signal", None),
+        Some(Stop::TimedOut) => (
+            Event::warning("stopping"),
+            "timeout",
+            Some(exit_code::TIMED_OUT),
+        ),
+        Some(Stop::Lost(_)) => (
+            Event::warning("stopping"),
+            "lost",
+            Some(exit_code::LEASE_LOST),
+        ),
+    };
+    let how = match grace {
+        _ if signal == Signal::SIGKILL => format!("stopping the command: {signal}"),
+        Some(grace) => format!(
+            "stopping the command: {signal} now, SIGKILL in {}",
+            show(grace)
+        ),
+        // The command decides how long it takes: lockrun keeps the lease.
+        None => format!("forwarding {signal} to the command"),
+    };
+    let line = match reason {
+        None => how,
+        Some(Stop::TimedOut) => format!("the command ran longer than --timeout; {how}"),
+        Some(Stop::Lost(loss)) => format!("lost the lock {lock}: {loss}; {how}"),
+    };
+    let event = event
+        .with("reason", name)
+        .with("signal", signal.as_str())
+        .with("grace_ms", grace.map(ms))
+        .with("exit_status", exit_status);
+    (event, line)
+}
+
+#[cfg(test)]
+mod tests;
