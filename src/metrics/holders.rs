@@ -154,11 +154,11 @@ pub(super) fn start_time(stat: &str) -> Option<String> {
     // spaces included: the fields after it start after the last ')', with
     // field 3 (the state) first.
     let (_, rest) = stat.rsplit_once(')')?;
-    let start = rest.split_whitespace().nth(22 - 3)?;
-    start
+    let ticks = rest.split_whitespace().nth(22 - 3)?;
+    ticks
         .bytes()
         .all(|b| b.is_ascii_digit())
-        .then(|| start.to_owned())
+        .then(|| ticks.to_owned())
 }
 
 fn boot_id() -> String {
