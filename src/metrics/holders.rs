@@ -142,23 +142,30 @@ pub(super) fn gone(record: &Process, me: &Process) -> bool {
     if kill(Pid::from_raw(pid), None) == Err(Errno::ESRCH) {
         return true;
     }
-    // A pid in use by a process that started at another time was reused.
+    // A pid in use by a process that started at another time was reused; a
+    // zombie (killed, not yet reaped by its parent) holds nothing.
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    start_time(&stat).is_some_and(|start| start != record.start)
+    let exited = matches!(field(&stat, 3), Some("Z" | "X" | "x"));
+    exited || start_time(&stat).is_some_and(|start| start != record.start)
 }
 
 /// Field 22 of a `/proc/PID/stat` line, the start time in clock ticks since
 /// boot.
 pub(super) fn start_time(stat: &str) -> Option<String> {
-    // The command name is in parentheses and may hold anything, ')' and
-    // spaces included: the fields after it start after the last ')', with
-    // field 3 (the state) first.
-    let (_, rest) = stat.rsplit_once(')')?;
-    let ticks = rest.split_whitespace().nth(22 - 3)?;
+    let ticks = field(stat, 22)?;
     ticks
         .bytes()
         .all(|b| b.is_ascii_digit())
         .then(|| ticks.to_owned())
+}
+
+/// Field `n` (from 3 on, as proc(5) numbers them) of a `/proc/PID/stat` line.
+fn field(stat: &str, n: usize) -> Option<&str> {
+    // The command name is in parentheses and may hold anything, ')' and
+    // spaces included: the fields after it start after the last ')', with
+    // field 3 (the state) first.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(n.checked_sub(3)?)
 }
 
 fn boot_id() -> String {

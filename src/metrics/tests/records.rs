@@ -1,6 +1,7 @@
 //! Telling a gone holder from a live one, with real processes.
 
 use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 use super::super::holders::{gone, pid_namespace, start_time, Process};
 
@@ -37,8 +38,19 @@ fn a_killed_process_is_gone_and_a_live_one_is_not() {
     let (mut child, record) = sleeper();
     assert!(!gone(&record, &me), "{record:?} runs");
     child.kill().expect("kill");
-    child.wait().expect("reap");
+    // Killed and not yet reaped: a zombie, which holds nothing.
+    let zombie = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", record.pid));
+        stat.is_ok_and(|stat| stat.contains(") Z "))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !zombie() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(zombie(), "{record:?} never became a zombie");
     assert!(gone(&record, &me), "{record:?} was killed");
+    child.wait().expect("reap");
+    assert!(gone(&record, &me), "{record:?} was reaped");
 }
 
 #[test]
