@@ -52,8 +52,10 @@
 //!   connection, time limits, `WAIT` for replicas, subscriptions, `SCAN`),
 //!   `sentinel`, `cluster`, `hosts`;
 //! - `lease`: the lease deadline and renewal timing;
-//! - `metrics`: the metrics file's format, and one run's change merged into
-//!   it under its lock file and replaced atomically;
+//! - `metrics`: the metrics file's format (`text`), its records of the runs
+//!   that hold a lock and which of them are gone (`holders`), and one run's
+//!   change merged into it under its lock file and replaced atomically
+//!   (`file`);
 //! - `clock`: the boot clock, sleeps that survive suspend, durations shown;
 //! - `exit_code`: every status lockrun returns.
 

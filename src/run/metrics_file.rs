@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use crate::clock::{unix_now_us, BootInstant};
 use crate::config::RunConfig;
 use crate::error::Error;
-use crate::metrics::{self, Change, Held, Outcome};
+use crate::metrics::{self, Change, Held, Outcome, Process};
 use crate::report::{Event, Report};
 
 /// How long the end of a run waits for its writes: both may wait for the
@@ -42,6 +42,9 @@ pub(super) struct MetricsFile {
 struct Writer {
     path: PathBuf,
     key: String,
+    /// This process, as the file's records of the runs that hold a lock
+    /// name it.
+    me: Process,
     report: Report,
     /// A run says once that the file cannot be written, however often it
     /// tries.
@@ -50,7 +53,7 @@ struct Writer {
 
 impl Writer {
     fn write(&self, change: Change) {
-        if let Err(err) = metrics::update(&self.path, &self.key, change) {
+        if let Err(err) = metrics::update(&self.path, &self.key, change, &self.me) {
             self.warn(err);
         }
     }
@@ -77,6 +80,7 @@ impl MetricsFile {
             Arc::new(Writer {
                 path,
                 key: config.lock.name.clone(),
+                me: Process::me(),
                 report,
                 warned: AtomicBool::new(false),
             })
@@ -104,19 +108,21 @@ impl MetricsFile {
     /// counts its outcome and, if it held the lock, how it ended.
     pub(super) async fn ended(self, result: &Result<u8, Error>) {
         let Some(file) = self.file else { return };
+        let at_us = unix_now_us();
         let change = outcome(result).map(|outcome| match self.acquired {
             Some((at, acquired_us, waited)) => Change::Ended {
                 outcome,
+                at_us,
                 waited,
                 held: Some(Held {
                     acquired_us,
-                    ended_us: unix_now_us(),
                     duration: at.elapsed(),
                     exit_status: result.as_ref().map_or_else(Error::exit_code, |code| *code),
                 }),
             },
             None => Change::Ended {
                 outcome,
+                at_us,
                 waited: self.began.elapsed(),
                 held: None,
             },

@@ -1,17 +1,24 @@
 //! `--metrics-file`: the file is Prometheus text after every kind of run,
 //! concurrent runs sharing it lose nothing, a reader never sees part of it,
-//! and a file that cannot be written only costs a warning.
+//! and a file that cannot be written only costs a warning. `lockrun_running`
+//! counts the runs that hold the lock, with `--slots` too, and a lockrun
+//! killed with SIGKILL stops counting at the next write; the example alert
+//! rules pass their promtool tests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
+use std::io::Write as _;
 use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::fcntl::{Flock, FlockArg};
+use nix::sys::signal::Signal;
 
-use crate::generated::read;
+use crate::docs::on_path;
+use crate::generated::{read, repo};
 use crate::harness::*;
 
 /// A series, `name{label="value",...}` with its labels unescaped and in
@@ -28,7 +35,8 @@ fn series(name: &str, labels: &[(&str, &str)]) -> String {
 /// Parses the exposition format strictly: `# HELP` and `# TYPE` at most once
 /// per metric, before its samples; a metric's samples together; each sample
 /// `name{label="value",...} value` with only the format's escapes; the text
-/// ending in a newline. Returns the samples and each metric's type.
+/// ending in a newline; any other comment is skipped, as every reader of the
+/// format does. Returns the samples and each metric's type.
 fn parse(text: &str) -> Result<(Samples, BTreeMap<String, String>), String> {
     if !text.ends_with('\n') {
         return Err(format!("does not end in a newline: {text:?}"));
@@ -47,6 +55,8 @@ fn parse(text: &str) -> Result<(Samples, BTreeMap<String, String>), String> {
                 return Err(format!("bad or second TYPE: {line}"));
             }
             types.insert(name.to_owned(), kind.to_owned());
+        } else if line.starts_with('#') {
+            // A comment: lockrun's records of the runs that hold a lock.
         } else {
             let (name, labels, value) = sample(line).ok_or(format!("not a sample: {line:?}"))?;
             if !types.contains_key(&name) {
@@ -124,6 +134,34 @@ fn value(samples: &Samples, name: &str, key: &str) -> f64 {
     *samples
         .get(&series)
         .unwrap_or_else(|| panic!("no {series} in {samples:#?}"))
+}
+
+/// The gauge's value, None when the file has no such series.
+fn maybe(samples: &Samples, name: &str, key: &str) -> Option<f64> {
+    samples.get(&series(name, &[("key", key)])).copied()
+}
+
+/// The pids in the file's records of the runs that hold `key`'s lock.
+fn holders(path: &Path, key: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(path).expect("the metrics file");
+    text.lines()
+        .filter_map(|line| sample(line.strip_prefix("# ")?))
+        .filter(|(name, labels, _)| {
+            name == "lockrun_holder" && labels[0] == ("key".into(), key.into())
+        })
+        .map(|(_, labels, _)| {
+            let (_, pid) = labels.iter().find(|(n, _)| n == "pid").expect("a pid");
+            pid.parse().expect("a number")
+        })
+        .collect()
+}
+
+/// Waits until `key`'s `lockrun_running` in the file at `path` is `want`.
+#[track_caller]
+fn running_becomes(path: &Path, key: &str, want: f64) {
+    let now = || maybe(&samples(path), "lockrun_running", key);
+    let became = eventually(PATIENCE, || path.exists() && now() == Some(want));
+    assert!(became, "{key} running never {want}: {:?}", samples(path));
 }
 
 fn runs(samples: &Samples, key: &str, outcome: &str) -> f64 {
@@ -211,11 +249,20 @@ fn keys_are_escaped_and_the_man_page_lists_every_metric() {
             .run();
         ran.assert(Expect::success());
     }
+    // While a run holds a lock, every metric is in the file.
+    let mut holder = redis
+        .lockrun("held")
+        .arg("--metrics-file")
+        .arg(&path)
+        .hold();
+    running_becomes(&path, "held", 1.0);
     let text = std::fs::read_to_string(&path).expect("the file");
+    holder.go();
+    holder.end().assert(Expect::success());
     assert!(text.contains("{key=\"we\\\"ird\\\\key\"}"), "{text}");
     let (s, types) = parse(&text).unwrap_or_else(|err| panic!("{err}:\n{text}"));
     assert_eq!((runs(&s, odd, "ok"), runs(&s, "job", "ok")), (1.0, 1.0));
-    assert_eq!(types.len(), 7, "{types:?}");
+    assert_eq!(types.len(), 9, "{types:?}");
     man_page_lists(&types);
 }
 
@@ -334,7 +381,9 @@ fn a_reader_never_sees_a_half_written_file() {
 
 /// Reads the file in a loop until `stop`: every read must parse, and once
 /// it exists, it must exist at every read, with no count lower and no
-/// series fewer than before. Returns the reads and what went wrong.
+/// series fewer than before (but `lockrun_running_since_timestamp_seconds`,
+/// there only while a run holds the lock). Returns the reads and what went
+/// wrong.
 fn watch(path: &Path, stop: &AtomicBool) -> (usize, Vec<String>) {
     let (mut reads, mut problems) = (0, Vec::new());
     let mut last = Samples::new();
@@ -358,9 +407,10 @@ fn watch(path: &Path, stop: &AtomicBool) -> (usize, Vec<String>) {
         };
         for (series, before) in &last {
             let counter = series.starts_with("lockrun_runs_total");
+            let passing = series.starts_with("lockrun_running_since_timestamp_seconds{");
             match samples.get(series) {
                 Some(now) if counter && now < before => problems.push(format!("{series} fell")),
-                None => problems.push(format!("{series} vanished:\n{text}")),
+                None if !passing => problems.push(format!("{series} vanished:\n{text}")),
                 _ => {}
             }
         }
@@ -456,4 +506,199 @@ fn a_held_metrics_lock_delays_neither_the_lease_nor_the_command() {
     );
     assert!(!path.exists());
     drop(held);
+}
+
+/// Two runs of one key on this host at once, with `--slots 2` and with
+/// `--shared`: the second to take the lock ends first, and the file still
+/// counts the first, which still runs its command.
+#[test]
+fn two_runs_of_a_key_on_one_host_count_two_then_one_then_zero() {
+    let redis = Server::start();
+    let dir = scratch();
+    let path = dir.path().join("lockrun.prom");
+    for (key, share) in [
+        ("slots", vec!["--slots", "2"]),
+        ("shared", vec!["--shared"]),
+    ] {
+        let metrics = ["--metrics-file", path.to_str().expect("UTF-8")];
+        let start = || redis.lockrun(key).args(&share).args(metrics).hold_slot();
+        let mut first = start();
+        running_becomes(&path, key, 1.0);
+        let since = value(
+            &samples(&path),
+            "lockrun_running_since_timestamp_seconds",
+            key,
+        );
+        let mut second = start();
+        running_becomes(&path, key, 2.0);
+        let both = holders(&path, key);
+        assert_eq!(both.len(), 2, "{key}: {both:?}");
+        for holder in [&first, &second] {
+            let pid = holder.run.pid().as_raw().unsigned_abs();
+            assert!(both.contains(&pid), "{key}: no record of {pid} in {both:?}");
+        }
+
+        second.go();
+        second.end().assert(Expect::success());
+        let s = samples(&path);
+        assert_eq!(
+            value(&s, "lockrun_running", key),
+            1.0,
+            "{key}: the first runs"
+        );
+        assert_eq!(
+            value(&s, "lockrun_running_since_timestamp_seconds", key),
+            since,
+            "{key}: the first run's acquisition"
+        );
+        assert_eq!(runs(&s, key, "ok"), 1.0, "{key}");
+        let pid = first.run.pid().as_raw().unsigned_abs();
+        assert_eq!(holders(&path, key), [pid], "{key}");
+
+        first.go();
+        first.end().assert(Expect::success());
+        let s = samples(&path);
+        assert_eq!(value(&s, "lockrun_running", key), 0.0, "{key}");
+        assert_eq!(
+            maybe(&s, "lockrun_running_since_timestamp_seconds", key),
+            None,
+            "{key}"
+        );
+        assert!(holders(&path, key).is_empty(), "{key}");
+    }
+}
+
+/// A lockrun killed with SIGKILL cannot take its record out; the next
+/// lockrun to write the file, for any key, finds its process gone and
+/// counts it no more, and a run that takes the lock after it counts alone.
+#[test]
+fn a_lockrun_killed_with_sigkill_stops_counting_at_the_next_write() {
+    let redis = Server::start();
+    let dir = scratch();
+    let path = dir.path().join("lockrun.prom");
+    let mut killed = redis
+        .lockrun("job")
+        .args(["--ttl", "2s", "--metrics-file"])
+        .arg(&path)
+        .hold();
+    running_becomes(&path, "job", 1.0);
+    let pid = killed.run.pid().as_raw().unsigned_abs();
+    assert_eq!(holders(&path, "job"), [pid]);
+    killed.run.signal(Signal::SIGKILL);
+    assert_eq!(killed.run.wait().code(), None, "killed");
+    assert_eq!(
+        value(&samples(&path), "lockrun_running", "job"),
+        1.0,
+        "nobody has written the file since"
+    );
+
+    // Another key's run corrects it.
+    let ran = redis
+        .lockrun("other")
+        .arg("--metrics-file")
+        .arg(&path)
+        .command(["true"])
+        .run();
+    ran.assert(Expect::success());
+    let s = samples(&path);
+    assert_eq!(value(&s, "lockrun_running", "job"), 0.0, "{s:#?}");
+    assert_eq!(
+        maybe(&s, "lockrun_running_since_timestamp_seconds", "job"),
+        None
+    );
+    assert!(holders(&path, "job").is_empty());
+
+    // The next holder of the key, once the killed run's lease has lapsed,
+    // counts alone.
+    let mut next = redis
+        .lockrun("job")
+        .args(["--wait", "60s", "--metrics-file"])
+        .arg(&path)
+        .hold();
+    running_becomes(&path, "job", 1.0);
+    assert_eq!(
+        holders(&path, "job"),
+        [next.run.pid().as_raw().unsigned_abs()]
+    );
+    next.go();
+    next.end().assert(Expect::success());
+    assert_eq!(value(&samples(&path), "lockrun_running", "job"), 0.0);
+}
+
+/// A key that has failed from its first run has no success time; its first
+/// run's time is there for the "no recent success" alert to count from.
+#[test]
+fn a_key_whose_first_run_fails_has_what_the_alert_needs() {
+    let redis = Server::start();
+    let dir = scratch();
+    let path = dir.path().join("lockrun.prom");
+    let before = now();
+    for _ in 0..2 {
+        let ran = redis
+            .lockrun("never-ok")
+            .arg("--metrics-file")
+            .arg(&path)
+            .command(["sh", "-c", "exit 3"])
+            .run();
+        ran.assert(Expect::code(3));
+    }
+    let s = samples(&path);
+    let key = "never-ok";
+    assert_eq!(
+        maybe(&s, "lockrun_last_success_timestamp_seconds", key),
+        None
+    );
+    assert_eq!(runs(&s, key, "failed"), 2.0);
+    let first = value(&s, "lockrun_first_seen_timestamp_seconds", key);
+    let acquired = value(&s, "lockrun_acquired_timestamp_seconds", key);
+    assert!(
+        before - 1.0 <= first && first < acquired,
+        "the first run's time, not the last's: {first} {acquired}"
+    );
+    assert_eq!(value(&s, "lockrun_running", key), 0.0);
+}
+
+/// `promtool test rules` runs the example rules' tests, when promtool is
+/// here. Debian's prometheus package has it, but scripts/test does not
+/// install it: with its dependencies it takes 332 MB (218 MB of them
+/// libjs-moment-timezone, for the web UI). Without it the test says so on
+/// the terminal, which cargo does not hide, rather than pass in silence.
+#[test]
+fn the_example_alert_rules_pass_their_promtool_tests() {
+    let dir = repo().join("examples/prometheus");
+    // The tests feed the rules only metrics that lockrun writes.
+    let tests = read("examples/prometheus/lockrun-alerts.test.yml");
+    let page = read("man/lockrun.1");
+    for line in tests.lines() {
+        if let Some(rest) = line.trim().strip_prefix("- series: '") {
+            let name = rest.split('{').next().unwrap_or_default();
+            assert!(page.contains(&format!(".TP\n\\fB{name}\\fR (")), "{name}");
+        }
+    }
+    let Some(promtool) = on_path("promtool") else {
+        // Straight to the terminal: libtest captures only print! and
+        // eprint!.
+        let _ = writeln!(
+            std::io::stderr(),
+            "metrics::the_example_alert_rules_pass_their_promtool_tests: SKIPPED \
+             promtool test rules: promtool is not on PATH"
+        );
+        return;
+    };
+    for (check, file) in [
+        ("check", "lockrun-alerts.yml"),
+        ("test", "lockrun-alerts.test.yml"),
+    ] {
+        let output = Command::new(&promtool)
+            .args([check, "rules", file])
+            .current_dir(&dir)
+            .output()
+            .expect("run promtool");
+        assert!(
+            output.status.success(),
+            "promtool {check} rules {file}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
 }
