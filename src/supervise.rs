@@ -14,6 +14,7 @@ use crate::child::Child;
 use crate::clock::{self, show, BootInstant};
 use crate::lease::{Lease, Loss, Timing};
 use crate::lock::{Lock, LockError, Renewal};
+use crate::notify::{self, Systemd};
 use crate::report::{Event, Report};
 use crate::signals::Signals;
 
@@ -46,6 +47,8 @@ pub(crate) struct Supervisor<'a> {
     /// here.
     pub(crate) acquired: BootInstant,
     pub(crate) timeout_at: Option<BootInstant>,
+    /// Told why lockrun stops the command.
+    pub(crate) systemd: &'a Systemd,
     pub(crate) report: Report,
 }
 
@@ -60,14 +63,23 @@ impl Supervisor<'_> {
             timing,
             acquired,
             timeout_at,
+            systemd,
             report,
         } = self;
         let keeper = keep_lease(lock, lease, acquired, timing, report);
         tokio::pin!(keeper);
         let mut keeper_running = true;
         let mut stopping = Stopping::new(timing, timeout_at);
+        let mut told = None;
         loop {
             stopping.enforce_deadline(child, lease);
+            if stopping.reason != std::mem::replace(&mut told, stopping.reason) {
+                let lost = match stopping.reason {
+                    Some(Stop::Lost(loss)) => Some(loss),
+                    _ => None,
+                };
+                systemd.stopping(notify::lost_or_timed_out(lost));
+            }
             let wake = stopping.next_wake(lease.deadline());
             tokio::select! {
                 biased;
@@ -94,6 +106,9 @@ impl Supervisor<'_> {
                             signal_event(signal),
                             format_args!("forwarding {signal} to the command"),
                         );
+                        if matches!(signal, Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT) {
+                            systemd.stopping(&format!("{signal} passed on to the command"));
+                        }
                         child.signal_group(signal);
                     }
                     Err(err) => return Ended { status: Err(err), stop: stopping.reason },
