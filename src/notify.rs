@@ -168,6 +168,13 @@ impl Systemd {
             link.status(&format!("the command {how}; releasing {lock}"), false);
         }
     }
+
+    /// lockrun exits without its command's status, and `why`.
+    pub(crate) fn exiting(&self, why: &dyn std::fmt::Display) {
+        if let Some(link) = &self.link {
+            link.status(&why.to_string(), false);
+        }
+    }
 }
 
 /// Why lockrun stops the command, as its status says it.

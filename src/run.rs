@@ -41,6 +41,11 @@ pub(crate) async fn run(
     // notification socket.
     let mut systemd = Systemd::from_env(report);
     let result = run_steps(config, report, signals, token, &mut metrics, &mut systemd).await;
+    if let Err(err) = &result {
+        // A oneshot unit keeps it after lockrun exits: `systemctl status`
+        // says who had the lock.
+        systemd.exiting(err);
+    }
     metrics.ended(&result).await;
     result
 }
