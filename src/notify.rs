@@ -23,7 +23,7 @@ use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::exit_code;
 use crate::lease::Loss;
@@ -55,6 +55,8 @@ struct Link {
     report: Report,
     /// Whether lockrun said READY=1 already.
     ready: AtomicBool,
+    /// Whether the command started: its own pings feed the watchdog then.
+    command_started: AtomicBool,
     /// Whether the command said a STATUS= of its own, which lockrun's
     /// "holding" then does not replace: the command knows best what it does.
     command_status: AtomicBool,
@@ -65,11 +67,17 @@ struct Link {
 
 impl Systemd {
     /// The socket systemd named in `NOTIFY_SOCKET`, if any.
+    /// Feeds systemd's watchdog, if it set one for lockrun, until the
+    /// command starts.
     pub(crate) fn from_env(report: Report) -> Systemd {
-        match std::env::var_os(SOCKET_ENV) {
+        let systemd = match std::env::var_os(SOCKET_ENV) {
             Some(name) if !name.is_empty() => Systemd::at(&name, report),
             _ => Systemd::default(),
+        };
+        if let (Some(link), Some(every)) = (&systemd.link, watchdog_interval()) {
+            tokio::spawn(feed_watchdog(Arc::clone(link), every));
         }
+        systemd
     }
 
     /// The socket named `name`, as `NOTIFY_SOCKET` names it.
@@ -97,6 +105,7 @@ impl Systemd {
         let Some(link) = &self.link else {
             return Vec::new();
         };
+        link.command_started.store(true, Ordering::Relaxed);
         match relay::Relay::start(Arc::clone(link)) {
             Ok(relay) => {
                 let path = relay.path().as_os_str().to_owned();
@@ -209,6 +218,7 @@ impl Link {
             to,
             report,
             ready: AtomicBool::new(false),
+            command_started: AtomicBool::new(false),
             command_status: AtomicBool::new(false),
             said: Mutex::new(String::new()),
         })
@@ -246,6 +256,29 @@ impl Link {
 fn failed(report: Report, message: &str) {
     let event = Event::warning("notify_failed").with("error", message);
     report.error(event, message);
+}
+
+/// Half the watchdog timeout systemd set for lockrun (`WATCHDOG_USEC`,
+/// for lockrun's pid or any), as sd_watchdog_enabled(3) advises; None
+/// without one.
+fn watchdog_interval() -> Option<Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    let for_lockrun =
+        std::env::var("WATCHDOG_PID").map_or(true, |pid| pid == std::process::id().to_string());
+    (usec > 0 && for_lockrun).then(|| Duration::from_micros(usec / 2))
+}
+
+/// A standby has no command to ping systemd's watchdog for it: lockrun
+/// pings until the command starts, whose pings are relayed from then on
+/// (its environment names it in `WATCHDOG_PID`).
+async fn feed_watchdog(link: Arc<Link>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        if link.command_started.load(Ordering::Relaxed) {
+            return;
+        }
+        link.send(b"WATCHDOG=1\n");
+    }
 }
 
 /// Which of `WATCHDOG_PID` and `LISTEN_PID` name lockrun: in the command's

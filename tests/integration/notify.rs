@@ -188,6 +188,39 @@ fn a_standby_is_ready_says_who_holds_the_lock_and_takes_over() {
 }
 
 #[test]
+fn a_standby_feeds_the_watchdog_until_its_command_starts() {
+    let redis = Server::start();
+    let systemd = Systemd::listen();
+    let mut holder = redis.lockrun("job").hold();
+    let mut standby = redis
+        .lockrun("job")
+        .args(["--wait", "forever"])
+        .env("NOTIFY_SOCKET", systemd.socket())
+        .env("WATCHDOG_USEC", "100000")
+        .command(["sleep", "1"])
+        .spawn();
+    systemd.wait_for("WATCHDOG=1");
+    holder.go();
+    assert!(holder.run.wait().success());
+    assert!(standby.wait().success());
+    let texts = all_from(&systemd.finish(), standby.pid().as_raw());
+    let holding = texts
+        .iter()
+        .position(|text| text.starts_with("STATUS=holding "))
+        .expect("a holding status");
+    // Only lockrun pings, and only while it has no command: a command that
+    // sends none lets the watchdog fire, as it should.
+    assert!(
+        texts[..holding].contains(&"WATCHDOG=1\n".to_owned()),
+        "{texts:?}"
+    );
+    assert!(
+        !texts[holding..].contains(&"WATCHDOG=1\n".to_owned()),
+        "{texts:?}"
+    );
+}
+
+#[test]
 fn a_holder_says_its_lock_and_the_command_s_status_replaces_it_until_lockrun_stops_it() {
     let redis = Server::start();
     let systemd = Systemd::listen();
