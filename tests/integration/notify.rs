@@ -471,3 +471,46 @@ fn a_notify_socket_lockrun_cannot_use_is_left_to_the_command() {
             .stderr_has("cannot notify systemd at vsock:2:1"),
     );
 }
+
+#[test]
+fn a_sigterm_passed_on_is_the_stopping_status() {
+    let redis = Server::start();
+    let systemd = Systemd::listen();
+    let mut run = redis
+        .lockrun("job")
+        .env("NOTIFY_SOCKET", systemd.socket())
+        .command(["sleep", "30"])
+        .spawn();
+    systemd.wait_for("STATUS=holding job");
+    run.signal(nix::sys::signal::Signal::SIGTERM);
+    // The command's status: lockrun passed the signal on, and did not stop it.
+    assert_eq!(run.wait().code(), Some(143));
+    let texts = all_from(&systemd.finish(), run.pid().as_raw());
+    assert!(texts[0].starts_with("STATUS=holding job "), "{texts:?}");
+    assert_eq!(
+        texts[1..],
+        [
+            "STATUS=stopping the command: SIGTERM passed on to the command\n",
+            "STATUS=the command exited with status 143; releasing job\n",
+        ],
+        "{texts:?}"
+    );
+}
+
+#[test]
+fn what_is_dropped_and_what_fails_are_events_of_their_own() {
+    let redis = Server::start();
+    let ran = redis
+        .lockrun("job")
+        .args(["-v", "--log-format", "json"])
+        .env("NOTIFY_SOCKET", "/nonexistent/notify")
+        .command(["python3", "-c", DAEMON])
+        .run();
+    ran.assert(Expect::success().stderr_any());
+    let events = crate::log_format::checked_events(&ran.stderr, Some("job"));
+    let named = |name: &str| events.iter().filter(|event| event["event"] == name).count();
+    // MAINPID=, FDSTORE=, FDNAME=, X_UNKNOWN= and the descriptors.
+    assert_eq!(named("notify_dropped"), 5, "{}", ran.stderr);
+    // Nothing reaches a socket that is not there: each send says so.
+    assert!(named("notify_failed") >= 1, "{}", ran.stderr);
+}
