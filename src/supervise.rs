@@ -73,13 +73,7 @@ impl Supervisor<'_> {
         let mut told = None;
         loop {
             stopping.enforce_deadline(child, lease);
-            if stopping.reason != std::mem::replace(&mut told, stopping.reason) {
-                let lost = match stopping.reason {
-                    Some(Stop::Lost(loss)) => Some(loss),
-                    _ => None,
-                };
-                systemd.stopping(notify::lost_or_timed_out(lost));
-            }
+            told = tell_systemd(systemd, told, stopping.reason);
             let wake = stopping.next_wake(lease.deadline());
             tokio::select! {
                 biased;
@@ -116,6 +110,19 @@ impl Supervisor<'_> {
             }
         }
     }
+}
+
+/// Tells systemd why lockrun stops the command, when the reason is new;
+/// returns the reason told.
+fn tell_systemd(systemd: &Systemd, told: Option<Stop>, reason: Option<Stop>) -> Option<Stop> {
+    if let Some(stop) = reason.filter(|_| reason != told) {
+        let lost = match stop {
+            Stop::Lost(loss) => Some(loss),
+            Stop::TimedOut => None,
+        };
+        systemd.stopping(notify::lost_or_timed_out(lost));
+    }
+    reason
 }
 
 /// What a SIGCHLD asks lockrun to do: the command's exit status if it
