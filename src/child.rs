@@ -98,17 +98,19 @@ pub(crate) struct Child {
 
 impl Child {
     /// Starts `argv` in lockrun's environment changed by `env`: a value sets
-    /// the variable, None removes it.
+    /// the variable, None removes it; the variables named in `own_pid` are
+    /// set to the command's own pid.
     pub(crate) fn spawn(
         argv: &[OsString],
         env: &[(&str, Option<OsString>)],
+        own_pid: &[&str],
     ) -> Result<Child, SpawnError> {
         let Some(program) = argv.first() else {
             return Err(SpawnError::NotFound);
         };
         let terminal = in_terminal_foreground();
-        let pid =
-            spawn::spawn(argv, env, terminal).map_err(|err| SpawnError::from_io(err, program))?;
+        let pid = spawn::spawn(argv, env, own_pid, terminal)
+            .map_err(|err| SpawnError::from_io(err, program))?;
         Ok(Child {
             group: pid,
             status: None,

@@ -15,6 +15,9 @@
 //!   terminal stops, stopping the command when the lease cannot be proven;
 //! - `wait`: getting the lock, waiting for it if asked: one loop and one
 //!   give-up rule for one server and for a quorum;
+//! - `notify`: systemd's notification protocol: lockrun's status and a
+//!   standby's readiness, and `notify/relay`, the command's notifications
+//!   passed on from lockrun's pid;
 //! - `report`: the one-line messages on stderr, as loud as asked, never
 //!   holding up the deadline; `report/event` says each as a typed event for
 //!   `--log-format json`;
@@ -70,6 +73,7 @@ pub mod exit_code;
 mod lease;
 mod lock;
 mod metrics;
+mod notify;
 mod redis_conn;
 mod report;
 mod run;

@@ -14,6 +14,7 @@ use crate::lock::{
     Attempt, DoneRecord, Grant, Hold, Keys, Lock, LockError, Me, Released, Role, Servers, Taken,
     Token,
 };
+use crate::notify::{self, Systemd};
 use crate::report::{Event, Report};
 use crate::secrets;
 use crate::signals::Signals;
@@ -36,7 +37,15 @@ pub(crate) async fn run(
 ) -> Result<u8, Error> {
     // The one place that sees how every run ends, for the metrics file.
     let mut metrics = MetricsFile::new(&config, report);
-    let result = run_steps(config, report, signals, token, &mut metrics).await;
+    // Dropped when the run ends, however it ends: that removes the command's
+    // notification socket.
+    let mut systemd = Systemd::from_env(report);
+    let result = run_steps(config, report, signals, token, &mut metrics, &mut systemd).await;
+    if let Err(err) = &result {
+        // A oneshot unit keeps it after lockrun exits: `systemctl status`
+        // says who had the lock.
+        systemd.exiting(err);
+    }
     metrics.ended(&result).await;
     result
 }
@@ -47,10 +56,11 @@ async fn run_steps(
     mut signals: Signals,
     token: Token,
     metrics: &mut MetricsFile,
+    systemd: &mut Systemd,
 ) -> Result<u8, Error> {
     let mut lock = lock(&config, &token, report);
     let asked = BootInstant::now();
-    let grant = match acquire(&config, &mut lock, &mut signals, report).await? {
+    let grant = match acquire(&config, &mut lock, &mut signals, systemd, report).await? {
         Turn::Run(grant) => grant,
         Turn::Skip(done) => {
             say_skipped(&done, lock.keys(), report);
@@ -59,7 +69,7 @@ async fn run_steps(
     };
     metrics.acquired();
     warn_if_unprotected(&lock, report);
-    let child = match start(&config, grant) {
+    let child = match start(&config, grant, systemd) {
         Ok(started) => started,
         Err(cause) => {
             let (program, ttl) = (config.program(), config.timing.ttl);
@@ -68,6 +78,7 @@ async fn run_steps(
     };
     let slot = config.share.slot(grant.slot);
     say_acquired(&lock, grant.fence, slot, &child, asked.elapsed(), report);
+    systemd.holding(&config.lock.name, grant.fence, std::time::SystemTime::now());
     let mut held = Held {
         lease: Lease::new(config.timing.deadline_after(grant.sent)),
         started: BootInstant::now(),
@@ -82,10 +93,12 @@ async fn run_steps(
         timing: config.timing,
         acquired: grant.sent,
         timeout_at: config.timeout.map(|limit| held.started + limit),
+        systemd,
         report,
     }
     .supervise()
     .await;
+    systemd.ended(&config.lock.name, ended.status.as_ref().ok().copied());
     let unreleased = held.finish(&config, &ended, report).await;
     exit_status(ended, &held.lock, unreleased, report)
 }
@@ -211,6 +224,7 @@ async fn acquire(
     config: &RunConfig,
     lock: &mut Lock,
     signals: &mut Signals,
+    systemd: &Systemd,
     report: Report,
 ) -> Result<Turn, Error> {
     let me = Me::new(&config.command, config.share);
@@ -220,7 +234,8 @@ async fn acquire(
     let within = timing.redis_timeout.max(FIRST_CONNECT_TIMEOUT);
     let attempt = async {
         lock.connect(within).await?;
-        wait::acquire(lock, timing, &me, config.wait, config.supersede, report).await
+        let (wait, supersede) = (config.wait, config.supersede);
+        wait::acquire(lock, timing, &me, wait, supersede, systemd, report).await
     };
     let outcome = tokio::select! {
         signal = signals.recv_interrupt() => Err(match signal {
@@ -278,8 +293,10 @@ fn mismatch(config: &RunConfig, theirs: u32) -> String {
     )
 }
 
-/// Starts the command with its fencing token (and slot).
-fn start(config: &RunConfig, grant: Grant) -> Result<Child, SpawnError> {
+/// Starts the command with its fencing token (and slot), and, under
+/// systemd, lockrun's notification socket and its own pid where systemd
+/// gave lockrun's.
+fn start(config: &RunConfig, grant: Grant, systemd: &mut Systemd) -> Result<Child, SpawnError> {
     let mut env = secrets::hidden_from_command();
     env.push(("LOCKRUN_KEY", Some(config.lock.name.clone().into())));
     env.push((
@@ -289,7 +306,8 @@ fn start(config: &RunConfig, grant: Grant) -> Result<Child, SpawnError> {
     if let Some(slot) = config.share.slot(grant.slot) {
         env.push(("LOCKRUN_SLOT", Some(slot.to_string().into())));
     }
-    Child::spawn(&config.command, &env)
+    env.extend(systemd.for_command());
+    Child::spawn(&config.command, &env, &notify::pid_vars())
 }
 
 /// A command that could not be started gives the lock back at once, and

@@ -14,6 +14,7 @@ use crate::child::Child;
 use crate::clock::{self, show, BootInstant};
 use crate::lease::{Lease, Loss, Timing};
 use crate::lock::{Lock, LockError, Renewal};
+use crate::notify::Systemd;
 use crate::report::{Event, Report};
 use crate::signals::Signals;
 
@@ -43,6 +44,8 @@ pub(crate) struct Supervisor<'a> {
     /// here.
     pub(crate) acquired: BootInstant,
     pub(crate) timeout_at: Option<BootInstant>,
+    /// Told why lockrun stops the command.
+    pub(crate) systemd: &'a Systemd,
     pub(crate) report: Report,
 }
 
@@ -57,6 +60,7 @@ impl Supervisor<'_> {
             timing,
             acquired,
             timeout_at,
+            systemd,
             report,
         } = self;
         let name = lock.keys().name.clone();
@@ -64,7 +68,7 @@ impl Supervisor<'_> {
         tokio::pin!(keeper);
         let mut keeper_running = true;
         // Every stop starts in `stopping`, which says so before it signals.
-        let mut stopping = Stopping::new(timing, timeout_at, &name, report);
+        let mut stopping = Stopping::new(timing, timeout_at, &name, report, systemd);
         loop {
             stopping.enforce_deadline(&*child, lease);
             let wake = stopping.next_wake(lease.deadline());

@@ -26,6 +26,7 @@ use crate::lease::Timing;
 use crate::lock::{
     Attempt, Grant, Lock, LockError, Me, Mode, NotGivenBack, Subscription, Tried, Wake, Wakes,
 };
+use crate::notify::Systemd;
 use crate::report::{Event, Report};
 
 /// Polling period when the wake-up subscription failed or Redis does not
@@ -68,6 +69,8 @@ pub(crate) trait Contended {
     fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant>;
     /// The lock's name in Redis, for verbose lines.
     fn redis_key(&self) -> &str;
+    /// The name given to `--key`, for systemd's status.
+    fn name(&self) -> &str;
     /// Who answers for the lock, for the line that says it answers again.
     fn servers(&self) -> &'static str;
 }
@@ -89,6 +92,10 @@ impl Contended for Lock {
         &self.keys().lock
     }
 
+    fn name(&self) -> &str {
+        &self.keys().name
+    }
+
     fn servers(&self) -> &'static str {
         if self.is_quorum() {
             "a majority of the Redis servers"
@@ -108,6 +115,7 @@ pub(crate) async fn acquire(
     me: &Me,
     wait: Option<Wait>,
     supersede: bool,
+    systemd: &Systemd,
     report: Report,
 ) -> Result<Attempt, LockError> {
     let started = Instant::now();
@@ -121,6 +129,8 @@ pub(crate) async fn acquire(
         wakes: None,
         resubscribe: true,
         failing: false,
+        place: None,
+        systemd,
         report,
     }
     .until_acquired_or_out()
@@ -153,6 +163,12 @@ struct Waiter<'a, L> {
     resubscribe: bool,
     /// Whether Redis stopped answering during the wait.
     failing: bool,
+    /// This run's place in line, as far as it knows: the last when it
+    /// joined, no later than the length of the line since, first once told
+    /// so.
+    place: Option<u64>,
+    /// Told that this run stands by, and where.
+    systemd: &'a Systemd,
     report: Report,
 }
 
@@ -254,6 +270,9 @@ impl<L: Contended> Waiter<'_, L> {
             }
             Ok(Attempt::Queued { taken, retry }) => {
                 self.answers_again();
+                let place = self.place.map_or(taken.waiting, |p| p.min(taken.waiting));
+                self.place = Some(place);
+                self.systemd.waiting(self.lock.name(), &taken, self.place);
                 if first {
                     self.report.verbose(
                         waiting(taken.waiting, true),
@@ -267,6 +286,7 @@ impl<L: Contended> Waiter<'_, L> {
                 Ok(ControlFlow::Continue(retry))
             }
             Ok(Attempt::Busy(taken)) => {
+                self.systemd.waiting(self.lock.name(), &taken, None);
                 if !self.answers_again() {
                     self.report.verbose(
                         waiting(taken.waiting, false),
@@ -345,6 +365,7 @@ impl<L: Contended> Waiter<'_, L> {
                     // First in line now: only the lease's expiry is left to
                     // watch for.
                     Some(Wake::First(left)) => {
+                        self.place = Some(1);
                         look = left.map(|left| Instant::now() + left + EXPIRY_MARGIN);
                     }
                     None => {

@@ -15,6 +15,12 @@
 //! The child starts as std's would: in a process group of its own, with an
 //! empty signal mask, every handled signal and SIGPIPE back to the default,
 //! the environment changed as asked, found on PATH as execvp finds it.
+//!
+//! Some variables must hold the command's own pid (systemd's
+//! `WATCHDOG_PID` and `LISTEN_PID`), which exists only once the clone
+//! returned in the child: the parent makes room for the digits, and the
+//! child writes them between clone and exec, which only formats a number
+//! into memory made for it.
 
 use std::ffi::{c_int, c_void, CString, OsStr, OsString};
 use std::io;
@@ -30,6 +36,8 @@ use nix::unistd::Pid;
 const STACK: usize = 64 * 1024;
 /// The highest signal number on Linux (SIGRTMAX).
 const LAST_SIGNAL: c_int = 64;
+/// The digits of the largest pid (`pid_t` is 32 bits).
+const PID_DIGITS: usize = 10;
 
 /// What the child is handed: raw pointers into the `Plan`, and where it
 /// writes the errno of a failed start (0 while none).
@@ -37,16 +45,22 @@ struct Handoff {
     program: *const libc::c_char,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
+    /// Where the child writes its pid, in decimal and NUL-terminated: room
+    /// for `PID_DIGITS` bytes and the NUL in each.
+    pid_slots: *const *mut u8,
+    pid_slot_count: usize,
     parent: libc::pid_t,
     terminal: bool,
     error: c_int,
 }
 
-/// Starts `argv` with lockrun's environment changed by `env`, and returns
-/// its pid. `terminal`: make its group the terminal's foreground group.
+/// Starts `argv` with lockrun's environment changed by `env`, and the
+/// variables named in `own_pid` set to the command's pid, and returns its
+/// pid. `terminal`: make its group the terminal's foreground group.
 pub(super) fn spawn(
     argv: &[OsString],
     env: &[(&str, Option<OsString>)],
+    own_pid: &[&str],
     terminal: bool,
 ) -> io::Result<Pid> {
     let program = c_string(argv.first().map_or(OsStr::new(""), OsString::as_os_str))?;
@@ -55,12 +69,16 @@ pub(super) fn spawn(
         .map(|arg| c_string(arg))
         .collect::<io::Result<Vec<_>>>()?;
     let argv_pointers = null_terminated(&words);
-    // `_made` holds the strings of the variables set, which `envp` points into.
-    let (_made, envp_pointers) = environment(env)?;
+    // `_made` and `pids` hold the strings of the variables set, which
+    // `envp` points into.
+    let (_made, mut pids, envp_pointers) = environment(env, own_pid)?;
+    let pid_slots: Vec<*mut u8> = pids.iter_mut().map(PidVar::slot).collect();
     let mut handoff = Handoff {
         program: program.as_ptr(),
         argv: argv_pointers.as_ptr(),
         envp: envp_pointers.as_ptr(),
+        pid_slots: pid_slots.as_ptr(),
+        pid_slot_count: pid_slots.len(),
         parent: std::process::id().try_into().map_err(io::Error::other)?,
         terminal,
         error: 0,
@@ -163,7 +181,8 @@ extern "C" fn child(arg: *mut c_void) -> c_int {
     // parent until this child execs or exits. Every call below is an
     // async-signal-safe system call (setpgid, prctl, getppid, sigaction,
     // tcsetpgrp, getpid, sigprocmask, execve through execvpe's PATH walk on
-    // this stack, _exit); nothing allocates or takes a lock.
+    // this stack, _exit) or writes digits into the pid slots; nothing
+    // allocates or takes a lock.
     unsafe {
         let error = prepare(&*handoff).err().unwrap_or_else(|| {
             libc::execvpe((*handoff).program, (*handoff).argv, (*handoff).envp);
@@ -214,11 +233,68 @@ unsafe fn prepare(handoff: &Handoff) -> Result<(), c_int> {
         if handoff.terminal && libc::tcsetpgrp(0, libc::getpid()) == -1 {
             return Err(errno());
         }
+        let pid = libc::getpid();
+        for at in 0..handoff.pid_slot_count {
+            write_pid(*handoff.pid_slots.add(at), pid);
+        }
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&raw mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &raw const empty, ptr::null_mut());
     }
     Ok(())
+}
+
+/// Writes `pid` in decimal at `slot`, NUL-terminated: arithmetic and plain
+/// stores only, so async-signal-safe.
+///
+/// # Safety
+///
+/// `slot` has room for `PID_DIGITS` bytes and the NUL.
+unsafe fn write_pid(slot: *mut u8, pid: libc::pid_t) {
+    let mut digits = [0u8; PID_DIGITS];
+    let mut left = pid.unsigned_abs();
+    let mut len = 0;
+    loop {
+        // The remainder is below 10: it always fits.
+        digits[len] = b'0' + u8::try_from(left % 10).unwrap_or(0);
+        len += 1;
+        left /= 10;
+        if left == 0 || len == PID_DIGITS {
+            break;
+        }
+    }
+    for (at, digit) in digits[..len].iter().rev().enumerate() {
+        // SAFETY: `at` < `len` <= PID_DIGITS, within the slot.
+        unsafe { slot.add(at).write(*digit) };
+    }
+    // SAFETY: `len` <= PID_DIGITS: the slot's last byte at most.
+    unsafe { slot.add(len).write(0) };
+}
+
+/// A variable whose value is the command's pid, written by the child: the
+/// name and '=', then room for the digits and the NUL.
+struct PidVar(Vec<u8>);
+
+impl PidVar {
+    fn new(name: &str) -> PidVar {
+        let mut pair = name.as_bytes().to_vec();
+        pair.push(b'=');
+        pair.resize(pair.len() + PID_DIGITS + 1, 0);
+        PidVar(pair)
+    }
+
+    /// Where the digits go. The vector is never resized after this.
+    fn slot(&mut self) -> *mut u8 {
+        let start = self.0.len() - PID_DIGITS - 1;
+        // SAFETY: `start` is within the vector.
+        unsafe { self.0.as_mut_ptr().add(start) }
+    }
+
+    /// The whole variable, NUL-terminated once the child wrote its pid (and
+    /// before: the room is zeroed).
+    fn pair(&mut self) -> *const libc::c_char {
+        self.0.as_mut_ptr().cast_const().cast()
+    }
 }
 
 fn errno() -> c_int {
@@ -253,13 +329,16 @@ extern "C" {
     static environ: *const *const libc::c_char;
 }
 
-/// lockrun's environment with `changes` made: the variables kept are
-/// passed as they are, pointers into `environ` (no copy), and the ones set
-/// follow, made here. Returns the strings made, which the pointers point
-/// into, and the null-terminated pointers.
-fn environment(
-    changes: &[(&str, Option<OsString>)],
-) -> io::Result<(Vec<CString>, Vec<*const libc::c_char>)> {
+/// The null-terminated pointers of an environment, and what they point
+/// into besides `environ`: the strings made for the variables set, and the
+/// pid variables.
+type Environment = (Vec<CString>, Vec<PidVar>, Vec<*const libc::c_char>);
+
+/// lockrun's environment with `changes` made, and the variables named in
+/// `own_pid` made for the child's pid: the variables kept are passed as
+/// they are, pointers into `environ` (no copy), and the ones set follow,
+/// made here.
+fn environment(changes: &[(&str, Option<OsString>)], own_pid: &[&str]) -> io::Result<Environment> {
     let set = changes
         .iter()
         .filter_map(|(name, value)| {
@@ -279,9 +358,10 @@ fn environment(
         while !at.is_null() && !(*at).is_null() {
             let pair = std::ffi::CStr::from_ptr(*at).to_bytes();
             let name = pair.split(|&b| b == b'=').next().unwrap_or(pair);
-            if !changes
-                .iter()
-                .any(|(changed, _)| changed.as_bytes() == name)
+            let set_here = changes.iter().map(|(changed, _)| changed);
+            if !set_here
+                .chain(own_pid)
+                .any(|changed| changed.as_bytes() == name)
             {
                 pointers.push(*at);
             }
@@ -289,8 +369,10 @@ fn environment(
         }
     }
     pointers.extend(set.iter().map(|pair| pair.as_ptr()));
+    let mut pids: Vec<PidVar> = own_pid.iter().map(|name| PidVar::new(name)).collect();
+    pointers.extend(pids.iter_mut().map(PidVar::pair));
     pointers.push(ptr::null());
-    Ok((set, pointers))
+    Ok((set, pids, pointers))
 }
 
 fn c_string(text: &OsStr) -> io::Result<CString> {
@@ -320,6 +402,19 @@ mod tests {
                 (bound(start)..bound(end)).contains(&address)
             })
             .map(str::to_owned)
+    }
+
+    #[test]
+    fn a_pid_variable_holds_the_pid_the_child_writes() {
+        for pid in [1, 42, 4_194_304, libc::pid_t::MAX] {
+            let mut var = PidVar::new("WATCHDOG_PID");
+            // SAFETY: the slot of a `PidVar`, with room for the digits and NUL.
+            unsafe { write_pid(var.slot(), pid) };
+            // SAFETY: NUL-terminated: the room was zeroed, and write_pid ends
+            // with a NUL.
+            let pair = unsafe { std::ffi::CStr::from_ptr(var.pair()) };
+            assert_eq!(pair.to_str(), Ok(format!("WATCHDOG_PID={pid}").as_str()));
+        }
     }
 
     #[test]

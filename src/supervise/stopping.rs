@@ -13,6 +13,7 @@ use crate::child::Child;
 use crate::clock::{show, BootInstant};
 use crate::exit_code;
 use crate::lease::{Lease, Loss, Timing};
+use crate::notify::{self, Systemd};
 use crate::report::{ms, Event, Report};
 
 /// Why lockrun stopped the command before it finished on its own.
@@ -48,6 +49,8 @@ pub(super) struct Stopping<'a> {
     /// The lock's name, for the text lines.
     lock: &'a str,
     report: Report,
+    /// Told why, as the unit's status.
+    systemd: &'a Systemd,
     pub(super) reason: Option<Stop>,
     pub(super) kill_at: Option<BootInstant>,
     pub(super) killed: bool,
@@ -62,12 +65,14 @@ impl<'a> Stopping<'a> {
         timeout_at: Option<BootInstant>,
         lock: &'a str,
         report: Report,
+        systemd: &'a Systemd,
     ) -> Self {
         Stopping {
             timing,
             timeout_at,
             lock,
             report,
+            systemd,
             reason: None,
             kill_at: None,
             killed: false,
@@ -128,6 +133,11 @@ impl<'a> Stopping<'a> {
     fn start(&mut self, target: &impl Target, reason: Stop, signal: Signal, grace: Duration) {
         let (event, line) = stop_said(Some(reason), signal, Some(grace), self.lock);
         self.report.verbose(event, line);
+        let lost = match reason {
+            Stop::Lost(loss) => Some(loss),
+            Stop::TimedOut => None,
+        };
+        self.systemd.stopping(notify::lost_or_timed_out(lost));
         self.reason = Some(reason);
         self.kill_at = Some(BootInstant::now() + grace);
         target.signal_all(signal);
@@ -142,6 +152,8 @@ impl<'a> Stopping<'a> {
         let ends = matches!(signal, Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT);
         let (event, line) = if ends && !self.asked && self.reason.is_none() {
             self.asked = true;
+            self.systemd
+                .stopping(&format!("{signal} passed on to the command"));
             stop_said(None, signal, None, self.lock)
         } else {
             let event = Event::info("forwarded").with("signal", signal.as_str());

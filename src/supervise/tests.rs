@@ -23,7 +23,13 @@ fn timing() -> Timing {
 
 /// A stop schedule for the lock "billing", saying nothing.
 fn new_stopping(timing: Timing, timeout_at: Option<BootInstant>) -> Stopping<'static> {
-    Stopping::new(timing, timeout_at, "billing", Report::default())
+    Stopping::new(
+        timing,
+        timeout_at,
+        "billing",
+        Report::default(),
+        no_systemd(),
+    )
 }
 
 /// Milliseconds from `t0` to `t`: the timelines below count from the
@@ -371,4 +377,9 @@ fn a_moment_already_acted_on_is_never_a_wake() {
 
     stopping.killed = true;
     assert_eq!(stopping.next_wake(deadline), None);
+}
+
+/// No NOTIFY_SOCKET: nothing is told.
+fn no_systemd() -> &'static crate::notify::Systemd {
+    Box::leak(Box::default())
 }

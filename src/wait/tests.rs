@@ -130,6 +130,10 @@ impl Contended for Scripted {
         "lockrun:{job}"
     }
 
+    fn name(&self) -> &'static str {
+        "job"
+    }
+
     fn servers(&self) -> &'static str {
         "Redis"
     }
@@ -138,7 +142,8 @@ impl Contended for Scripted {
 async fn wait_on(lock: &mut Scripted, wait: Option<Wait>) -> Result<Attempt, LockError> {
     let me = Me::new(&["job".into()], Share::Alone);
     let report = Report::default().as_loud_as(crate::report::Verbosity::Quiet);
-    acquire(lock, timing(), &me, wait, false, report).await
+    let systemd = crate::notify::Systemd::default();
+    acquire(lock, timing(), &me, wait, false, &systemd, report).await
 }
 
 #[tokio::test(start_paused = true)]

@@ -273,7 +273,7 @@ fn systemd_example_passes_systemd_analyze_verify() {
     };
     let dir = tempfile::tempdir().expect("temp dir");
     let mut units = Vec::new();
-    for name in ["billing.service", "billing.timer"] {
+    for name in ["billing.service", "billing.timer", "singleton.service"] {
         let text = read(&format!("examples/systemd/{name}")).replace(
             "ExecStart=lockrun ",
             &format!("ExecStart={} ", env!("CARGO_BIN_EXE_lockrun")),
@@ -306,7 +306,11 @@ fn systemd_example_passes_systemd_analyze_verify() {
 /// The lockrun command lines in the examples, up to and including `--`.
 fn example_command_lines() -> Vec<(String, Vec<String>)> {
     let mut lines = Vec::new();
-    for path in ["examples/cron/crontab", "examples/systemd/billing.service"] {
+    for path in [
+        "examples/cron/crontab",
+        "examples/systemd/billing.service",
+        "examples/systemd/singleton.service",
+    ] {
         for line in read(path)
             .lines()
             .filter(|l| !l.trim_start().starts_with('#'))

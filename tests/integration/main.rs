@@ -24,6 +24,7 @@ mod list;
 mod log_format;
 mod metrics;
 mod migration;
+mod notify;
 mod once_per;
 mod operator;
 mod ordering;

@@ -45,7 +45,13 @@ impl Noted {
 }
 
 fn new_stopping(timeout_at: Option<BootInstant>) -> Stopping<'static> {
-    Stopping::new(timing(), timeout_at, "billing", Report::default())
+    Stopping::new(
+        timing(),
+        timeout_at,
+        "billing",
+        Report::default(),
+        no_systemd(),
+    )
 }
 
 /// The JSON line an event and its message make, parsed back.
@@ -238,4 +244,9 @@ async fn a_forwarded_signal_goes_to_the_group_and_leaves_lockruns_own_stop_to_co
     assert_eq!(stopping.reason, Some(Stop::TimedOut));
     stopping.forward(&noted, Signal::SIGTERM);
     assert_eq!(noted.take(), [(Signal::SIGTERM, false)]);
+}
+
+/// No NOTIFY_SOCKET: nothing is told.
+fn no_systemd() -> &'static crate::notify::Systemd {
+    Box::leak(Box::default())
 }
