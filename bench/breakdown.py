@@ -43,6 +43,7 @@ and on a free loopback TCP port (never the Redis on 6379), runs
 """
 
 import argparse
+import collections
 import os
 import random
 import re
@@ -59,10 +60,22 @@ import time
 TRACED = ("execve,poll,epoll_create1,socket,connect,write,writev,sendto,"
           "recvfrom,read,clone,clone3,vfork,wait4,waitid,exit_group")
 # perf trace's lines: "START ( DURATION ms): COMM/PID CALL(ARGS) = RET", or
-# "... [continued]: CALL()) = RET" for a call other lines cut in two.
-LINE = re.compile(r"^\s*([\d.]+) \(\s*(?:([\d.]+) ms)?\s*\): (\S+)/(\d+) (.*)$")
-CALL = re.compile(r"^\s*(?:\.\.\. \[continued\]: )?(\w+)\((.*)\)\s+=\s*(\S*)")
+# "... [continued]: CALL()) = RET" for a call other lines cut in two; START
+# is "?" for a return perf saw no entry for (a child's first return from
+# clone or vfork, or a return perf took before its entry).
+LINE = re.compile(r"^\s*([\d.]+|\?) \(\s*(?:([\d.]+) ms)?\s*\): (\S+)/(\d+) (.*)$")
+CALL = re.compile(r"^\s*(\.\.\. \[continued\]: )?(\w+)\((.*)\)\s+=\s*(\S*)")
+# A call's first half, "CALL(ARGS) ...": its args, which the other half lacks.
+UNFINISHED = re.compile(r"^\s*(\w+)\((.*)\)\s*\.\.\.$")
 FD = re.compile(r"^fd: (\d+)")
+LOST = re.compile(r"LOST (\d+) events")
+CLONES = ("clone", "clone3", "vfork")
+# wait4's and waitid's options as perf trace prints them: the flags it has
+# names for, the others in hex (WEXITED, WNOWAIT).
+WAIT_FLAGS = {"NOHANG": 0x1, "UNTRACED": 0x2, "CONTINUED": 0x8}
+WEXITED, WNOWAIT = 0x4, 0x1000000
+P_ALL, P_PID, P_PGID, P_PIDFD = 0, 1, 2, 3
+IDTYPES = {"P_ALL": P_ALL, "P_PID": P_PID, "P_PGID": P_PGID, "P_PIDFD": P_PIDFD}
 # The floor's rounds, and each case's sessions per round.
 FLOOR_ROUNDS = 6
 FLOOR_SESSIONS = 50
@@ -100,40 +113,201 @@ def start_redis(work):
     sys.exit("breakdown: redis-server did not start")
 
 
-def read_trace(path):
-    """perf trace's finished calls, by start time: (pid, start, end, name, args, ret, comm)."""
-    events = []
-    with open(path) as f:
-        for raw in f:
-            m = LINE.match(raw.rstrip())
-            if not m or m.group(5).endswith("..."):
-                continue
-            c = CALL.match(m.group(5))
-            if c:
-                start = float(m.group(1))
-                events.append((int(m.group(4)), start, start + float(m.group(2) or 0),
-                               c.group(1), c.group(2), c.group(3), m.group(3)))
-    events.sort(key=lambda e: e[1])
-    return events
+class Incomplete(Exception):
+    """A trace that lacks a mark, or whose marks are out of order: perf lost
+    or mangled an event, or the run failed. The message says which mark."""
+
+
+def sorts_events():
+    """Whether this perf trace has --sort-events."""
+    if not hasattr(sorts_events, "known"):
+        usage = subprocess.run(["perf", "trace", "-h"], capture_output=True, text=True)
+        sorts_events.known = "--sort-events" in usage.stdout + usage.stderr
+    return sorts_events.known
+
+
+def perf_trace(events, out):
+    """perf trace's command line for `events`, written to `out`, up to "--".
+
+    --sort-events: perf reads each CPU's buffer in turn, and on a busy
+    machine it can take a call's return before its entry, or a process's
+    calls before its fork: it then prints the return with no time ("? ( ):
+    sh/PID ... [continued]: wait4()) = CHILD", under a stale name) or with
+    the time of the call before it, and a mark goes missing or moves."""
+    return (["perf", "trace"] + (["--sort-events"] if sorts_events() else [])
+            + ["-e", events, "-o", out, "--"])
+
+
+def child_of(e):
+    """The pid a clone, clone3 or vfork returned (its child), or None."""
+    return int(e[5]) if e[5].isdigit() and e[5] != "0" else None
+
+
+def wait_args(e):
+    """A wait4's or waitid's arguments as perf prints them, each its first word."""
+    return {k: v.split()[0] for k, v in re.findall(r"(\w+): ([^,]+)", e[4])}
+
+
+def reaps(e, child):
+    """Whether call `e` reaped process `child`, as far as its line tells: a
+    wait4 that returned the child's pid, or a waitid that succeeded (it
+    returns 0, which perf prints as nothing) and waited for exits (WEXITED,
+    and not WNOWAIT, a peek that leaves the zombie) of the child (P_PID),
+    its process group (P_PGID: the command leads its own), any child
+    (P_ALL: perf leaves out its zero idtype) or a pidfd (P_PIDFD: which
+    process the fd is, the line does not say)."""
+    if e[3] == "wait4":
+        return e[5] == str(child)
+    if e[3] != "waitid" or e[5] not in ("", "0"):
+        return False
+    args = wait_args(e)
+    options = 0
+    for word in args.get("options", "0").split("|"):
+        options |= int(word, 0) if word[:1].isdigit() else WAIT_FLAGS.get(word, 0)
+    if not options & WEXITED or options & WNOWAIT:
+        return False
+    which = args.get("which", "0")
+    which = IDTYPES.get(which, int(which) if which.isdigit() else -1)
+    if which in (P_PID, P_PGID):
+        return args.get("upid") == str(child)
+    return which in (P_ALL, P_PIDFD)
+
+
+class Trace:
+    """One perf trace file's finished calls.
+
+    `calls`, by start: (tid, start, end, name, args, ret, comm); `untimed`,
+    the returns perf printed without a time, (tid, None, None, ...) alike;
+    `lost`, the events perf said it lost. A process is told by what its
+    calls do, not by their order or its name: the command's spawn is the
+    clone whose child calls execve (a thread never does), and a thread's
+    calls count as its process's."""
+
+    def __init__(self, path):
+        self.calls, self.untimed, self.lost = [], [], 0
+        unfinished = {}  # tid: (call, args) of its call cut in two
+        with open(path) as f:
+            for raw in f:
+                lost = LOST.search(raw)
+                if lost:
+                    self.lost += int(lost.group(1))
+                    continue
+                m = LINE.match(raw.rstrip())
+                if not m:
+                    continue
+                tid = int(m.group(4))
+                u = UNFINISHED.match(m.group(5))
+                if u:
+                    unfinished[tid] = u.groups()
+                    continue
+                c = CALL.match(m.group(5))
+                if not c:
+                    continue
+                name, args = c.group(2), c.group(3)
+                if c.group(1):  # the second half: the args are the first's
+                    first_half = unfinished.pop(tid, None)
+                    args = first_half[1] if first_half and first_half[0] == name else ""
+                call = (name, args, c.group(4), m.group(3))
+                if m.group(1) == "?":
+                    self.untimed.append((tid, None, None) + call)
+                else:
+                    start = float(m.group(1))
+                    self.calls.append((tid, start, start + float(m.group(2) or 0)) + call)
+        self.calls.sort(key=lambda e: e[1])
+        every = self.calls + self.untimed
+        self.execs = {e[0] for e in every if e[3] == "execve"}
+        # A clone's child that never calls execve is a thread of the caller's
+        # (or a fork that runs the caller's code): its calls are the caller's.
+        self.parent = {child_of(e): e[0] for e in every
+                       if e[3] in CLONES and child_of(e) and child_of(e) not in self.execs}
+
+    def process(self, tid):
+        """The process thread `tid` belongs to."""
+        seen = set()
+        while tid in self.parent and tid not in seen:
+            seen.add(tid)
+            tid = self.parent[tid]
+        return tid
+
+    def of(self, pid):
+        """The calls of process `pid` and its threads."""
+        return [e for e in self.calls if self.process(e[0]) == pid]
+
+    def missing(self, what, pred):
+        """Incomplete, for a mark `what` that no timed call `pred` holds for gives."""
+        if any(pred(e) for e in self.untimed):
+            what += ": perf printed its return without a time"
+        elif self.lost:
+            what += f" (perf lost {self.lost} events)"
+        return Incomplete(what)
+
+    def first(self, pred, what, t=float("-inf"), among=None):
+        """The first call, by start, from `t` on that `pred` holds for."""
+        for e in self.calls if among is None else among:
+            if e[1] >= t and pred(e):
+                return e
+        raise self.missing(f"no {what}", pred)
+
+    def returned(self, pred, what, t):
+        """The first call to return from `t` on that `pred` holds for (a
+        blocking call's line carries the time it was made: by its return)."""
+        done = [e for e in self.calls if e[2] >= t and pred(e)]
+        if not done:
+            raise self.missing(f"no {what}", pred)
+        return min(done, key=lambda e: e[2])
+
+    def spawn(self, pid, what, t=float("-inf")):
+        """The first clone (clone, clone3, vfork) by process `pid` from `t` on
+        whose child calls execve: a command's spawn, not a thread's start."""
+        return self.first(lambda e: e[3] in CLONES and self.process(e[0]) == pid
+                          and child_of(e) in self.execs, what, t)
+
+    def reaping(self, pid, child, t, what):
+        """The call by process `pid` that reaped `child`, which exited at `t`."""
+        return self.returned(lambda e: self.process(e[0]) == pid and reaps(e, child), what, t)
+
+    def ran(self, child, what, t=float("-inf")):
+        """`child`'s execve that succeeded: the command runs from its end."""
+        return self.first(lambda e: e[0] == child and e[3] == "execve" and e[5] == "0", what, t)
+
+    def exited(self, pid, what, t=float("-inf")):
+        """Process `pid`'s exit_group (its line carries the time it was made)."""
+        return self.first(lambda e: e[0] == pid and e[3] == "exit_group", what, t)
+
+    def sockets(self, pid):
+        """The fds process `pid` connected (to Redis)."""
+        return {m.group(1) for e in self.of(pid) if e[3] == "connect"
+                for m in [FD.match(e[4])] if m}
+
+
+def in_order(marks):
+    """`marks`, checked to come one after the other; in ms since the first."""
+    names = list(marks)
+    for here, there in zip(names, names[1:]):
+        if marks[there] < marks[here]:
+            raise Incomplete(f"marks out of order: {there!r} before {here!r} "
+                             "(perf printed a call with another's time)")
+    return {k: v - marks[names[0]] for k, v in marks.items()}
 
 
 def parse_trace(path, lockrun):
     """The step marks of one traced run, in ms since lockrun's execve."""
-    events = read_trace(path)
+    trace = Trace(path)
     name = os.path.basename(lockrun)[:15]
-    first = next(e for e in events if e[3] == "execve" and e[5] == "0" and e[6] == name)
+    first = trace.first(lambda e: e[3] == "execve" and e[5] == "0" and e[6] == name,
+                        f"execve of {name} that succeeded")
     me = first[0]
-    mine = [e for e in events if e[0] == me]
+    mine = trace.of(me)
 
-    def after(t, pred, among=mine):
-        return next(e for e in among if e[1] >= t and pred(e))
+    def after(t, pred, what):
+        return trace.first(pred, what, t, mine)
 
     marks = {"exec": first[1], "loader": first[2]}
-    marks["std + args"] = after(first[2], lambda e: e[3] == "poll")[1]
-    marks["runtime"] = after(first[2], lambda e: e[3] == "epoll_create1")[1]
-    connect = after(marks["runtime"], lambda e: e[3] == "connect")
+    marks["std + args"] = after(first[2], lambda e: e[3] == "poll", "poll (std's start)")[1]
+    marks["runtime"] = after(first[2], lambda e: e[3] == "epoll_create1", "epoll_create1")[1]
+    marks["connect"] = after(marks["runtime"], lambda e: e[3] == "socket", "socket")[1]
+    connect = after(marks["connect"], lambda e: e[3] == "connect" and FD.match(e[4]), "connect")
     fd = FD.match(connect[4]).group(1)
-    marks["connect"] = after(marks["runtime"], lambda e: e[3] == "socket")[1]
 
     def on_redis(e):
         m = FD.match(e[4])
@@ -145,19 +319,26 @@ def parse_trace(path, lockrun):
     def read(e):
         return e[3] in ("recvfrom", "read") and on_redis(e) and e[5] not in ("", "?", "-1", "0")
 
-    marks["acquire"] = after(connect[1], sent)[1]
-    marks["to spawn"] = after(marks["acquire"], read)[1]
-    spawn = after(marks["to spawn"], lambda e: e[3] in ("clone", "clone3", "vfork"))
-    child = int(spawn[5])
+    marks["acquire"] = after(connect[1], sent, "acquire written to Redis")[1]
+    marks["to spawn"] = after(marks["acquire"], read, "acquire's reply read")[1]
+    spawn = trace.spawn(me, "clone of the command (a clone whose child calls execve)",
+                        marks["to spawn"])
+    child = child_of(spawn)
     marks["spawn"] = spawn[1]
-    ran = after(spawn[1], lambda e: e[0] == child and e[3] == "execve" and e[5] == "0", events)
-    marks["child runs"] = ran[2]
-    marks["exit noticed"] = after(ran[2], lambda e: e[0] == child and e[3] == "exit_group", events)[1]
-    marks["release"] = after(spawn[1], lambda e: e[3] in ("wait4", "waitid")
-                             and e[5] == str(child))[2]
-    marks["exit"] = after(after(marks["release"], sent)[1], read)[1]
-    marks["end"] = after(marks["exit"], lambda e: e[3] == "exit_group")[1]
-    return {k: v - first[1] for k, v in marks.items()}
+    marks["child runs"] = trace.ran(child, "execve of the command that succeeded", spawn[1])[2]
+    marks["exit noticed"] = trace.exited(child, "exit_group of the command",
+                                         marks["child runs"])[1]
+    marks["release"] = trace.reaping(me, child, marks["exit noticed"],
+                                     "reaping of the command (wait4 or waitid)")[2]
+    marks["exit"] = after(after(marks["release"], sent, "release written to Redis")[1], read,
+                          "release's reply read")[1]
+    marks["end"] = after(marks["exit"], lambda e: e[3] == "exit_group", "lockrun's exit_group")[1]
+    return in_order(marks)
+
+
+def why_unread(reasons):
+    """Why traces could not be read: each reason, with how many times."""
+    return "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common())
 
 
 def lockrun_true(binary, sock, key="breakdown"):
@@ -168,10 +349,10 @@ def steps(args, sock, work):
     """The median of each step, per binary: {binary: [(step, starts at, takes)]}, or None."""
     trace = os.path.join(work, "trace")
     runs = {b: [] for b in args.lockrun}
-    unread = 0
+    reasons = collections.Counter()
     for i in range(args.runs):
         for binary in args.lockrun:  # interleaved, so that load slows each alike
-            cmd = ["perf", "trace", "-e", TRACED, "-o", trace, "--", "env"]
+            cmd = perf_trace(TRACED, trace) + ["env"]
             done = subprocess.run(cmd + lockrun_true(binary, sock, f"breakdown-{i}"),
                                   stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if done.returncode != 0:
@@ -180,23 +361,24 @@ def steps(args, sock, work):
                 return None
             try:
                 runs[binary].append(parse_trace(trace, binary))
-            except StopIteration:  # a mark missing: perf lost events, or the run failed
-                unread += 1
+            except Incomplete as why:  # a mark missing: perf lost events, or the run failed
+                reasons[str(why)] += 1
                 if args.keep:
                     shutil.copy(trace, os.path.join(args.keep, f"unread-{i}-{os.path.basename(binary)}"))
 
     table = {}
     for binary, marks in runs.items():
         if not marks:
-            print(f"steps: no trace of {binary} could be read\n")
+            print(f"steps: no trace of {binary} could be read: {why_unread(reasons)}\n")
             return None
         names = list(marks[0])
         table[binary] = [(here, statistics.median(r[here] for r in marks),
                           statistics.median(r[there] - r[here] for r in marks))
                          for here, there in zip(names, names[1:])]
         table[binary].append(("(traced total)", 0.0, statistics.median(r["end"] for r in marks)))
-    if unread:
-        print(f"({unread} of the traces could not be read, and are left out: a mark was missing)\n")
+    if reasons:
+        print(f"({sum(reasons.values())} of the traces could not be read, and are left out: "
+              f"{why_unread(reasons)})\n")
     return table
 
 
@@ -216,56 +398,62 @@ def parse_handoff(path, tool):
     The holder's command exits; the holder reaps it (wait4/waitid); it lets
     go of the lock (lockrun: writes the release to Redis; flock: exits, and
     the kernel drops the lock with its file); the waiter learns it has the
-    lock (lockrun: reads the grant from its channel; flock: its flock()
-    returns); it clones its command, which execs.
+    lock (lockrun: reads the grant from Redis; flock: its flock() returns);
+    it clones its command, whose execve succeeds. Raises Incomplete, saying
+    which mark it lacks, for a trace that does not have them all.
     """
-    events = read_trace(path)
+    trace = Trace(path)
     # The two runs of the tool, holder first, told by the first call each
     # makes for the lock (perf trace does not always follow a name across
     # an exec): lockrun opens a socket to Redis, flock calls flock().
     signature = "flock" if tool == "flock" else "socket"
-    holder = next(e for e in events if e[3] == signature)[0]
-    waiter = next(e for e in events if e[3] == signature and e[0] != holder)[0]
+    holder = trace.process(trace.first(lambda e: e[3] == signature,
+                                       f"{signature}() by the holder")[0])
+    waiter = trace.process(trace.first(lambda e: e[3] == signature
+                                       and trace.process(e[0]) != holder,
+                                       f"{signature}() by the waiter")[0])
 
-    def first(pred, t=0.0):
-        return next(e for e in events if e[1] >= t and pred(e))
+    def by(pid, names):
+        return lambda e: e[3] in names and trace.process(e[0]) == pid
 
-    def returned(pred, t):
-        # A blocking call's line carries the time it was made: by its return.
-        return min((e for e in events if e[2] >= t and pred(e)), key=lambda e: e[2])
-
-    spawn = first(lambda e: e[0] == holder and e[3] in ("clone", "clone3", "vfork"))
-    child = int(spawn[5])
-    marks = {"command exits": first(lambda e: e[0] == child and e[3] == "exit_group")[1]}
-    marks["exit noticed"] = returned(lambda e: e[0] == holder and e[3] in ("wait4", "waitid")
-                                     and e[5] == str(child), marks["command exits"])[2]
+    spawn = trace.spawn(holder, "clone of the holder's command (a clone whose child calls execve)")
+    child = child_of(spawn)
+    marks = {"command exits": trace.exited(child, "exit_group of the holder's command")[1]}
+    marks["exit noticed"] = trace.reaping(holder, child, marks["command exits"],
+                                          "reaping of the holder's command (wait4 or waitid)")[2]
     if tool == "flock":
-        marks["lock let go"] = first(lambda e: e[0] == holder and e[3] == "exit_group",
-                                     marks["exit noticed"])[1]
-        marks["waiter has it"] = returned(lambda e: e[0] == waiter and e[3] == "flock",
-                                          marks["lock let go"])[2]
+        marks["lock let go"] = trace.first(by(holder, ("exit_group",)), "holder's exit_group",
+                                           marks["exit noticed"])[1]
+        took = by(waiter, ("flock",))
+        marks["waiter has it"] = trace.returned(lambda e: took(e) and e[5] in ("0", ""),
+                                                "flock() by the waiter that returned",
+                                                marks["lock let go"])[2]
     else:
-        marks["lock let go"] = first(lambda e: e[0] == holder and e[3] in ("writev", "write", "sendto")
-                                     and not e[4].startswith("fd: 1,") and not e[4].startswith("fd: 2,"),
-                                     marks["exit noticed"])[1]
-        marks["waiter has it"] = returned(lambda e: e[0] == waiter and e[3] in ("recvfrom", "read")
-                                          and e[5] not in ("", "?", "-1", "0"), marks["lock let go"])[2]
-    clone = first(lambda e: e[0] == waiter and e[3] in ("clone", "clone3", "vfork"),
-                  marks["waiter has it"])
+        mine, theirs = trace.sockets(holder), trace.sockets(waiter)
+        sent = by(holder, ("writev", "write", "sendto"))
+        marks["lock let go"] = trace.first(lambda e: sent(e) and FD.match(e[4])
+                                           and FD.match(e[4]).group(1) in mine,
+                                           "release written to Redis by the holder",
+                                           marks["exit noticed"])[1]
+        read = by(waiter, ("recvfrom", "read"))
+        marks["waiter has it"] = trace.returned(lambda e: read(e) and FD.match(e[4])
+                                                and FD.match(e[4]).group(1) in theirs
+                                                and e[5] not in ("", "?", "-1", "0"),
+                                                "read from Redis by the waiter",
+                                                marks["lock let go"])[2]
+    clone = trace.spawn(waiter, "clone of the waiter's command (a clone whose child calls execve)")
     marks["spawn"] = clone[1]
-    next_child = int(clone[5])
-    # Its first traced call as `true` (its loader reading libc): it runs.
-    marks["end"] = first(lambda e: e[0] == next_child and e[6] == "true", clone[1])[1]
-    return {k: v - marks["command exits"] for k, v in marks.items()}
+    marks["end"] = trace.ran(child_of(clone), "execve of the waiter's command that succeeded")[2]
+    return in_order(marks)
 
 
 def handoffs(args, sock, work):
-    """The median of each step of a hand-off, for lockrun and flock: {tool: [(step, takes)]}."""
+    """The median of each step of a hand-off, for lockrun and flock: {tool: [(step, takes)]}, or None."""
     trace = os.path.join(work, "handoff-trace")
     lockfile = os.path.join(work, "flock")
     binary = args.lockrun[0]
     runs = {"lockrun": [], "flock": []}
-    unread = 0
+    reasons = {tool: collections.Counter() for tool in runs}
     for i in range(args.runs):
         key = f"handoff-{i}"
         tools = {
@@ -277,25 +465,30 @@ def handoffs(args, sock, work):
         for tool, (holder, waiter) in tools.items():
             # The waiter starts once the holder has had 50 ms to take the lock.
             script = f"{shlex.join(holder)} & sleep 0.05; {shlex.join(waiter)}; wait"
-            done = subprocess.run(["perf", "trace", "-e", TRACED + ",flock", "-o", trace,
-                                   "--", "sh", "-c", script],
+            done = subprocess.run(perf_trace(TRACED + ",flock", trace) + ["sh", "-c", script],
                                   stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             try:
                 if done.returncode != 0:
-                    raise StopIteration
+                    raise Incomplete(f"perf trace or the run failed: "
+                                     f"{(done.stderr.strip().splitlines() or ['?'])[-1][:100]}")
                 runs[tool].append(parse_handoff(trace, tool))
-            except StopIteration:
-                unread += 1
+            except Incomplete as why:
+                reasons[tool][f"{tool}: {why}"] += 1
+                if args.keep and os.path.exists(trace):
+                    shutil.copy(trace, os.path.join(args.keep, f"unread-handoff-{i}-{tool}"))
     table = {}
     for tool, marks in runs.items():
         if not marks:
+            print(f"hand-off: no trace of {tool} could be read: {why_unread(reasons[tool])}\n")
             return None
         names = list(marks[0])
         table[tool] = [(here, statistics.median(r[there] - r[here] for r in marks))
                        for here, there in zip(names, names[1:])]
         table[tool].append(("(traced gap)", statistics.median(r["end"] for r in marks)))
+    unread = reasons["lockrun"] + reasons["flock"]
     if unread:
-        print(f"({unread} of the hand-off traces could not be read, and are left out)\n")
+        print(f"({sum(unread.values())} of the hand-off traces could not be read, and are left "
+              f"out: {why_unread(unread)})\n")
     return table
 
 
