@@ -195,10 +195,7 @@ fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
         .arg("--force")
         .run();
     forced.assert(Expect::success().stdout_starts("released job held by "));
-    holder.end().assert(Expect::code(76).stderr(
-        "lockrun: lost the lock job: its key no longer holds this run's token (it expired, was \
-         removed with `lockrun release --force`, or Redis restarted empty); stopped the command\n",
-    ));
+    holder.end().assert(Expect::lost_to_force_release("job"));
     keys_on(&slot, &[], &[FENCE]);
 
     // The resharding ends: the lock works as before, on its new node.

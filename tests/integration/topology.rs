@@ -346,10 +346,7 @@ fn cluster_follows_moved_from_a_node_that_does_not_own_the_slot() {
         .arg("--force")
         .run();
     released.assert(Expect::success().stdout_starts("released job held by "));
-    holder.end().assert(Expect::code(76).stderr(
-        "lockrun: lost the lock job: its key no longer holds this run's token (it expired, was \
-         removed with `lockrun release --force`, or Redis restarted empty); stopped the command\n",
-    ));
+    holder.end().assert(Expect::lost_to_force_release("job"));
     assert_eq!(cluster.node(owner).lock_value("job"), None);
 }
 

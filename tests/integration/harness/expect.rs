@@ -56,6 +56,25 @@ impl Expect {
         Self::code(0)
     }
 
+    /// Exit code 76 after `lockrun release --force` took lock `name` away:
+    /// the lost-lease line, and otherwise only lines saying that replicas
+    /// were slow to acknowledge a write, which a loaded machine may bring to
+    /// a run through a Sentinel or Cluster URL (`--replica-acks all`).
+    pub fn lost_to_force_release(name: &str) -> Self {
+        let lost = format!(
+            "lockrun: lost the lock {name}: its key no longer holds this run's token (it \
+             expired, was removed with `lockrun release --force`, or Redis restarted empty); \
+             stopped the command"
+        );
+        Self::code(76).stderr_has(format!("{lost}\n")).stderr_where(
+            "nothing else but replicas slow to acknowledge",
+            move |text| {
+                text.lines()
+                    .all(|line| line == lost || line.contains("replicas acknowledged the write"))
+            },
+        )
+    }
+
     /// stdout is exactly `text`.
     pub fn stdout(mut self, text: impl Into<String>) -> Self {
         self.stdout.add(Check::Is(text.into()));
