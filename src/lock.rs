@@ -212,6 +212,14 @@ impl Lock {
         self.servers.iter().any(Server::unprotected)
     }
 
+    /// Whether a server found unprotected does not know WAIT, rather than
+    /// having no replica connected.
+    pub(crate) fn lacks_wait(&self) -> bool {
+        self.servers
+            .iter()
+            .any(|server| server.unprotected() && server.lacks_wait())
+    }
+
     /// Connects to every server now, allowing `within`, so that a lock that
     /// cannot be reached is reported before anything else happens.
     pub(crate) async fn connect(&mut self, within: Duration) -> Result<(), LockError> {

@@ -61,6 +61,15 @@ fn inside_script(detail: &str) -> Option<(&str, &str)> {
     is_code.then_some((code, message))
 }
 
+/// Whether `err` says the server does not know the command it was sent:
+/// code ERR, `unknown command 'WAIT', with args beginning with: ...` (Redis
+/// 6.2 quotes the name with a backtick). A command renamed away
+/// (`rename-command WAIT ""`) or one that a managed service or proxy does
+/// not offer.
+pub(crate) fn is_unknown_command(err: &redis::RedisError) -> bool {
+    reply(err).is_some_and(|(code, detail)| code == "ERR" && detail.starts_with("unknown command"))
+}
+
 /// What an ACL refused a script, as far as Redis says: it names only the
 /// script's line for a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,7 +145,19 @@ mod tests {
         let long = reply("-ERR Protocol error: unauthenticated multibulk length");
         assert_eq!(code(&long).as_deref(), Some("NOAUTH"));
         let io = redis::RedisError::from((redis::ErrorKind::Io, "Connection refused"));
+        assert!(!is_unknown_command(&io));
         assert_eq!(code(&io).as_deref(), None);
+    }
+
+    #[test]
+    fn an_unknown_command_is_told_apart_on_every_version() {
+        // Redis 7 and Valkey 8, then Redis 6.2, verbatim.
+        let seven = reply("-ERR unknown command 'WAIT', with args beginning with: '1' '997' ");
+        assert!(is_unknown_command(&seven));
+        let six = reply("-ERR unknown command `WAIT`, with args beginning with: `1`, `997`, ");
+        assert!(is_unknown_command(&six));
+        assert!(!is_unknown_command(&reply("-ERR syntax error")));
+        assert!(!is_unknown_command(&reply("-NOPERM unknown command")));
     }
 
     #[test]
