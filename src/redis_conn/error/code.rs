@@ -92,14 +92,19 @@ pub(crate) fn script_refusal(err: &redis::RedisError) -> Option<ScriptRefusal> {
     }
 }
 
+/// Redis says `The user executing the script can't run this command ...`
+/// (or `access at least one of the keys`, `publish to the channel`); Valkey
+/// 8 says `ACL failure in script: User u has no permissions to run the
+/// 'type' command` (or `No permissions to access a key`, `a channel`).
 fn refusal_in(detail: &str) -> Option<ScriptRefusal> {
     let why = detail
         .split("The user executing the script can't ")
-        .nth(1)?;
+        .nth(1)
+        .or_else(|| detail.split("ACL failure in script: ").nth(1))?;
     if why.starts_with("publish") || why.contains("channel") {
         return Some(ScriptRefusal::Channel);
     }
-    if why.starts_with("access") {
+    if why.starts_with("access") || why.starts_with("No permissions to access a key") {
         return Some(ScriptRefusal::Key);
     }
     let line = detail
@@ -180,5 +185,19 @@ mod tests {
         );
         assert_eq!(script_refusal(&channel), Some(ScriptRefusal::Channel));
         assert_eq!(script_refusal(&reply("-ERR something else")), None);
+        // Valkey 8.1's replies, verbatim.
+        let valkey = |why: &str| {
+            reply(&format!(
+                "-ERR ACL failure in script: {why} script: 351eeebcab9bc5de4670b053bb8c122f89753c07, \
+                 on @user_script:43."
+            ))
+        };
+        let command = valkey("User u has no permissions to run the 'type' command");
+        assert_eq!(code(&command).as_deref(), Some("NOPERM"));
+        assert_eq!(script_refusal(&command), Some(ScriptRefusal::Line(43)));
+        let key = valkey("No permissions to access a key");
+        assert_eq!(script_refusal(&key), Some(ScriptRefusal::Key));
+        let channel = valkey("No permissions to access a channel");
+        assert_eq!(script_refusal(&channel), Some(ScriptRefusal::Channel));
     }
 }
