@@ -140,6 +140,7 @@ impl Session {
     }
 
     async fn open(&mut self, timeout: Duration) -> Result<(), RedisError> {
+        self.target.reread_password();
         let target = &self.target;
         match &target.topology {
             Topology::Single => {
