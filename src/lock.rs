@@ -35,6 +35,8 @@ pub(crate) use self::records::{DoneRecord, Holder, Me, Share, Taken, Waiter};
 pub(crate) use self::reply::Released;
 pub(crate) use self::role::{Hold, ReplicaAcks, Role};
 pub(crate) use self::status::{Occupancy, Status, View, Views};
+#[cfg(test)]
+pub(crate) use self::wake::Unheard;
 pub(crate) use self::wake::{Wake, Wakes};
 #[cfg(test)]
 pub(crate) use self::{error::Foreign, keys::Part};

@@ -26,6 +26,7 @@ use crate::lease::Timing;
 use crate::lock::{
     Attempt, Grant, Lock, LockError, Me, Mode, NotGivenBack, Subscription, Tried, Wake, Wakes,
 };
+use crate::redis_conn::ErrorKind;
 use crate::report::{Event, Report};
 
 /// Polling period when the wake-up subscription failed or Redis does not
@@ -121,6 +122,7 @@ pub(crate) async fn acquire(
         wakes: None,
         resubscribe: true,
         failing: false,
+        refused_wakes: None,
         report,
     }
     .until_acquired_or_out()
@@ -153,6 +155,8 @@ struct Waiter<'a, L> {
     resubscribe: bool,
     /// Whether Redis stopped answering during the wait.
     failing: bool,
+    /// The ACL's refusal of the wake-up subscription, until said.
+    refused_wakes: Option<String>,
     report: Report,
 }
 
@@ -192,6 +196,9 @@ impl<L: Contended> Waiter<'_, L> {
         self.resubscribe = false;
         match self.lock.subscribe_wakes().await {
             Subscription::Wakes(wakes) => self.wakes = Some(wakes),
+            Subscription::Failed(LockError::Redis(err)) if err.kind == ErrorKind::NoPerm => {
+                self.refused_wakes = Some(err.to_string());
+            }
             Subscription::Failed(err) => self.polling(&err.to_string()),
             Subscription::NoMessages => {}
         }
@@ -225,6 +232,24 @@ impl<L: Contended> Waiter<'_, L> {
         );
     }
 
+    /// Says, once and without `--verbose`, that the ACL refused this run
+    /// its wake-up messages, once it has to wait in line: the line names
+    /// the rule to add. Polling meanwhile, a waiting run learns of a release
+    /// only at its next look, so hand-overs slow down until an operator adds
+    /// the rule.
+    fn say_refused_wakes(&mut self) {
+        let Some(why) = self.refused_wakes.take() else {
+            return;
+        };
+        self.report.error(
+            Event::warning("polling").with("error", why.as_str()),
+            format_args!(
+                "{why}; until then this run waits by polling instead of being woken, so the \
+                 lock reaches it later after a release"
+            ),
+        );
+    }
+
     /// A wait that is over before it began only tries once; any other
     /// takes (or keeps) a place in line.
     fn mode(&self) -> Mode {
@@ -254,6 +279,7 @@ impl<L: Contended> Waiter<'_, L> {
             }
             Ok(Attempt::Queued { taken, retry }) => {
                 self.answers_again();
+                self.say_refused_wakes();
                 if first {
                     self.report.verbose(
                         waiting(taken.waiting, true),
@@ -337,9 +363,14 @@ impl<L: Contended> Waiter<'_, L> {
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),
                     // The attempt just made said it listens: look again at
                     // once to say it does not, then poll.
-                    Some(Wake::Unheard(why)) => {
+                    Some(Wake::Unheard(unheard)) => {
                         self.wakes = None;
-                        self.polling(&why);
+                        if unheard.by_acl {
+                            self.refused_wakes = Some(unheard.why);
+                            self.say_refused_wakes();
+                        } else {
+                            self.polling(&unheard.why);
+                        }
                         return None;
                     }
                     // First in line now: only the lease's expiry is left to

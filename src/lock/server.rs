@@ -20,7 +20,7 @@ use super::records::{Me, Share, Waiter};
 use super::reply::{self, Guarded, Released, Reply};
 use super::script::Call;
 use super::status::{Occupancy, Status};
-use super::wake::Wakes;
+use super::wake::{Unheard, Wakes};
 use super::{millis, Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
 use crate::clock::BootInstant;
 use crate::redis_conn::{ErrorKind, Session, Target};
@@ -123,7 +123,10 @@ impl Server {
             .await
             .map_err(|err| err.under_prefix(&prefix))?;
         Ok(Wakes::new(messages.map(move |message| {
-            message.map_err(|err| LockError::from(err.under_prefix(&prefix)).to_string())
+            message.map_err(|err| Unheard {
+                by_acl: err.kind == ErrorKind::NoPerm,
+                why: LockError::from(err.under_prefix(&prefix)).to_string(),
+            })
         })))
     }
 
