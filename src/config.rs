@@ -220,6 +220,7 @@ impl LockConfig {
             .map(|url| {
                 Target::parse(url, password.clone())
                     .map(|target| target.with_sentinel_password(passwords.sentinel.clone()))
+                    .map(|target| target.with_password_file(redis.password_file.clone()))
                     .map_err(|err| Error::Usage(err.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;

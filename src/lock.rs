@@ -35,6 +35,8 @@ pub(crate) use self::records::{DoneRecord, Holder, Me, Share, Taken, Waiter};
 pub(crate) use self::reply::Released;
 pub(crate) use self::role::{Hold, ReplicaAcks, Role};
 pub(crate) use self::status::{Occupancy, Status, View, Views};
+#[cfg(test)]
+pub(crate) use self::wake::Unheard;
 pub(crate) use self::wake::{Wake, Wakes};
 #[cfg(test)]
 pub(crate) use self::{error::Foreign, keys::Part};
@@ -210,6 +212,14 @@ impl Lock {
     /// lease just acquired, on any of its servers.
     pub(crate) fn unprotected(&self) -> bool {
         self.servers.iter().any(Server::unprotected)
+    }
+
+    /// Whether a server found unprotected does not know WAIT, rather than
+    /// having no replica connected.
+    pub(crate) fn lacks_wait(&self) -> bool {
+        self.servers
+            .iter()
+            .any(|server| server.unprotected() && server.lacks_wait())
     }
 
     /// Connects to every server now, allowing `within`, so that a lock that

@@ -11,11 +11,13 @@
 //! - `error`: what a failed call means for lockrun, and its message;
 //! - `session`: the connection, its time limits, `WAIT` and subscriptions;
 //! - `sentinel`, `cluster`: finding the server that holds the lock there;
+//! - `password`: the password file, read again at each connection;
 //! - `tls`: the CA certificates of `--redis-ca-file`, trusted for TLS.
 
 mod cluster;
 mod error;
 mod hosts;
+mod password;
 mod pushes;
 mod sentinel;
 mod session;

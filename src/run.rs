@@ -131,9 +131,19 @@ fn say_acquired(
 /// the lease to: the operator asked for protection against a failover and
 /// does not have it.
 fn warn_if_unprotected(lock: &Lock, report: Report) {
-    if lock.unprotected() {
+    if lock.lacks_wait() {
         report.error(
-            Event::warning("unacknowledged"),
+            Event::warning("unacknowledged").with("cause", "no_wait"),
+            format_args!(
+                "--replica-acks all: the primary holding {} cannot acknowledge replication (it \
+                 does not know WAIT): the lease is not protected against a failover, which \
+                 could give the lock to a second run; --replica-acks 0 runs without asking",
+                lock.keys().lock
+            ),
+        );
+    } else if lock.unprotected() {
+        report.error(
+            Event::warning("unacknowledged").with("cause", "no_replica"),
             format_args!(
                 "--replica-acks all found no replica connected to the primary holding {}: the \
                  lease is not protected against a failover, which could give the lock to a \

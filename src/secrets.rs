@@ -7,6 +7,9 @@
 //! Both at once are refused: which one the operator meant cannot be guessed,
 //! and a guess that picks a stale password fails at 2 a.m.
 //!
+//! The file is read once at the start, where a file lockrun cannot use is a
+//! usage error, and again whenever a connection is opened
+//! (`redis_conn/password.rs`), so that a rotated password is taken up.
 //! The file holds one line (a trailing newline is ignored). A file that every
 //! user may read or write is refused: its password is no secret, and a
 //! writable one can be swapped. Group access is allowed, because a root-owned
@@ -61,7 +64,7 @@ pub(crate) fn password(
 
 /// The password in `path`, or why it cannot be used. Never says what the
 /// file holds.
-fn read_password_file(path: &Path) -> Result<String, String> {
+pub(crate) fn read_password_file(path: &Path) -> Result<String, String> {
     let file = File::open(path).map_err(|err| format!("cannot open it: {err}"))?;
     let metadata = file
         .metadata()

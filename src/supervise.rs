@@ -15,6 +15,7 @@ use crate::clock::{self, show, BootInstant};
 use crate::lease::{Lease, Loss, Timing};
 use crate::lock::{Lock, LockError, Renewal};
 use crate::notify::Systemd;
+use crate::redis_conn::ErrorKind;
 use crate::report::{Event, Report};
 use crate::signals::Signals;
 
@@ -135,6 +136,13 @@ pub(crate) trait Renew {
 
     /// The Redis key, for --verbose.
     fn redis_key(&self) -> &str;
+
+    /// What kind of failure `err` is: a renewal that fails for a new kind
+    /// of reason (a dropped connection, then a refused password) is said
+    /// without --verbose too.
+    fn failure_kind(_err: &Self::Error) -> Option<ErrorKind> {
+        None
+    }
 }
 
 impl Renew for Lock {
@@ -151,6 +159,13 @@ impl Renew for Lock {
     fn redis_key(&self) -> &str {
         &self.keys().lock
     }
+
+    fn failure_kind(err: &LockError) -> Option<ErrorKind> {
+        match err {
+            LockError::Redis(err) => Some(err.kind),
+            _ => None,
+        }
+    }
 }
 
 /// Renews the lease every `renew_every`, retrying failures while time
@@ -164,6 +179,8 @@ async fn keep_lease<L: Renew>(
 ) -> Loss {
     let mut next = acquired + timing.renew_every;
     let mut failing = false;
+    // The kind of the last failure said without --verbose.
+    let mut said = None;
     loop {
         clock::sleep_until(next).await;
         // After a pause, a renewal must not revive a lease that lapsed.
@@ -198,9 +215,11 @@ async fn keep_lease<L: Renew>(
                 let event = Event::warning("renewal_failed")
                     .with("error", err.to_string())
                     .with_ms("retry_for_ms", left);
-                if std::mem::replace(&mut failing, true) {
+                let kind = L::failure_kind(&err);
+                if std::mem::replace(&mut failing, true) && said == kind {
                     report.verbose(event, message);
                 } else {
+                    said = kind;
                     report.error(event, message);
                 }
                 next = BootInstant::now() + timing.retry_delay();

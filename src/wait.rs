@@ -27,6 +27,7 @@ use crate::lock::{
     Attempt, Grant, Lock, LockError, Me, Mode, NotGivenBack, Subscription, Tried, Wake, Wakes,
 };
 use crate::notify::Systemd;
+use crate::redis_conn::ErrorKind;
 use crate::report::{Event, Report};
 
 /// Polling period when the wake-up subscription failed or Redis does not
@@ -131,6 +132,7 @@ pub(crate) async fn acquire(
         failing: false,
         place: None,
         systemd,
+        refused_wakes: None,
         report,
     }
     .until_acquired_or_out()
@@ -169,6 +171,8 @@ struct Waiter<'a, L> {
     place: Option<u64>,
     /// Told that this run stands by, and where.
     systemd: &'a Systemd,
+    /// The ACL's refusal of the wake-up subscription, until said.
+    refused_wakes: Option<String>,
     report: Report,
 }
 
@@ -208,6 +212,9 @@ impl<L: Contended> Waiter<'_, L> {
         self.resubscribe = false;
         match self.lock.subscribe_wakes().await {
             Subscription::Wakes(wakes) => self.wakes = Some(wakes),
+            Subscription::Failed(LockError::Redis(err)) if err.kind == ErrorKind::NoPerm => {
+                self.refused_wakes = Some(err.to_string());
+            }
             Subscription::Failed(err) => self.polling(&err.to_string()),
             Subscription::NoMessages => {}
         }
@@ -238,6 +245,24 @@ impl<L: Contended> Waiter<'_, L> {
         self.report.verbose(
             Event::warning("polling").with("error", why),
             format_args!("no wake-up messages, polling instead: {why}"),
+        );
+    }
+
+    /// Says, once and without `--verbose`, that the ACL refused this run
+    /// its wake-up messages, once it has to wait in line: the line names
+    /// the rule to add. Polling meanwhile, a waiting run learns of a release
+    /// only at its next look, so hand-overs slow down until an operator adds
+    /// the rule.
+    fn say_refused_wakes(&mut self) {
+        let Some(why) = self.refused_wakes.take() else {
+            return;
+        };
+        self.report.error(
+            Event::warning("polling").with("error", why.as_str()),
+            format_args!(
+                "{why}; until then this run waits by polling instead of being woken, so the \
+                 lock reaches it later after a release"
+            ),
         );
     }
 
@@ -273,6 +298,7 @@ impl<L: Contended> Waiter<'_, L> {
                 let place = self.place.map_or(taken.waiting, |p| p.min(taken.waiting));
                 self.place = Some(place);
                 self.systemd.waiting(self.lock.name(), &taken, self.place);
+                self.say_refused_wakes();
                 if first {
                     self.report.verbose(
                         waiting(taken.waiting, true),
@@ -357,9 +383,14 @@ impl<L: Contended> Waiter<'_, L> {
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),
                     // The attempt just made said it listens: look again at
                     // once to say it does not, then poll.
-                    Some(Wake::Unheard(why)) => {
+                    Some(Wake::Unheard(unheard)) => {
                         self.wakes = None;
-                        self.polling(&why);
+                        if unheard.by_acl {
+                            self.refused_wakes = Some(unheard.why);
+                            self.say_refused_wakes();
+                        } else {
+                            self.polling(&unheard.why);
+                        }
                         return None;
                     }
                     // First in line now: only the lease's expiry is left to

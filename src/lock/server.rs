@@ -20,10 +20,10 @@ use super::records::{Me, Share, Waiter};
 use super::reply::{self, Guarded, Released, Reply};
 use super::script::Call;
 use super::status::{Occupancy, Status};
-use super::wake::Wakes;
+use super::wake::{Unheard, Wakes};
 use super::{millis, Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
 use crate::clock::BootInstant;
-use crate::redis_conn::{Session, Target};
+use crate::redis_conn::{ErrorKind, Session, Target};
 
 /// How long setting up the wake-up subscription may take. Nothing is held
 /// while waiting, so this need not fit any lease; past it, the waiter polls.
@@ -58,6 +58,8 @@ pub(crate) struct Server {
     /// renewal that asked them, as noted in the holder record; `None` when
     /// none asked yet.
     acked: Option<u32>,
+    /// Whether the server did not know WAIT when last asked.
+    lacks_wait: bool,
 }
 
 /// A write that replicas may have to acknowledge: how many the node that
@@ -97,6 +99,7 @@ impl Server {
             arrival: None,
             fence: None,
             acked: None,
+            lacks_wait: false,
         }
     }
 
@@ -120,7 +123,10 @@ impl Server {
             .await
             .map_err(|err| err.under_prefix(&prefix))?;
         Ok(Wakes::new(messages.map(move |message| {
-            message.map_err(|err| LockError::from(err.under_prefix(&prefix)).to_string())
+            message.map_err(|err| Unheard {
+                by_acl: err.kind == ErrorKind::NoPerm,
+                why: LockError::from(err.under_prefix(&prefix)).to_string(),
+            })
         })))
     }
 
@@ -333,16 +339,25 @@ impl Server {
         let acked = if wanted == 0 {
             0
         } else {
-            self.session
+            let replicated = self
+                .session
                 .replicate(
                     &self.keys.lock,
                     written.node.as_deref(),
                     wanted,
                     written.started,
                 )
-                .await?
+                .await;
+            self.lacks_wait = matches!(&replicated, Err(err) if err.kind == ErrorKind::NoWait);
+            match replicated {
+                // `all`, the default of a replicated URL, on a server that
+                // cannot count acknowledgements: like no replica connected,
+                // which `unprotected` says. An explicit count fails.
+                Err(_) if self.lacks_wait && self.acks == ReplicaAcks::All => 0,
+                replicated => replicated?,
+            }
         };
-        if acked < wanted {
+        if acked < wanted && !self.lacks_wait {
             return Err(self.session.unacknowledged(acked, wanted).into());
         }
         if self.acked != Some(acked) {
@@ -371,6 +386,11 @@ impl Server {
     /// failover.
     pub(super) fn unprotected(&self) -> bool {
         self.acks == ReplicaAcks::All && self.acked == Some(0)
+    }
+
+    /// Whether that was because the server does not know WAIT.
+    pub(super) fn lacks_wait(&self) -> bool {
+        self.lacks_wait
     }
 
     /// Gives the lock up, handing it to the first waiter, or with `keep_for`

@@ -17,9 +17,16 @@ pub(crate) enum Wake {
     First(Option<Duration>),
     /// A newer run with `--supersede` took this run's place ("HOST pid N").
     Superseded(String),
-    /// Redis refused the subscription, for this reason: no message will
-    /// come.
-    Unheard(String),
+    /// Redis refused the subscription: no message will come.
+    Unheard(Unheard),
+}
+
+/// Why a subscription was refused: the operator's line, and whether the
+/// ACL refused it (a rule to add, said without --verbose).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Unheard {
+    pub(crate) why: String,
+    pub(crate) by_acl: bool,
 }
 
 impl Wake {
@@ -51,12 +58,12 @@ impl Wake {
 }
 
 /// The wake-up messages of one waiting run.
-pub(crate) struct Wakes(LocalBoxStream<'static, Result<String, String>>);
+pub(crate) struct Wakes(LocalBoxStream<'static, Result<String, Unheard>>);
 
 impl Wakes {
     /// The messages' payloads as they arrive, or why the subscription was
     /// refused; the stream ends when the subscription breaks.
-    pub(crate) fn new(payloads: impl Stream<Item = Result<String, String>> + 'static) -> Self {
+    pub(crate) fn new(payloads: impl Stream<Item = Result<String, Unheard>> + 'static) -> Self {
         Wakes(payloads.boxed_local())
     }
 

@@ -38,6 +38,9 @@ pub(crate) enum ErrorKind {
     /// The server refused lockrun's user a command, key or channel (NOPERM,
     /// or a script's command refused the same way).
     NoPerm,
+    /// The server does not know WAIT (renamed away, or a service or proxy
+    /// without it): it cannot acknowledge replication.
+    NoWait,
     /// The server answered with an error.
     Server,
 }
@@ -225,6 +228,11 @@ impl Target {
 pub(super) fn is_auth_error(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(code::code(err).as_deref(), Some("NOAUTH" | "WRONGPASS"))
+}
+
+/// Whether `err` says the server does not know the command sent.
+pub(super) fn is_unknown_command(err: &redis::RedisError) -> bool {
+    code::is_unknown_command(err)
 }
 
 /// Whether `err` is READONLY: the server is a replica, replied directly or

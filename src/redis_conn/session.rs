@@ -13,7 +13,7 @@ use redis::{AsyncConnectionConfig, Client, ConnectionInfo, Value};
 use tokio::time::Instant;
 
 use super::cluster;
-use super::error::is_read_only;
+use super::error::{is_read_only, is_unknown_command};
 use super::pushes::{self, Pushes};
 use super::target::{show_addr, Topology};
 use super::{ErrorKind, RedisError, Target, Unready};
@@ -140,6 +140,7 @@ impl Session {
     }
 
     async fn open(&mut self, timeout: Duration) -> Result<(), RedisError> {
+        self.target.reread_password();
         let target = &self.target;
         match &target.topology {
             Topology::Single => {
@@ -251,7 +252,8 @@ impl Session {
     /// `replicas` of its replicas have every write so far (Redis `WAIT`), within what
     /// is left of the time limit of the call that began at `started`. In a
     /// cluster that server is the node owning `key`'s slot, or the one whose
-    /// id is `node`. Returns how many replicas acknowledged.
+    /// id is `node`. Returns how many replicas acknowledged; a server that
+    /// does not know WAIT is `ErrorKind::NoWait`.
     pub(crate) async fn replicate(
         &mut self,
         key: &str,
@@ -280,6 +282,12 @@ impl Session {
         };
         match tokio::time::timeout(left, waited).await {
             Ok(Ok(acked)) => Ok(u32::try_from(acked).unwrap_or(0)),
+            // The connection is sound: the server only lacks WAIT.
+            Ok(Err(err)) if is_unknown_command(&err) => Err(self.target.failure(
+                ErrorKind::NoWait,
+                "unknown command",
+                self.primary_node().as_deref(),
+            )),
             Ok(Err(err)) => {
                 let error = self.error(&err);
                 self.drop_connection();

@@ -4,6 +4,7 @@
 //! URL either: it may hold a password.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
@@ -39,6 +40,9 @@ pub(crate) struct Target {
     /// single server, its address too.
     pub(super) info: ConnectionInfo,
     pub(super) topology: Topology,
+    /// `--redis-password-file`, read again at each connection
+    /// (`password.rs`).
+    pub(super) password_file: Option<PathBuf>,
 }
 
 /// How lockrun finds the server that holds a lock.
@@ -121,7 +125,11 @@ impl Target {
             settings = settings.set_password(password);
         }
         info = info.set_redis_settings(settings);
-        Ok(Target { info, topology })
+        Ok(Target {
+            info,
+            topology,
+            password_file: None,
+        })
     }
 
     /// Sets the password the sentinels themselves want (from

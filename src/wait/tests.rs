@@ -7,7 +7,7 @@ use futures_util::stream::{self, StreamExt};
 
 use super::*;
 use crate::clock::BootInstant;
-use crate::lock::{LockError, Share, Taken};
+use crate::lock::{LockError, Share, Taken, Unheard};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -305,7 +305,10 @@ async fn a_lease_handed_over_too_late_for_its_first_renewal_is_taken_afresh() {
 #[tokio::test(start_paused = true)]
 async fn a_waiter_whose_subscription_was_refused_says_so_at_once_then_polls() {
     let mut lock = Scripted::new(&[Queued(None), Queued(None), Queued(None), Acquired]);
-    let refused = stream::iter([Err("NOPERM no permissions to access a channel".to_owned())]);
+    let refused = stream::iter([Err(Unheard {
+        why: "NOPERM no permissions to access a channel".to_owned(),
+        by_acl: true,
+    })]);
     lock.wakes = Some(Wakes::new(refused.chain(stream::pending())));
     wait_on(&mut lock, Some(Wait::Forever))
         .await

@@ -117,3 +117,77 @@ pub fn renewed(server: &Server, key: &str) -> bool {
         up
     })
 }
+
+/// The config line that takes WAIT away, as managed services and proxies
+/// that lack it do.
+const NO_WAIT: &str = "rename-command WAIT \"\"\n";
+
+/// A run through `url` that asks one replica for an acknowledgement of a
+/// server without WAIT exits 69 and says how to run without it.
+fn one_ack_is_refused(url: &str) {
+    Lockrun::via(url)
+        .key("job")
+        .args(["--replica-acks", "1"])
+        .command(["true"])
+        .run()
+        .assert(
+            Expect::code(69)
+                .stderr_has("cannot acknowledge replication: it does not know WAIT")
+                .stderr_has("--replica-acks 0 runs without replica acknowledgement")
+                .stderr_one_line(),
+        );
+}
+
+/// A run through `url` (Sentinel or Cluster, whose default is `all`) on
+/// servers without WAIT holds the lock, says once that its lease is not
+/// protected, and `status --json` counts no acknowledgement.
+fn all_runs_unprotected(url: &str) {
+    let mut holder = hold(url);
+    assert_eq!(acknowledged(url), 0);
+    holder.go();
+    holder.end().assert(
+        Expect::success()
+            .stderr_starts(
+                "lockrun: --replica-acks all: the primary holding lockrun:{job} cannot \
+                 acknowledge replication (it does not know WAIT)",
+            )
+            .stderr_one_line(),
+    );
+    let ran = Lockrun::via(url)
+        .key("job")
+        .args(["--log-format", "json"])
+        .command(["true"])
+        .run();
+    ran.assert(Expect::success().stderr_one_line());
+    let events = checked_events(&ran.stderr, Some("job"));
+    assert_eq!(events[0]["event"], "unacknowledged");
+    assert_eq!(events[0]["cause"], "no_wait");
+}
+
+#[test]
+fn a_plain_server_without_wait_refuses_an_explicit_count_only() {
+    let server = Server::node(free_port(), NO_WAIT);
+    let url = server.url();
+    one_ack_is_refused(&url);
+    // The default for a plain URL sends no WAIT.
+    Lockrun::via(&url)
+        .key("job")
+        .command(["true"])
+        .run()
+        .assert(Expect::success().stderr(""));
+}
+
+#[test]
+fn a_sentinel_set_without_wait_runs_unprotected_by_default() {
+    let set = SentinelSet::start_configured(NO_WAIT);
+    all_runs_unprotected(&set.url());
+    one_ack_is_refused(&set.url());
+}
+
+#[test]
+fn a_cluster_without_wait_runs_unprotected_by_default() {
+    let cluster = Cluster::start_configured(NO_WAIT);
+    let url = cluster.url_via(&cluster.primaries());
+    all_runs_unprotected(&url);
+    one_ack_is_refused(&url);
+}

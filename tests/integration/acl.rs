@@ -458,3 +458,41 @@ fn a_quorum_needs_only_the_rules_of_a_run() {
         .run();
     ran.assert(Expect::success());
 }
+
+/// A waiting run whose user lacks SUBSCRIBE says so without `--verbose`, in
+/// one line that names the rule and that it polls meanwhile, then gets the
+/// lock by polling.
+#[test]
+fn a_waiter_that_may_not_subscribe_says_so_once_and_polls() {
+    let server = Server::start_tcp();
+    let fewer: Vec<String> = rules("run")
+        .into_iter()
+        .filter(|rule| rule != "+subscribe")
+        .collect();
+    create_user(&server, "nosubscribe", &fewer);
+    let run = || as_user(&server, "nosubscribe").key("job");
+    let mut holder = run().hold();
+    let dir = scratch();
+    let log = dir.path().join("waiter");
+    let mut waiter = run()
+        .args(["--wait", "20s"])
+        .command(["true"])
+        .stderr(log_file(&log))
+        .spawn();
+    let said = eventually(PATIENCE, || {
+        read_log(&log).contains("polling instead") || !waiter.running()
+    });
+    assert!(said && waiter.running(), "{}", read_log(&log));
+    holder.finish();
+    assert_eq!(waiter.wait().code(), Some(0), "{}", read_log(&log));
+    let stderr = read_log(&log);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("lockrun: Redis at ")
+            && stderr.contains(
+                "(NOPERM); add '+subscribe' to its ACL rules (see man lockrun, REDIS \
+                 PERMISSIONS); until then this run waits by polling instead of being woken"
+            ),
+        "{stderr}"
+    );
+}

@@ -97,33 +97,35 @@ fn readme_quick_start_runs_lockrun_and_the_ci_test_command() {
     }
 }
 
-/// `.ci/run`'s second pass, against Redis 6.2, picks its tests by name: a
-/// module renamed or a test gone would silently shrink it, as a filter that
-/// matches nothing is no error.
+/// `.ci/run`'s second and third passes, against Redis 6.2 and Valkey 8,
+/// pick their tests by name: a module renamed or a test gone would silently
+/// shrink them, as a filter that matches nothing is no error.
 #[test]
-fn the_redis_6_2_pass_names_tests_that_exist() {
+fn the_redis_6_2_and_valkey_passes_name_tests_that_exist() {
     let ci = read(".ci/run");
-    let step = ci
-        .split("redis62=$(scripts/redis62)\n")
-        .nth(1)
-        .and_then(|rest| rest.split("\n\n").next())
-        .expect(".ci/run runs a pass against scripts/redis62");
-    let modules = read("tests/integration/main.rs");
-    let filters: Vec<&str> = step
-        .split_whitespace()
-        .skip_while(|word| *word != "--")
-        .filter(|word| !matches!(*word, "--" | "\\" | "--skip" | "tls"))
-        .collect();
-    assert!(filters.len() > 5, "{filters:?}");
-    for filter in filters {
-        let found = match filter.strip_suffix("::") {
-            Some(module) => modules.contains(&format!("\nmod {module};\n")),
-            None => read("src/lock/script.rs").contains(&format!("fn {filter}()")),
-        };
-        assert!(
-            found,
-            ".ci/run's Redis 6.2 pass names {filter}, which is no test"
-        );
+    for start in ["redis62=$(scripts/redis62)\n", "valkey=$(scripts/valkey)\n"] {
+        let step = ci
+            .split(start)
+            .nth(1)
+            .and_then(|rest| rest.split("\n\n").next())
+            .unwrap_or_else(|| panic!(".ci/run has no pass after {start:?}"));
+        let modules = read("tests/integration/main.rs");
+        let filters: Vec<&str> = step
+            .split_whitespace()
+            .skip_while(|word| *word != "--")
+            .filter(|word| !matches!(*word, "--" | "\\" | "--skip" | "tls"))
+            .collect();
+        assert!(filters.len() > 5, "{filters:?}");
+        for filter in filters {
+            let found = match filter.strip_suffix("::") {
+                Some(module) => modules.contains(&format!("\nmod {module};\n")),
+                None => read("src/lock/script.rs").contains(&format!("fn {filter}()")),
+            };
+            assert!(
+                found,
+                ".ci/run's pass after {start:?} names {filter}, which is no test"
+            );
+        }
     }
 }
 

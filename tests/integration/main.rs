@@ -33,6 +33,7 @@ mod queue;
 mod quorum;
 mod reference;
 mod repeated_flags;
+mod rotation;
 mod shared;
 mod signals;
 mod slots;

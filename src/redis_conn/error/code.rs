@@ -61,6 +61,15 @@ fn inside_script(detail: &str) -> Option<(&str, &str)> {
     is_code.then_some((code, message))
 }
 
+/// Whether `err` says the server does not know the command it was sent:
+/// code ERR, `unknown command 'WAIT', with args beginning with: ...` (Redis
+/// 6.2 quotes the name with a backtick). A command renamed away
+/// (`rename-command WAIT ""`) or one that a managed service or proxy does
+/// not offer.
+pub(crate) fn is_unknown_command(err: &redis::RedisError) -> bool {
+    reply(err).is_some_and(|(code, detail)| code == "ERR" && detail.starts_with("unknown command"))
+}
+
 /// What an ACL refused a script, as far as Redis says: it names only the
 /// script's line for a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,14 +92,19 @@ pub(crate) fn script_refusal(err: &redis::RedisError) -> Option<ScriptRefusal> {
     }
 }
 
+/// Redis says `The user executing the script can't run this command ...`
+/// (or `access at least one of the keys`, `publish to the channel`); Valkey
+/// 8 says `ACL failure in script: User u has no permissions to run the
+/// 'type' command` (or `No permissions to access a key`, `a channel`).
 fn refusal_in(detail: &str) -> Option<ScriptRefusal> {
     let why = detail
         .split("The user executing the script can't ")
-        .nth(1)?;
+        .nth(1)
+        .or_else(|| detail.split("ACL failure in script: ").nth(1))?;
     if why.starts_with("publish") || why.contains("channel") {
         return Some(ScriptRefusal::Channel);
     }
-    if why.starts_with("access") {
+    if why.starts_with("access") || why.starts_with("No permissions to access a key") {
         return Some(ScriptRefusal::Key);
     }
     let line = detail
@@ -136,7 +150,19 @@ mod tests {
         let long = reply("-ERR Protocol error: unauthenticated multibulk length");
         assert_eq!(code(&long).as_deref(), Some("NOAUTH"));
         let io = redis::RedisError::from((redis::ErrorKind::Io, "Connection refused"));
+        assert!(!is_unknown_command(&io));
         assert_eq!(code(&io).as_deref(), None);
+    }
+
+    #[test]
+    fn an_unknown_command_is_told_apart_on_every_version() {
+        // Redis 7 and Valkey 8, then Redis 6.2, verbatim.
+        let seven = reply("-ERR unknown command 'WAIT', with args beginning with: '1' '997' ");
+        assert!(is_unknown_command(&seven));
+        let six = reply("-ERR unknown command `WAIT`, with args beginning with: `1`, `997`, ");
+        assert!(is_unknown_command(&six));
+        assert!(!is_unknown_command(&reply("-ERR syntax error")));
+        assert!(!is_unknown_command(&reply("-NOPERM unknown command")));
     }
 
     #[test]
@@ -159,5 +185,19 @@ mod tests {
         );
         assert_eq!(script_refusal(&channel), Some(ScriptRefusal::Channel));
         assert_eq!(script_refusal(&reply("-ERR something else")), None);
+        // Valkey 8.1's replies, verbatim.
+        let valkey = |why: &str| {
+            reply(&format!(
+                "-ERR ACL failure in script: {why} script: 351eeebcab9bc5de4670b053bb8c122f89753c07, \
+                 on @user_script:43."
+            ))
+        };
+        let command = valkey("User u has no permissions to run the 'type' command");
+        assert_eq!(code(&command).as_deref(), Some("NOPERM"));
+        assert_eq!(script_refusal(&command), Some(ScriptRefusal::Line(43)));
+        let key = valkey("No permissions to access a key");
+        assert_eq!(script_refusal(&key), Some(ScriptRefusal::Key));
+        let channel = valkey("No permissions to access a channel");
+        assert_eq!(script_refusal(&channel), Some(ScriptRefusal::Channel));
     }
 }

@@ -42,6 +42,12 @@ impl fmt::Display for RedisError {
                      ACL rules (see man lockrun, REDIS PERMISSIONS)"
                 )
             }
+            ErrorKind::NoWait => write!(
+                f,
+                "Redis at {target} cannot acknowledge replication: it does not know WAIT \
+                 ({}); --replica-acks 0 runs without replica acknowledgement",
+                self.detail
+            ),
             ErrorKind::Server => write!(f, "Redis at {target} failed: {}", self.detail),
         }
     }

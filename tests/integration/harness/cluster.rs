@@ -28,20 +28,26 @@ pub struct Shard {
 
 impl Cluster {
     pub fn start() -> Self {
-        Self::start_as(None)
+        Self::start_as(None, "")
+    }
+
+    /// A cluster whose nodes have `config` lines added, e.g.
+    /// `rename-command WAIT ""`.
+    pub fn start_configured(config: &str) -> Self {
+        Self::start_as(None, config)
     }
 
     /// A cluster whose nodes speak only TLS, to clients and on the cluster
     /// bus, with `certs`. Its nodes then announce their TLS ports.
     pub fn start_tls(certs: &Certificates) -> Self {
-        Self::start_as(Some(certs))
+        Self::start_as(Some(certs), "")
     }
 
-    fn start_as(tls: Option<&Certificates>) -> Self {
+    fn start_as(tls: Option<&Certificates>, extra: &str) -> Self {
         let began = Instant::now();
         let config = format!(
             "cluster-enabled yes\ncluster-config-file nodes.conf\n\
-             cluster-node-timeout {NODE_TIMEOUT_MS}\n"
+             cluster-node-timeout {NODE_TIMEOUT_MS}\n{extra}"
         );
         let nodes: Vec<Server> = free_ports(6)
             .into_iter()

@@ -37,21 +37,27 @@ impl SentinelSet {
     }
 
     pub fn start_with(passwords: Passwords<'_>) -> Self {
-        Self::start_as(passwords, None)
+        Self::start_as(passwords, None, "")
+    }
+
+    /// A set whose data servers have `config` lines added, e.g.
+    /// `rename-command WAIT ""`.
+    pub fn start_configured(config: &str) -> Self {
+        Self::start_as(Passwords::default(), None, config)
     }
 
     /// A set whose servers and sentinels speak only TLS, with `certs`.
     pub fn start_tls(certs: &Certificates) -> Self {
-        Self::start_as(Passwords::default(), Some(certs))
+        Self::start_as(Passwords::default(), Some(certs), "")
     }
 
-    fn start_as(passwords: Passwords<'_>, tls: Option<&Certificates>) -> Self {
+    fn start_as(passwords: Passwords<'_>, tls: Option<&Certificates>, extra: &str) -> Self {
         let began = Instant::now();
         let ports = free_ports(6);
         let primary = ports[0];
         let auth = passwords.redis.map_or_else(String::new, |pass| {
             format!("requirepass {pass}\nmasterauth {pass}\n")
-        });
+        }) + extra;
         let start = |port: u16, sentinel: bool, config: &str| match (tls, sentinel) {
             (Some(certs), _) => Server::tls(port, sentinel, config, certs),
             (None, false) => Server::node(port, config),
