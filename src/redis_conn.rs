@@ -11,7 +11,7 @@
 //! - `error`: what a failed call means for lockrun, and its message;
 //! - `session`: the connection, its time limits, `WAIT` and subscriptions;
 //! - `sentinel`, `cluster`: finding the server that holds the lock there;
-//! - `tls`: the CA certificates of `--redis-ca-file`, trusted for TLS.
+//! - `tls`: whom lockrun trusts over TLS, and its client certificate.
 
 mod cluster;
 mod error;
@@ -25,4 +25,4 @@ mod tls;
 pub(crate) use error::{script_refusal, ErrorKind, RedisError, ScriptRefusal, Unready};
 pub(crate) use session::{Request, Session};
 pub(crate) use target::{InvalidUrl, Target};
-pub(crate) use tls::Ca;
+pub(crate) use tls::{Ca, Identity, IdentityError, Tls};
