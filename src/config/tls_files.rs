@@ -48,24 +48,21 @@ pub(super) fn read(
     redis: &RedisArgs,
     tls: bool,
 ) -> Result<(Option<Tls>, Option<ExposedKey>), Error> {
-    let identity = match (&redis.cert_file, &redis.key_file) {
-        (Some(cert), Some(key)) => Some((cert, key)),
-        (None, None) => None,
-        (Some(_), None) => {
-            return Err(Error::Usage(
+    let identity =
+        match (&redis.cert_file, &redis.key_file) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            (Some(_), None) => return Err(Error::Usage(
                 "--redis-cert-file needs --redis-key-file (or LOCKRUN_REDIS_KEY_FILE): a client \
                  certificate is shown with its private key"
                     .into(),
-            ))
-        }
-        (None, Some(_)) => {
-            return Err(Error::Usage(
+            )),
+            (None, Some(_)) => return Err(Error::Usage(
                 "--redis-key-file needs --redis-cert-file (or LOCKRUN_REDIS_CERT_FILE): the key \
                  is of a client certificate"
                     .into(),
-            ))
-        }
-    };
+            )),
+        };
     if !tls {
         let given = [
             ("--redis-ca-file", redis.ca_file.as_ref()),

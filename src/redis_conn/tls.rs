@@ -130,8 +130,11 @@ impl Identity {
         rustls::ClientConfig::builder()
             .with_root_certificates(rustls::RootCertStore::empty())
             .with_client_auth_cert(chain, private)
-            .map_err(|err| {
-                IdentityError::Key(format!("cannot be used with the certificate: {err}"))
+            .map_err(|err| match err {
+                rustls::Error::InvalidCertificate(_) => {
+                    IdentityError::Cert(format!("cannot be used: {err}"))
+                }
+                _ => IdentityError::Key(format!("cannot be used with the certificate: {err}")),
             })?;
         Ok(Identity { cert, key })
     }
@@ -216,14 +219,17 @@ pub(super) fn trusting(
 
 /// `der` in base64, in lines of 64 characters as PEM has them.
 fn base64_lines(der: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] =
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut text = String::with_capacity(der.len() * 4 / 3 + der.len() / 48 + 4);
     for (i, chunk) in der.chunks(3).enumerate() {
         if i > 0 && i % 16 == 0 {
             text.push('\n');
         }
-        let bytes = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let bytes = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]);
         for (j, shift) in [18, 12, 6, 0].into_iter().enumerate() {
             if j <= chunk.len() {

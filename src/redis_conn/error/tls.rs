@@ -5,8 +5,9 @@
 //!
 //! Read from rustls's own error where the redis crate keeps it: it turns
 //! the `io::Error` that carries it into a `RedisError` whose source is that
-//! error behind an `Arc`. Only when that chain is not there (a crate that
-//! kept the text alone) is the text read, as rustls words it.
+//! error behind an `Arc`. Only where the crate keeps the text alone is the
+//! text read, as rustls words it: its cluster client reports that no listed
+//! node could be reached with the last node's error as a string.
 
 use std::error::Error;
 use std::io;
@@ -83,17 +84,20 @@ fn by_text(text: &str) -> Option<TlsRefusal> {
         let alert = alert.split(|c: char| !c.is_ascii_alphanumeric()).next()?;
         return match alert {
             "CertificateRequired" => Some(TlsRefusal::CertificateRequired),
-            "BadCertificate" | "UnsupportedCertificate" | "CertificateRevoked"
-            | "CertificateExpired" | "CertificateUnknown" | "UnknownCA" => {
-                Some(TlsRefusal::ClientCertificate)
-            }
+            "BadCertificate"
+            | "UnsupportedCertificate"
+            | "CertificateRevoked"
+            | "CertificateExpired"
+            | "CertificateUnknown"
+            | "UnknownCA" => Some(TlsRefusal::ClientCertificate),
             _ => None,
         };
     }
     let why = text.split("invalid peer certificate: ").nth(1)?;
     Some(if why.starts_with("UnknownIssuer") {
         TlsRefusal::UnknownIssuer
-    } else if why.starts_with("certificate not valid for name") || why.starts_with("NotValidForName")
+    } else if why.starts_with("certificate not valid for name")
+        || why.starts_with("NotValidForName")
     {
         TlsRefusal::OtherHost
     } else if why.starts_with("certificate expired") || why.starts_with("Expired") {
