@@ -22,6 +22,8 @@ use redis::{
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+mod system;
+
 /// CA certificates to trust (PEM): those of `--redis-ca-file`, checked to
 /// parse, or the platform's.
 #[derive(Clone)]
@@ -59,19 +61,9 @@ impl Ca {
     /// The CAs the platform trusts, read once (the redis crate would read
     /// them at each connection).
     pub(crate) fn system() -> Result<Self, String> {
-        let found = rustls_native_certs::load_native_certs();
-        // As the crate did: a trust store that fails to read fails the run,
-        // rather than trusting whatever part of it was read.
-        if let Some(err) = found.errors.first() {
-            return Err(err.to_string());
-        }
-        let mut pem = Vec::new();
-        for cert in &found.certs {
-            pem.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
-            pem.extend_from_slice(base64_lines(cert).as_bytes());
-            pem.extend_from_slice(b"-----END CERTIFICATE-----\n");
-        }
-        Ok(Ca { pem })
+        Ok(Ca {
+            pem: system::pem()?,
+        })
     }
 }
 
@@ -217,32 +209,6 @@ pub(super) fn trusting(
     }
 }
 
-/// `der` in base64, in lines of 64 characters as PEM has them.
-fn base64_lines(der: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut text = String::with_capacity(der.len() * 4 / 3 + der.len() / 48 + 4);
-    for (i, chunk) in der.chunks(3).enumerate() {
-        if i > 0 && i % 16 == 0 {
-            text.push('\n');
-        }
-        let bytes = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]);
-        for (j, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if j <= chunk.len() {
-                text.push(char::from(ALPHABET[(n >> shift) as usize & 63]));
-            } else {
-                text.push('=');
-            }
-        }
-    }
-    text.push('\n');
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,17 +219,6 @@ mod tests {
         assert!(Ca::from_pem(b"just text\n".to_vec()).is_err());
         let broken = b"-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n";
         assert!(Ca::from_pem(broken.to_vec()).is_err());
-    }
-
-    #[test]
-    fn base64_pads_and_wraps_as_pem_does() {
-        assert_eq!(base64_lines(b"M"), "TQ==\n");
-        assert_eq!(base64_lines(b"Ma"), "TWE=\n");
-        assert_eq!(base64_lines(b"Man"), "TWFu\n");
-        let long = base64_lines(&[0xff; 49]);
-        let lines: Vec<&str> = long.lines().collect();
-        assert_eq!(lines[0].len(), 64);
-        assert_eq!(lines[1], "/w==");
     }
 
     #[test]
