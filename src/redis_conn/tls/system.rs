@@ -4,7 +4,8 @@
 //! redis crate takes PEM and decodes it itself, and decoding the ~300 KB
 //! twice, as going through rustls-native-certs's DER would, costs a run
 //! milliseconds. A certificate in both the bundle and the directory (the
-//! usual layout: `/etc/ssl/certs` holds both) is kept once, compared as text.
+//! usual layout: `/etc/ssl/certs` holds both) is kept once, compared as
+//! text (the bundle is made by concatenating the directory's files).
 
 use std::collections::HashSet;
 use std::fs;
@@ -12,18 +13,19 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
-const END: &str = "-----END CERTIFICATE-----";
+const BEGIN: &[u8] = b"-----BEGIN CERTIFICATE-----";
+const END: &[u8] = b"-----END CERTIFICATE-----";
 
 /// Every CA certificate the platform trusts, each once, as PEM.
 pub(super) fn pem() -> Result<Vec<u8>, String> {
     let (file, dirs) = paths();
-    let mut found = Found::default();
+    let mut seen = HashSet::new();
+    let mut files = Vec::new();
     if let Some(file) = &file {
         if let Ok(metadata) = fs::metadata(file) {
-            found.seen.insert((metadata.dev(), metadata.ino()));
+            seen.insert((metadata.dev(), metadata.ino()));
         }
-        found.read(file)?;
+        files.push(fs::read(file).map_err(|err| at(file, &err))?);
     }
     for dir in &dirs {
         let entries = fs::read_dir(dir).map_err(|err| at(dir, &err))?;
@@ -35,12 +37,26 @@ pub(super) fn pem() -> Result<Vec<u8>, String> {
                 Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
                 Err(err) => return Err(at(&path, &err)),
             };
-            if metadata.is_file() && found.seen.insert((metadata.dev(), metadata.ino())) {
-                found.read(&path)?;
+            // Each file once: a directory's hash links name the files
+            // beside them, and may name the bundle read before.
+            if metadata.is_file() && seen.insert((metadata.dev(), metadata.ino())) {
+                files.push(fs::read(&path).map_err(|err| at(&path, &err))?);
             }
         }
     }
-    Ok(found.pem.into_bytes())
+    // One file (SSL_CERT_FILE, or a bundle alone): as it was read.
+    if files.len() == 1 {
+        return Ok(files.remove(0));
+    }
+    let mut kept = HashSet::new();
+    let mut pem = Vec::new();
+    for block in files.iter().flat_map(|file| blocks(file)) {
+        if kept.insert(block) {
+            pem.extend_from_slice(block);
+            pem.push(b'\n');
+        }
+    }
+    Ok(pem)
 }
 
 /// Where to look: the environment's, if it names any, else the platform's.
@@ -64,51 +80,33 @@ fn at(path: &Path, err: &io::Error) -> String {
     format!("{}: {err}", path.display())
 }
 
-/// The certificates read so far.
-#[derive(Default)]
-struct Found {
-    pem: String,
-    blocks: HashSet<String>,
-    /// Files already read, by device and inode: the directory's hash links
-    /// and the bundle name files read before.
-    seen: HashSet<(u64, u64)>,
-}
-
-impl Found {
-    fn read(&mut self, path: &Path) -> Result<(), String> {
-        let bytes = fs::read(path).map_err(|err| at(path, &err))?;
-        // Not text: not a PEM file, and rustls-native-certs would find no
-        // certificate in it either.
-        let Ok(text) = std::str::from_utf8(&bytes) else {
-            return Ok(());
-        };
-        for block in blocks(text) {
-            if self.blocks.insert(block.clone()) {
-                self.pem.push_str(&block);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Each certificate of `text`, its lines trimmed, ending in a newline.
-fn blocks(text: &str) -> Vec<String> {
+/// Each certificate in `file`, from its BEGIN line to its END line.
+fn blocks(file: &[u8]) -> Vec<&[u8]> {
     let mut found = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find(BEGIN) {
-        let Some(len) = rest[start..].find(END) else {
+    let mut rest = file;
+    while let Some(start) = find(rest, BEGIN) {
+        let Some(len) = find(&rest[start..], END) else {
             break;
         };
-        let block = &rest[start..start + len + END.len()];
-        let mut normal = String::with_capacity(block.len() + 1);
-        for line in block.lines().map(str::trim).filter(|line| !line.is_empty()) {
-            normal.push_str(line);
-            normal.push('\n');
-        }
-        found.push(normal);
-        rest = &rest[start + len + END.len()..];
+        let end = start + len + END.len();
+        found.push(&rest[start..end]);
+        rest = &rest[end..];
     }
     found
+}
+
+/// Where `needle` starts in `haystack`: the first byte is looked for with
+/// `memchr`-like speed (`position` on bytes), then the rest compared.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(at) = haystack[from..].iter().position(|&b| b == needle[0]) {
+        let start = from + at;
+        if haystack[start..].starts_with(needle) {
+            return Some(start);
+        }
+        from = start + 1;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -116,15 +114,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn blocks_are_found_and_normalised() {
-        let text = "junk\n-----BEGIN CERTIFICATE-----\r\nAAAA\r\n-----END CERTIFICATE-----\n\
-                    -----BEGIN CERTIFICATE-----\n  BBBB\n-----END CERTIFICATE-----\n\
-                    -----BEGIN CERTIFICATE-----\nCCCC";
+    fn blocks_are_found_whole() {
+        let text = b"junk\n-----BEGIN CERTIFICATE-----\r\nAAAA\r\n-----END CERTIFICATE-----\n\
+                     -----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n\
+                     -----BEGIN CERTIFICATE-----\nCCCC";
         assert_eq!(
             blocks(text),
             [
-                "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
-                "-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n",
+                &b"-----BEGIN CERTIFICATE-----\r\nAAAA\r\n-----END CERTIFICATE-----"[..],
+                &b"-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----"[..],
             ]
         );
     }
