@@ -2,7 +2,7 @@
 # Regenerate with: LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n k/key= redis= redis-password-file= redis-ca-file= prefix= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede slots= shared busy-exit-code= min-hold= once-per= timeout= metrics-file= q/quiet v/verbose log-format= h/help V/version
+    string join \n k/key= redis= redis-password-file= redis-ca-file= redis-cert-file= redis-key-file= prefix= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede slots= shared busy-exit-code= min-hold= once-per= timeout= metrics-file= q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -32,6 +32,8 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s k -l key -d 'Lock name;
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis -d 'Redis URL' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-cert-file -d 'Client certificate (PEM) to show Redis over TLS' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-key-file -d 'Private key (PEM) of --redis-cert-file' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'Lease length written to Redis' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l renew-every -d 'Heartbeat period [default: ttl/3]' -r -f
@@ -60,6 +62,8 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s k -l key -d '
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis -d 'Redis URL' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-cert-file -d 'Client certificate (PEM) to show Redis over TLS' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-key-file -d 'Private key (PEM) of --redis-cert-file' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l json -d 'Print one JSON object on stdout instead of text'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
@@ -67,6 +71,8 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s k -l key -d 
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis -d 'Redis URL' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-cert-file -d 'Client certificate (PEM) to show Redis over TLS' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-key-file -d 'Private key (PEM) of --redis-cert-file' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l holder -d 'Remove only the holder with this token (from lockrun status)' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Really remove a lock that another run may hold'
@@ -74,6 +80,8 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis -d 'Redis URL' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-cert-file -d 'Client certificate (PEM) to show Redis over TLS' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-key-file -d 'Private key (PEM) of --redis-cert-file' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l prefix -d 'Prefix of every Redis key' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'Print one JSON array on stdout instead of text'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l all -d 'Also list free locks, of which only the fencing counter is left'

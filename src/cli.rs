@@ -347,6 +347,32 @@ pub(crate) struct RedisArgs {
     )]
     pub(crate) ca_file: Option<PathBuf>,
 
+    /// Client certificate (PEM) to show Redis over TLS
+    ///
+    /// For servers that ask clients for a certificate (mutual TLS: Redis's
+    /// tls-auth-clients, the default), as redis-cli --cert does. Any
+    /// intermediate certificates follow it in the file. Shown to every
+    /// server and sentinel lockrun reaches; needs --redis-key-file.
+    #[arg(
+        long = "redis-cert-file",
+        value_name = "PATH",
+        env = "LOCKRUN_REDIS_CERT_FILE",
+        value_hint = clap::ValueHint::FilePath
+    )]
+    pub(crate) cert_file: Option<PathBuf>,
+
+    /// Private key (PEM) of --redis-cert-file
+    ///
+    /// Unencrypted, as redis-cli --key takes it. lockrun warns when users
+    /// other than the file's owner may read it.
+    #[arg(
+        long = "redis-key-file",
+        value_name = "PATH",
+        env = "LOCKRUN_REDIS_KEY_FILE",
+        value_hint = clap::ValueHint::FilePath
+    )]
+    pub(crate) key_file: Option<PathBuf>,
+
     /// Prefix of every Redis key
     ///
     /// Runs see each other's locks only under the same prefix.

@@ -5,7 +5,7 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{Action, Cli, ListArgs, RedisArgs, RunArgs};
@@ -13,10 +13,14 @@ use crate::clock::show;
 use crate::error::Error;
 use crate::lease::Timing;
 use crate::lock::{Keys, ReplicaAcks, Servers, Share};
-use crate::redis_conn::{Ca, Target};
+use crate::redis_conn::Target;
 use crate::report::Verbosity;
 use crate::secrets;
 use crate::wait::Wait;
+
+mod tls_files;
+
+pub(crate) use tls_files::ExposedKey;
 
 /// The longest default kill grace; shorter ttls scale it down.
 const MAX_DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
@@ -88,12 +92,16 @@ pub(crate) struct LockConfig {
     pub(crate) name: String,
     pub(crate) keys: Keys,
     pub(crate) servers: Servers,
+    /// `--redis-key-file`, if others than its owner may read it.
+    pub(crate) exposed_key: Option<ExposedKey>,
 }
 
 /// What `lockrun list` shows, and where.
 #[derive(Debug)]
 pub(crate) struct ListConfig {
     pub(crate) servers: Servers,
+    /// `--redis-key-file`, if others than its owner may read it.
+    pub(crate) exposed_key: Option<ExposedKey>,
     pub(crate) prefix: String,
     /// Redis glob over lock names.
     pub(crate) glob: String,
@@ -122,14 +130,30 @@ impl Invocation {
                 redis,
                 json,
                 all,
-            })) => Invocation::List(ListConfig {
-                servers: LockConfig::servers(&redis, passwords)?,
-                prefix: redis.prefix,
-                glob,
-                json,
-                all,
-            }),
+            })) => {
+                let (servers, exposed_key) = LockConfig::servers(&redis, passwords)?;
+                Invocation::List(ListConfig {
+                    servers,
+                    exposed_key,
+                    prefix: redis.prefix,
+                    glob,
+                    json,
+                    all,
+                })
+            }
         })
+    }
+
+    /// `--redis-key-file`, if others than its owner may read it: worth one
+    /// warning line.
+    pub(crate) fn exposed_key(&self) -> Option<&ExposedKey> {
+        match self {
+            Invocation::Run(config) => config.lock.exposed_key.as_ref(),
+            Invocation::Status { lock, .. } | Invocation::Release { lock, .. } => {
+                lock.exposed_key.as_ref()
+            }
+            Invocation::List(list) => list.exposed_key.as_ref(),
+        }
     }
 
     pub(crate) fn verbosity(&self) -> Verbosity {
@@ -204,15 +228,21 @@ impl LockConfig {
         if name.is_empty() {
             return Err(Error::Usage("--key must not be empty".into()));
         }
+        let (servers, exposed_key) = Self::servers(redis, passwords)?;
         Ok(LockConfig {
             keys: Keys::new(&redis.prefix, &name),
             name,
-            servers: Self::servers(redis, passwords)?,
+            servers,
+            exposed_key,
         })
     }
 
-    /// The servers that `--redis` names, with their passwords.
-    fn servers(redis: &RedisArgs, passwords: Passwords) -> Result<Servers, Error> {
+    /// The servers that `--redis` names, with their passwords and TLS; and
+    /// the key file, if others may read it.
+    fn servers(
+        redis: &RedisArgs,
+        passwords: Passwords,
+    ) -> Result<(Servers, Option<ExposedKey>), Error> {
         let password = secrets::password(passwords.redis, redis.password_file.as_deref())?;
         let mut targets = redis
             .url
@@ -224,10 +254,11 @@ impl LockConfig {
                     .map_err(|err| Error::Usage(err.to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if let Some(path) = &redis.ca_file {
-            targets = trusting_ca(targets, path)?;
+        let (tls, exposed_key) = tls_files::read(redis, targets.iter().any(Target::is_tls))?;
+        if let Some(tls) = tls {
+            targets = tls_files::using(targets, &tls)?;
         }
-        Ok(match targets.len() {
+        let servers = match targets.len() {
             0 => return Err(Error::Usage("--redis needs a URL".into())),
             1 => Servers::One(Box::new(targets.remove(0))),
             2 => {
@@ -238,30 +269,9 @@ impl LockConfig {
                 ))
             }
             _ => Servers::Quorum(targets),
-        })
+        };
+        Ok((servers, exposed_key))
     }
-}
-
-/// `targets`, trusting the CA certificates in the file at `path`
-/// (`--redis-ca-file`) for TLS. A CA file with no TLS URL is refused: it
-/// would most likely be a `redis://` meant as `rediss://`, which sends the
-/// password in the clear.
-fn trusting_ca(targets: Vec<Target>, path: &Path) -> Result<Vec<Target>, Error> {
-    let refused = |why: &dyn std::fmt::Display| {
-        Error::Usage(format!("--redis-ca-file {}: {why}", path.display()))
-    };
-    if !targets.iter().any(Target::is_tls) {
-        return Err(refused(
-            &"the CA is for TLS, but --redis names no rediss:// URL (nor rediss+sentinel://, \
-              rediss+cluster://)",
-        ));
-    }
-    let pem = std::fs::read(path).map_err(|err| refused(&err))?;
-    let ca = Ca::from_pem(pem).map_err(|why| refused(&why))?;
-    targets
-        .into_iter()
-        .map(|target| target.with_ca(&ca).map_err(|err| refused(&err)))
-        .collect()
 }
 
 /// Refuses a duration past `MAX_DURATION`.

@@ -90,7 +90,7 @@ use std::process::ExitCode;
 use crate::config::{Invocation, Passwords};
 use crate::error::Error;
 use crate::lock::Token;
-use crate::report::Report;
+use crate::report::{Event, Report};
 use crate::signals::{Blocked, Signals};
 
 /// The whole program: parse, validate, run on a single-threaded runtime,
@@ -130,6 +130,12 @@ fn start(blocked: io::Result<Blocked>) -> u8 {
         Err(err) => return exit(report, Err(err)),
     };
     let report = report.as_loud_as(invocation.verbosity());
+    if let Some(key) = invocation.exposed_key() {
+        let event = Event::warning("key_file_readable")
+            .with("path", key.path.display().to_string())
+            .with("mode", format!("{:04o}", key.mode));
+        report.error(event, key);
+    }
     // One thread: the command is spawned from the thread that lives as long
     // as lockrun, which the parent-death signal depends on.
     let runtime = match tokio::runtime::Builder::new_current_thread()

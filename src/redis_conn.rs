@@ -12,7 +12,7 @@
 //! - `session`: the connection, its time limits, `WAIT` and subscriptions;
 //! - `sentinel`, `cluster`: finding the server that holds the lock there;
 //! - `password`: the password file, read again at each connection;
-//! - `tls`: the CA certificates of `--redis-ca-file`, trusted for TLS.
+//! - `tls`: whom lockrun trusts over TLS, and its client certificate.
 
 mod cluster;
 mod error;
@@ -27,4 +27,4 @@ mod tls;
 pub(crate) use error::{script_refusal, ErrorKind, RedisError, ScriptRefusal, Unready};
 pub(crate) use session::{Request, Session};
 pub(crate) use target::{InvalidUrl, Target};
-pub(crate) use tls::Ca;
+pub(crate) use tls::{Ca, Identity, IdentityError, Tls};

@@ -14,7 +14,7 @@ use redis::cluster_routing::{
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Value};
 
 use super::hosts::MultiHost;
-use super::tls::Ca;
+use super::tls::Tls;
 use super::InvalidUrl;
 
 /// How many times the cluster client may retry one call: enough for a
@@ -26,8 +26,8 @@ const RETRIES: u32 = 5;
 #[derive(Clone)]
 pub(super) struct Seeds {
     addrs: Vec<ConnectionAddr>,
-    /// The CA of `--redis-ca-file`, for every node.
-    ca: Option<Ca>,
+    /// TLS for every node.
+    tls: Option<Tls>,
     /// The URL without credentials, for messages.
     shown: String,
 }
@@ -49,18 +49,18 @@ impl Seeds {
         let (addrs, info) = url.addrs_and_info(0)?;
         let seeds = Seeds {
             addrs,
-            ca: None,
+            tls: None,
             shown: url.show(),
         };
         Ok((seeds, info))
     }
 
-    /// Trusts `ca` on every node: those listed, and those the cluster names.
-    pub(super) fn trust(&mut self, ca: &Ca) -> redis::RedisResult<()> {
+    /// Uses `tls` on every node: those listed, and those the cluster names.
+    pub(super) fn trust(&mut self, tls: &Tls) -> redis::RedisResult<()> {
         for addr in &mut self.addrs {
-            *addr = ca.trusted(addr.clone())?;
+            *addr = tls.trusted(addr.clone())?;
         }
-        self.ca = Some(ca.clone());
+        self.tls = Some(tls.clone());
         Ok(())
     }
 
@@ -84,10 +84,10 @@ impl Seeds {
     ) -> redis::RedisResult<ClusterConnection> {
         let (min_wait, max_wait) = retry_waits(timeout);
         let mut builder = ClusterClientBuilder::new(self.nodes(settings)?);
-        // The listed nodes' addresses carry the CA; the nodes the cluster
-        // names (slots, MOVED) are reached with the builder's.
-        if let Some(ca) = &self.ca {
-            builder = builder.certs(ca.certificates());
+        // The listed nodes' addresses carry the certificates; the nodes the
+        // cluster names (slots, MOVED) are reached with the builder's.
+        if let Some(tls) = &self.tls {
+            builder = builder.certs(tls.certificates());
         }
         builder
             // The crate's default, 16 retries at least 1.28 s apart, would

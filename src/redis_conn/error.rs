@@ -11,8 +11,10 @@ use redis::ConnectionAddr;
 mod code;
 mod message;
 mod noperm;
+mod tls;
 
 pub(crate) use code::{script_refusal, ScriptRefusal};
+pub(crate) use tls::TlsRefusal;
 
 use super::target::show_addr;
 use super::Target;
@@ -24,6 +26,8 @@ use crate::clock::show;
 pub(crate) enum ErrorKind {
     /// Could not connect, the connection broke, or no answer in time.
     Unreachable,
+    /// The TLS handshake failed on a certificate: no retry will help.
+    Tls(TlsRefusal),
     /// The server wants a password and was given none.
     NoPassword,
     /// The server refused the password it was given.
@@ -137,6 +141,9 @@ impl Target {
     /// What an error means for lockrun, by the reply's error code where
     /// there is one.
     fn classify(&self, err: &redis::RedisError) -> ErrorKind {
+        if let Some(why) = tls_refusal(err) {
+            return ErrorKind::Tls(why);
+        }
         if is_auth_error(err) {
             return if self.password().is_some() {
                 ErrorKind::Auth
@@ -220,6 +227,16 @@ impl Target {
             &format!("unexpected reply: {detail}"),
             None,
         )
+    }
+}
+
+/// What went wrong, if `err` is a TLS handshake that failed on a
+/// certificate.
+pub(super) fn tls_refusal(err: &redis::RedisError) -> Option<TlsRefusal> {
+    if err.is_io_error() {
+        tls::refusal(err)
+    } else {
+        None
     }
 }
 

@@ -16,12 +16,12 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::MultiplexedConnection;
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Role};
 
-use super::error::{is_auth_error, one_line};
+use super::error::{is_auth_error, one_line, tls_refusal};
 use super::hosts::{self, MultiHost};
 use super::pushes::Pushes;
 use super::session::{connect, connect_carrying};
 use super::target::show_addr;
-use super::tls::{trusting, Ca};
+use super::tls::{trusting, Tls};
 use super::{ErrorKind, InvalidUrl, RedisError, Target, Unready};
 
 /// The sentinels of one service.
@@ -32,8 +32,8 @@ pub(super) struct Sentinels {
     password: Option<String>,
     service: String,
     tls: bool,
-    /// The CA of `--redis-ca-file`, for the primaries the sentinels name.
-    ca: Option<Ca>,
+    /// TLS for the primaries the sentinels name.
+    tls_config: Option<Tls>,
     /// The URL without credentials, for messages.
     shown: String,
 }
@@ -99,7 +99,7 @@ impl Sentinels {
             password: None,
             service: service.to_owned(),
             tls: url.tls,
-            ca: None,
+            tls_config: None,
             shown: format!("{}/{service}", url.show()),
         };
         Ok((sentinels, info))
@@ -109,12 +109,12 @@ impl Sentinels {
         self.password = Some(password);
     }
 
-    /// Trusts `ca` on the sentinels and on the primaries they name.
-    pub(super) fn trust(&mut self, ca: &Ca) -> redis::RedisResult<()> {
+    /// Uses `tls` on the sentinels and on the primaries they name.
+    pub(super) fn trust(&mut self, tls: &Tls) -> redis::RedisResult<()> {
         for addr in &mut self.addrs {
-            *addr = ca.trusted(addr.clone())?;
+            *addr = tls.trusted(addr.clone())?;
         }
-        self.ca = Some(ca.clone());
+        self.tls_config = Some(tls.clone());
         Ok(())
     }
 
@@ -225,7 +225,9 @@ impl Sentinels {
     ) -> Result<Found, Failure> {
         let node = hosts::authority(&host, port);
         let failed = |err: &redis::RedisError| {
-            let kind = if is_auth_error(err) {
+            let kind = if let Some(why) = tls_refusal(err) {
+                ErrorKind::Tls(why)
+            } else if is_auth_error(err) {
                 ErrorKind::Auth
             } else if is_noperm(err) {
                 ErrorKind::NoPerm
@@ -233,7 +235,10 @@ impl Sentinels {
                 ErrorKind::Unreachable
             };
             Failure {
-                rank: if matches!(kind, ErrorKind::Auth | ErrorKind::NoPerm) {
+                rank: if matches!(
+                    kind,
+                    ErrorKind::Auth | ErrorKind::NoPerm | ErrorKind::Tls(_)
+                ) {
                     Rank::Misconfigured
                 } else {
                     Rank::PrimaryDown
@@ -246,7 +251,7 @@ impl Sentinels {
         let scheme = if self.tls { "rediss" } else { "redis" };
         let info = format!("{scheme}://{node}")
             .into_connection_info()
-            .and_then(|info| trusting(self.ca.as_ref(), info))
+            .and_then(|info| trusting(self.tls_config.as_ref(), info))
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings.clone());
         let (mut conn, pushes) = connect_carrying(&info, timeout, pushes)
@@ -277,6 +282,15 @@ fn is_noperm(err: &redis::RedisError) -> bool {
 /// What went wrong asking the sentinel at `at`.
 fn sentinel_failure(at: &str, err: &redis::RedisError) -> Failure {
     let detail = one_line(err);
+    if let Some(why) = tls_refusal(err) {
+        // Sentinels and servers share their TLS setup: the same fix.
+        return Failure {
+            kind: ErrorKind::Tls(why),
+            detail: format!("the sentinel at {at}: {detail}"),
+            node: None,
+            rank: Rank::Misconfigured,
+        };
+    }
     if is_auth_error(err) {
         return Failure {
             kind: ErrorKind::Server,

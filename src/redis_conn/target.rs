@@ -11,7 +11,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use super::cluster::Seeds;
 use super::hosts::{self, MultiHost, Scheme};
 use super::sentinel::Sentinels;
-use super::tls::Ca;
+use super::tls::Tls;
 
 /// A `--redis` URL that lockrun cannot use. It never echoes the URL, which
 /// may hold a password.
@@ -144,14 +144,14 @@ impl Target {
         self
     }
 
-    /// Trusts the CA certificates in `ca` (`--redis-ca-file`) instead of the
-    /// platform's, on every server this target reaches over TLS.
-    pub(crate) fn with_ca(mut self, ca: &Ca) -> redis::RedisResult<Self> {
-        self.info = ca.trusted_info(self.info)?;
+    /// Uses `tls` (whom to trust, the client certificate) on every server
+    /// this target reaches over TLS.
+    pub(crate) fn with_tls(mut self, tls: &Tls) -> redis::RedisResult<Self> {
+        self.info = tls.trusted_info(self.info)?;
         match &mut self.topology {
             Topology::Single => {}
-            Topology::Sentinel(sentinels) => sentinels.trust(ca)?,
-            Topology::Cluster(seeds) => seeds.trust(ca)?,
+            Topology::Sentinel(sentinels) => sentinels.trust(tls)?,
+            Topology::Cluster(seeds) => seeds.trust(tls)?,
         }
         Ok(self)
     }

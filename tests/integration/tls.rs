@@ -1,22 +1,37 @@
 //! TLS end to end: `rediss://`, `rediss+sentinel://` and `rediss+cluster://`
 //! against servers that speak only TLS, with a CA of the test's own that
-//! lockrun is told to trust (`--redis-ca-file`, or `SSL_CERT_FILE`); and a
-//! certificate it does not trust refused.
+//! lockrun is told to trust (`--redis-ca-file`, or `SSL_CERT_FILE`), and
+//! servers that ask for a client certificate (mutual TLS); each way a
+//! handshake fails gets its own line.
 
+use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use crate::harness::*;
 
-/// A run through `url` that trusts the test's CA, and only it: the
-/// platform's trust store is empty.
+/// A run through `url` that trusts the test's CA, and only it (the
+/// platform's trust store is empty), showing the client certificate if the
+/// servers ask for one.
 fn trusting<'a>(url: &str, certs: &Certificates) -> Lockrun<'a> {
+    let run = trusting_without_certificate(url, certs);
+    if certs.is_mutual() {
+        run.arg("--redis-cert-file")
+            .arg(certs.client_cert())
+            .arg("--redis-key-file")
+            .arg(certs.client_key())
+    } else {
+        run
+    }
+}
+
+/// The same, without a client certificate.
+fn trusting_without_certificate<'a>(url: &str, certs: &Certificates) -> Lockrun<'a> {
     distrusting(url, certs)
         .arg("--redis-ca-file")
         .arg(certs.ca())
 }
 
-/// A run through `url` whose platform trust store is empty (but readable:
-/// the redis crate reads it even with a CA file, and fails if it cannot).
+/// A run through `url` whose platform trust store is empty.
 fn distrusting<'a>(url: &str, certs: &Certificates) -> Lockrun<'a> {
     Lockrun::via(url)
         .env("SSL_CERT_FILE", "/dev/null")
@@ -24,12 +39,12 @@ fn distrusting<'a>(url: &str, certs: &Certificates) -> Lockrun<'a> {
         .key("job")
 }
 
-#[test]
-fn tls_verifies_the_server_certificate() {
-    let certs = Certificates::make();
-    let port = free_port();
-    let config = certs.server_config(port);
-    let args: Vec<String> = config
+/// A TLS-only server on `port` with `certs`, on its unix socket too (where
+/// the harness reads its keys), and `extra` redis-server arguments, which
+/// win over the TLS configuration.
+fn tls_server(certs: &Certificates, port: u16, extra: &[&str]) -> Server {
+    let args: Vec<String> = certs
+        .server_config(port)
         .lines()
         .flat_map(|line| {
             let (name, value) = line.split_once(' ').expect("name value");
@@ -37,10 +52,16 @@ fn tls_verifies_the_server_certificate() {
         })
         .collect();
     let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    args.extend(extra);
+    Server::start_with(None, &args)
+}
+
+#[test]
+fn tls_verifies_the_server_certificate() {
+    let certs = Certificates::make();
+    let port = free_port();
     // Also on 127.0.0.2, an address the certificate does not name.
-    args.extend(["--bind", "127.0.0.1 127.0.0.2"]);
-    // On its unix socket too, where the harness reads its keys.
-    let redis = Server::start_with(None, &args);
+    let redis = tls_server(&certs, port, &["--bind", "127.0.0.1 127.0.0.2"]);
     let url = format!("rediss://localhost:{port}");
 
     // Trusted by --redis-ca-file, by LOCKRUN_REDIS_CA_FILE, and as part
@@ -66,14 +87,171 @@ fn tls_verifies_the_server_certificate() {
     let ran = distrusting(&url, &certs).touch(&marker).run();
     ran.assert(
         Expect::code(69)
-            .stderr_has("invalid peer certificate: UnknownIssuer")
-            .stderr_has("trust its CA with --redis-ca-file"),
+            .stderr(format!(
+                "lockrun: cannot reach Redis at {url}: the server's TLS certificate is not \
+                 signed by a CA lockrun trusts (invalid peer certificate: UnknownIssuer); give \
+                 the CA that signed it with --redis-ca-file (or LOCKRUN_REDIS_CA_FILE)\n"
+            ))
+            .stderr_one_line(),
     );
     // Signed by the trusted CA, but not for the host dialled: refused too.
     let other_host = format!("rediss://127.0.0.2:{port}");
     let ran = trusting(&other_host, &certs).touch(&marker).run();
-    ran.assert(Expect::code(69).stderr_has("not valid for name"));
+    ran.assert(
+        Expect::code(69)
+            .stderr_starts(format!(
+                "lockrun: cannot reach Redis at {other_host}: the server's TLS certificate is \
+                 for another host (invalid peer certificate: certificate not valid for name \
+                 \"127.0.0.2\""
+            ))
+            .stderr_has("); reach the server by a name or address the certificate holds")
+            .stderr_one_line(),
+    );
     assert!(!marker.exists(), "the command did not run");
+}
+
+#[test]
+fn an_expired_server_certificate_is_refused() {
+    let certs = Certificates::make();
+    let port = free_port();
+    let expired = certs.expired().display().to_string();
+    let _redis = tls_server(&certs, port, &["--tls-cert-file", &expired]);
+    let url = format!("rediss://localhost:{port}");
+    let marker = certs.dir().join("ran");
+    let ran = trusting(&url, &certs).touch(&marker).run();
+    ran.assert(
+        Expect::code(69)
+            .stderr_starts(format!(
+                "lockrun: cannot reach Redis at {url}: the server's TLS certificate has expired \
+                 (invalid peer certificate: "
+            ))
+            .stderr_has(
+                "); the server needs a new one; no lockrun option accepts an expired certificate",
+            )
+            .stderr_one_line(),
+    );
+    assert!(!marker.exists(), "the command did not run");
+}
+
+/// The line of a run that showed no client certificate to `url`, whose
+/// servers ask for one.
+fn asks_for_a_certificate(url: &str) -> String {
+    format!("lockrun: cannot reach Redis at {url}: the server asks for a client certificate")
+}
+
+const GIVE_A_CERTIFICATE: &str = "; give --redis-cert-file and --redis-key-file (or \
+                                  LOCKRUN_REDIS_CERT_FILE and LOCKRUN_REDIS_KEY_FILE)\n";
+
+#[test]
+fn mutual_tls_shows_the_client_certificate() {
+    let certs = Certificates::mutual();
+    let port = free_port();
+    let redis = tls_server(&certs, port, &[]);
+    let url = format!("rediss://localhost:{port}");
+    let marker = certs.dir().join("ran");
+
+    // Without one: a line that says what the server wants, and the command
+    // never runs.
+    let ran = trusting_without_certificate(&url, &certs)
+        .touch(&marker)
+        .run();
+    ran.assert(
+        Expect::code(69)
+            .stderr_starts(asks_for_a_certificate(&url))
+            .stderr_has("CertificateRequired")
+            .stderr_has(GIVE_A_CERTIFICATE)
+            .stderr_one_line(),
+    );
+    assert!(!marker.exists(), "the command did not run");
+
+    // With one, by flag or environment: the lock works, and nothing is said.
+    trusting(&url, &certs)
+        .command(["true"])
+        .run()
+        .assert(Expect::success());
+    trusting_without_certificate(&url, &certs)
+        .env("LOCKRUN_REDIS_CERT_FILE", certs.client_cert())
+        .env("LOCKRUN_REDIS_KEY_FILE", certs.client_key())
+        .command(["true"])
+        .run()
+        .assert(Expect::success());
+    let status = trusting(&url, &certs).subcommand("status").run();
+    status.assert(Expect::code(1).stdout_any());
+    redis.assert_only_fence("job");
+
+    // A key that others may read: used, with one warning line.
+    let shared = certs.dir().join("shared.key");
+    std::fs::copy(certs.client_key(), &shared).expect("copy the key");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let ran = trusting_without_certificate(&url, &certs)
+        .arg("--redis-cert-file")
+        .arg(certs.client_cert())
+        .arg("--redis-key-file")
+        .arg(&shared)
+        .command(["true"])
+        .run();
+    let shared = shared.display();
+    ran.assert(Expect::success().stderr(format!(
+        "lockrun: --redis-key-file {shared}: users other than its owner may read the private \
+         key (mode 0640); make it private: chmod 600 {shared}\n"
+    )));
+}
+
+#[test]
+fn a_client_certificate_needs_its_key_and_a_tls_url() {
+    let certs = Certificates::mutual();
+    let marker = certs.dir().join("ran");
+    let run = |url: &str, args: &[&dyn AsRef<std::ffi::OsStr>]| {
+        let mut run = Lockrun::via(url).key("job").touch(&marker);
+        for arg in args {
+            run = run.arg(arg);
+        }
+        run.run()
+    };
+    let (cert, key) = (certs.client_cert(), certs.client_key());
+    let tls = "rediss://localhost:1";
+    run(tls, &[&"--redis-cert-file", &cert]).assert(Expect::code(64).stderr(
+        "lockrun: --redis-cert-file needs --redis-key-file (or LOCKRUN_REDIS_KEY_FILE): a \
+         client certificate is shown with its private key\n",
+    ));
+    run(tls, &[&"--redis-key-file", &key]).assert(
+        Expect::code(64)
+            .stderr_starts("lockrun: --redis-key-file needs --redis-cert-file")
+            .stderr_one_line(),
+    );
+    let both: [&dyn AsRef<std::ffi::OsStr>; 4] =
+        [&"--redis-cert-file", &cert, &"--redis-key-file", &key];
+    run("redis://localhost:1", &both).assert(
+        Expect::code(64)
+            .stderr_starts(format!("lockrun: --redis-cert-file {}: ", cert.display()))
+            .stderr_has("names no rediss:// URL")
+            .stderr_one_line(),
+    );
+    // The server's key is not the client certificate's.
+    let other_key = certs.dir().join("server.key");
+    run(
+        tls,
+        &[&"--redis-cert-file", &cert, &"--redis-key-file", &other_key],
+    )
+    .assert(
+        Expect::code(64)
+            .stderr_starts(format!(
+                "lockrun: --redis-key-file {}: cannot be used with the certificate",
+                other_key.display()
+            ))
+            .stderr_one_line(),
+    );
+    run(
+        tls,
+        &[&"--redis-cert-file", &key, &"--redis-key-file", &key],
+    )
+    .assert(
+        Expect::code(64)
+            .stderr_has("--redis-cert-file")
+            .stderr_has("holds no PEM certificate")
+            .stderr_one_line(),
+    );
+    assert!(!marker.exists());
 }
 
 #[test]
@@ -100,15 +278,32 @@ fn a_ca_file_needs_a_tls_url_and_certificates() {
     assert!(!marker.exists());
 }
 
-/// `node` has no plain-text port, and lockrun refuses `url`'s certificates
-/// unless it trusts their CA.
+/// `node` has no plain-text port, lockrun refuses `url`'s certificates
+/// unless it trusts their CA, and servers that ask for a client certificate
+/// refuse lockrun without one.
 fn only_tls(url: &str, certs: &Certificates, node: &Server) {
     let plain: Vec<String> = node
         .query(redis::cmd("CONFIG").arg("GET").arg("port"))
         .expect("CONFIG GET port");
     assert_eq!(plain[1], "0", "the server has a plain-text port");
     let untrusted = distrusting(url, certs).command(["true"]).run();
-    untrusted.assert(Expect::code(69).stderr_has("trust its CA with --redis-ca-file"));
+    untrusted.assert(
+        Expect::code(69)
+            .stderr_has("is not signed by a CA lockrun trusts")
+            .stderr_has("--redis-ca-file")
+            .stderr_one_line(),
+    );
+    if certs.is_mutual() {
+        let without = trusting_without_certificate(url, certs)
+            .command(["true"])
+            .run();
+        without.assert(
+            Expect::code(69)
+                .stderr_starts(asks_for_a_certificate(url))
+                .stderr_has(GIVE_A_CERTIFICATE)
+                .stderr_one_line(),
+        );
+    }
 }
 
 /// What every topology must do over TLS: a holder, a run that finds the
@@ -177,8 +372,8 @@ fn lock_busy_wait_and_status(url: &str, certs: &Certificates, node: &Server, ack
 }
 
 #[test]
-fn tls_sentinel_reaches_sentinels_and_primary_over_tls() {
-    let certs = Certificates::make();
+fn tls_sentinel_reaches_sentinels_and_primary_over_mutual_tls() {
+    let certs = Certificates::mutual();
     let set = SentinelSet::start_tls(&certs);
     eprintln!("TLS sentinel set started in {:?}", set.started_in);
     let url = set.url();
@@ -192,8 +387,8 @@ fn tls_sentinel_reaches_sentinels_and_primary_over_tls() {
 }
 
 #[test]
-fn tls_cluster_follows_moved_to_tls_ports() {
-    let certs = Certificates::make();
+fn tls_cluster_follows_moved_to_tls_ports_over_mutual_tls() {
+    let certs = Certificates::mutual();
     let cluster = Cluster::start_tls(&certs);
     eprintln!("TLS cluster started in {:?}", cluster.started_in);
     let (owner, _) = cluster.owner("lockrun:{job}");

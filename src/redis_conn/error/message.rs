@@ -4,13 +4,14 @@
 use std::fmt;
 
 use super::noperm::refused;
-use super::{ErrorKind, RedisError, Unready};
+use super::{ErrorKind, RedisError, TlsRefusal, Unready};
 
 impl fmt::Display for RedisError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let target = &self.target;
         match self.kind {
             ErrorKind::Unreachable => self.fmt_unreachable(f),
+            ErrorKind::Tls(why) => self.fmt_tls(f, why),
             ErrorKind::NoPassword => write!(
                 f,
                 "Redis at {target} requires a password; give it in LOCKRUN_REDIS_PASSWORD, \
@@ -54,19 +55,46 @@ impl fmt::Display for RedisError {
 }
 
 impl RedisError {
+    /// A handshake that failed on a certificate: which one, and what fixes
+    /// it.
+    fn fmt_tls(&self, f: &mut fmt::Formatter<'_>, why: TlsRefusal) -> fmt::Result {
+        let (what, fix) = match why {
+            TlsRefusal::CertificateRequired => (
+                "the server asks for a client certificate",
+                "give --redis-cert-file and --redis-key-file (or LOCKRUN_REDIS_CERT_FILE and \
+                 LOCKRUN_REDIS_KEY_FILE)",
+            ),
+            TlsRefusal::ClientCertificate => (
+                "the server refused lockrun's client certificate",
+                "give --redis-cert-file a certificate signed by a CA the server trusts (its \
+                 tls-ca-cert-file), and not expired",
+            ),
+            TlsRefusal::UnknownIssuer => (
+                "the server's TLS certificate is not signed by a CA lockrun trusts",
+                "give the CA that signed it with --redis-ca-file (or LOCKRUN_REDIS_CA_FILE)",
+            ),
+            TlsRefusal::OtherHost => (
+                "the server's TLS certificate is for another host",
+                "reach the server by a name or address the certificate holds",
+            ),
+            TlsRefusal::Expired => (
+                "the server's TLS certificate has expired",
+                "the server needs a new one; no lockrun option accepts an expired certificate",
+            ),
+            TlsRefusal::Certificate => (
+                "lockrun did not accept the server's TLS certificate",
+                "check the certificate the server has (tls-cert-file) and --redis-ca-file",
+            ),
+        };
+        write!(
+            f,
+            "cannot reach Redis at {}: {what} ({}); {fix}",
+            self.target, self.detail
+        )
+    }
+
     fn fmt_unreachable(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let target = &self.target;
-        // rustls's words for a certificate it refused: unknown CA, wrong
-        // name, expired.
-        if self.detail.contains("invalid peer certificate") {
-            return write!(
-                f,
-                "cannot reach Redis at {target}: {}; lockrun did not accept the server's TLS \
-                 certificate: trust its CA with --redis-ca-file (or LOCKRUN_REDIS_CA_FILE), and \
-                 check that it names the host lockrun connects to",
-                self.detail
-            );
-        }
         write!(
             f,
             "cannot reach Redis at {target}: {}; check --redis (or LOCKRUN_REDIS_URL) and \

@@ -23,8 +23,9 @@ pub struct Server {
     /// What the harness's own connections authenticate with.
     password: Option<String>,
     sentinel: bool,
-    /// For a TLS-only server: the CA the harness's own connections trust.
-    tls_ca: Option<Vec<u8>>,
+    /// For a TLS-only server: what the harness's own connections trust and
+    /// show.
+    tls: Option<redis::TlsCertificates>,
     process: Option<Child>,
 }
 
@@ -84,7 +85,7 @@ impl Server {
             format!("{DATA}{tls}{config}")
         };
         let mut server = Self::new(Some(port), false, sentinel, &config, &[]);
-        server.tls_ca = Some(certs.ca_pem());
+        server.tls = Some(certs.for_harness());
         server
     }
 
@@ -119,7 +120,7 @@ impl Server {
             args: args.iter().map(|arg| arg.to_string()).collect(),
             password,
             sentinel,
-            tls_ca: None,
+            tls: None,
             process: None,
         };
         server.launch();
@@ -196,13 +197,10 @@ impl Server {
             (None, Some(pass)) => format!("redis://:{pass}@{}", self.addr()),
             _ => self.url(),
         };
-        let client = match &self.tls_ca {
-            Some(ca) => redis::Client::build_with_tls(
+        let client = match &self.tls {
+            Some(certs) => redis::Client::build_with_tls(
                 url.replacen("redis://", "rediss://", 1),
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(ca.clone()),
-                },
+                certs.clone(),
             )?,
             None => redis::Client::open(url)?,
         };

@@ -1,5 +1,7 @@
-//! `Certificates`: a private CA and a server certificate it signed, for TLS-only servers.
+//! `Certificates`: a private CA, and the server and client certificates it
+//! signed, for TLS-only servers that may ask clients for a certificate.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -9,13 +11,28 @@ use tempfile::TempDir;
 /// `127.0.0.1` (SANs: rustls checks the name the client dialled, and
 /// sentinels and clusters name their servers by IP address). Every server
 /// of a topology shares the one certificate, and uses it as its client
-/// certificate towards the others (replication, the cluster bus).
+/// certificate towards the others (replication, the cluster bus). Also a
+/// client certificate for lockrun (and the harness), and an expired copy of
+/// the server's.
 pub struct Certificates {
     dir: TempDir,
+    /// Whether servers ask every client for a certificate
+    /// (`tls-auth-clients yes`, Redis's default).
+    mutual: bool,
 }
 
 impl Certificates {
+    /// Certificates for servers that ask clients for none.
     pub fn make() -> Self {
+        Self::make_for(false)
+    }
+
+    /// Certificates for servers that ask every client for one.
+    pub fn mutual() -> Self {
+        Self::make_for(true)
+    }
+
+    fn make_for(mutual: bool) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("lockrun-tls-")
             .tempdir()
@@ -39,8 +56,30 @@ impl Certificates {
             "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
              -extfile san.ext -out server.pem",
         );
+        // The same, valid until a day before it was made.
+        openssl(
+            "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days -1 \
+             -extfile san.ext -out expired.pem",
+        );
+        openssl(&format!(
+            "req {key} -subj /CN=lockrun-client -keyout client.key -out client.csr"
+        ));
+        // With an extension, so a version 3 certificate: rustls takes no
+        // other.
+        std::fs::write(
+            dir.path().join("client.ext"),
+            "extendedKeyUsage=clientAuth\n",
+        )
+        .expect("write extension file");
+        openssl(
+            "x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+             -extfile client.ext -out client.pem",
+        );
+        // Private, as a key should be: lockrun warns otherwise.
+        let private = std::fs::Permissions::from_mode(0o600);
+        std::fs::set_permissions(dir.path().join("client.key"), private).expect("chmod");
         std::fs::create_dir(dir.path().join("empty")).expect("an empty directory");
-        Certificates { dir }
+        Certificates { dir, mutual }
     }
 
     pub fn dir(&self) -> &Path {
@@ -61,17 +100,50 @@ impl Certificates {
         std::fs::read(self.ca()).expect("read the CA certificate")
     }
 
+    /// Whether servers ask every client for a certificate.
+    pub fn is_mutual(&self) -> bool {
+        self.mutual
+    }
+
+    /// lockrun's client certificate, PEM, signed by the CA.
+    pub fn client_cert(&self) -> PathBuf {
+        self.dir.path().join("client.pem")
+    }
+
+    /// Its private key, mode 0600.
+    pub fn client_key(&self) -> PathBuf {
+        self.dir.path().join("client.key")
+    }
+
+    /// The server's certificate, expired.
+    pub fn expired(&self) -> PathBuf {
+        self.dir.path().join("expired.pem")
+    }
+
+    /// What the harness's own connections trust and show.
+    pub fn for_harness(&self) -> redis::TlsCertificates {
+        let read = |path: PathBuf| std::fs::read(path).expect("read a certificate");
+        redis::TlsCertificates {
+            client_tls: Some(redis::ClientTlsConfig {
+                client_cert: read(self.client_cert()),
+                client_key: read(self.client_key()),
+            }),
+            root_cert: Some(self.ca_pem()),
+        }
+    }
+
     /// redis.conf lines for a server (or sentinel) that speaks only TLS, on
     /// `port`: no plain-text port, TLS to its primary and on the cluster
-    /// bus, and no client certificate asked of clients (lockrun sends none).
+    /// bus, and a client certificate asked of every client if `mutual`.
     pub fn server_config(&self, port: u16) -> String {
         let file = |name: &str| self.dir.path().join(name).display().to_string();
         format!(
             "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\n\
-             tls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n",
+             tls-ca-cert-file {}\ntls-auth-clients {}\ntls-replication yes\n",
             file("server.pem"),
             file("server.key"),
             file("ca.pem"),
+            if self.mutual { "yes" } else { "no" },
         )
     }
 
@@ -81,6 +153,10 @@ impl Certificates {
             "--tls".into(),
             "--cacert".into(),
             self.ca().display().to_string(),
+            "--cert".into(),
+            self.client_cert().display().to_string(),
+            "--key".into(),
+            self.client_key().display().to_string(),
         ]
     }
 }

@@ -1,0 +1,151 @@
+//! The files of TLS to Redis (`--redis-ca-file`, `--redis-cert-file`,
+//! `--redis-key-file`), read and checked once, before anything is locked:
+//! a file that cannot be used is a usage error naming its flag.
+//!
+//! Any of them with no TLS URL is refused: it would most likely be a
+//! `redis://` meant as `rediss://`, which sends the password in the clear.
+//! A certificate without its key, or a key without its certificate, is
+//! refused too: which one was forgotten cannot be guessed. A key file that
+//! others than its owner may read is used, with one warning line: unlike a
+//! password file's, its mode is often set by the tool that issued it, and a
+//! run that stops working when a certificate is renewed helps nobody.
+
+use std::fmt;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use crate::cli::RedisArgs;
+use crate::error::Error;
+use crate::redis_conn::{Ca, Identity, IdentityError, Target, Tls};
+
+/// A PEM file longer than this is something else given by mistake.
+const MAX_PEM_FILE: u64 = 1 << 20;
+
+/// `--redis-key-file`, readable by users other than its owner.
+#[derive(Debug, Clone)]
+pub(crate) struct ExposedKey {
+    pub(crate) path: PathBuf,
+    pub(crate) mode: u32,
+}
+
+impl fmt::Display for ExposedKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let path = self.path.display();
+        write!(
+            f,
+            "--redis-key-file {path}: users other than its owner may read the private key \
+             (mode {:04o}); make it private: chmod 600 {path}",
+            self.mode
+        )
+    }
+}
+
+/// The TLS setup the flags ask for, if `tls` (some URL is `rediss…://`);
+/// and the key file, if others may read it.
+pub(super) fn read(
+    redis: &RedisArgs,
+    tls: bool,
+) -> Result<(Option<Tls>, Option<ExposedKey>), Error> {
+    let identity =
+        match (&redis.cert_file, &redis.key_file) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            (Some(_), None) => return Err(Error::Usage(
+                "--redis-cert-file needs --redis-key-file (or LOCKRUN_REDIS_KEY_FILE): a client \
+                 certificate is shown with its private key"
+                    .into(),
+            )),
+            (None, Some(_)) => return Err(Error::Usage(
+                "--redis-key-file needs --redis-cert-file (or LOCKRUN_REDIS_CERT_FILE): the key \
+                 is of a client certificate"
+                    .into(),
+            )),
+        };
+    if !tls {
+        let given = [
+            ("--redis-ca-file", redis.ca_file.as_ref()),
+            ("--redis-cert-file", redis.cert_file.as_ref()),
+        ];
+        if let Some((flag, Some(path))) = given.into_iter().find(|(_, path)| path.is_some()) {
+            return Err(refused(
+                flag,
+                path,
+                "it is for TLS, but --redis names no rediss:// URL (nor rediss+sentinel://, \
+                 rediss+cluster://)",
+            ));
+        }
+        return Ok((None, None));
+    }
+    let ca = match &redis.ca_file {
+        Some(path) => {
+            let (pem, _) = read_pem(path).map_err(|why| refused("--redis-ca-file", path, why))?;
+            Some(Ca::from_pem(pem).map_err(|why| refused("--redis-ca-file", path, why))?)
+        }
+        None => None,
+    };
+    let (identity, exposed) = match identity {
+        Some((cert, key)) => {
+            let (identity, exposed) = read_identity(cert, key)?;
+            (Some(identity), exposed)
+        }
+        None => (None, None),
+    };
+    let tls = Tls::new(ca, identity).map_err(Error::Usage)?;
+    Ok((Some(tls), exposed))
+}
+
+/// The certificate and key, and the key file if others may read it.
+fn read_identity(cert: &Path, key: &Path) -> Result<(Identity, Option<ExposedKey>), Error> {
+    let (cert_pem, _) = read_pem(cert).map_err(|why| refused("--redis-cert-file", cert, why))?;
+    let (key_pem, mode) = read_pem(key).map_err(|why| refused("--redis-key-file", key, why))?;
+    let identity = Identity::from_pem(cert_pem, key_pem).map_err(|err| match err {
+        IdentityError::Cert(why) => refused("--redis-cert-file", cert, why),
+        IdentityError::Key(why) => refused("--redis-key-file", key, why),
+    })?;
+    let exposed = (mode & 0o077 != 0).then(|| ExposedKey {
+        path: key.to_owned(),
+        mode: mode & 0o7777,
+    });
+    Ok((identity, exposed))
+}
+
+/// `targets`, each using `tls` on the servers it reaches over TLS.
+pub(super) fn using(targets: Vec<Target>, tls: &Tls) -> Result<Vec<Target>, Error> {
+    targets
+        .into_iter()
+        .map(|target| {
+            target
+                .with_tls(tls)
+                .map_err(|err| Error::Usage(format!("TLS to Redis cannot be set up: {err}")))
+        })
+        .collect()
+}
+
+fn refused(flag: &str, path: &Path, why: impl fmt::Display) -> Error {
+    Error::Usage(format!("{flag} {}: {why}", path.display()))
+}
+
+/// The contents of the file at `path` and its mode, read from the opened
+/// file so that both are of the same file.
+fn read_pem(path: &Path) -> Result<(Vec<u8>, u32), String> {
+    let file = File::open(path).map_err(|err| format!("cannot open it: {err}"))?;
+    let metadata = file
+        .metadata()
+        .map_err(|err| format!("cannot read its permissions: {err}"))?;
+    if metadata.is_dir() {
+        return Err("it is a directory".into());
+    }
+    let mut pem = Vec::new();
+    file.take(MAX_PEM_FILE + 1)
+        .read_to_end(&mut pem)
+        .map_err(|err| format!("cannot read it: {err}"))?;
+    if pem.len() as u64 > MAX_PEM_FILE {
+        return Err(format!(
+            "it is over {} MiB: not a PEM file",
+            MAX_PEM_FILE >> 20
+        ));
+    }
+    Ok((pem, metadata.permissions().mode()))
+}
