@@ -157,12 +157,16 @@ pub(super) async fn wait(
 ) -> redis::RedisResult<i64> {
     let route = match node {
         Some(id) => {
+            // A refusal (NOPERM) comes back as a value: as an error it
+            // names the rule to add, where parsing it as the node list
+            // would blame the server's protocol.
             let nodes = conn
                 .route_command(
                     redis::cmd("CLUSTER").arg("NODES").clone(),
                     route_to_owner(key),
                 )
-                .await?;
+                .await?
+                .extract_error()?;
             let nodes: String = redis::from_redis_value(nodes)?;
             let (host, port) = address_of(&nodes, id).ok_or_else(|| {
                 redis::RedisError::from((

@@ -4,6 +4,7 @@
 //! being migrated").
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::harness::*;
 
@@ -327,4 +328,51 @@ fn once_per_and_slots_runs_wait_for_the_slot_to_settle() {
         !dir.path().join("second").exists(),
         "ran twice in one period"
     );
+}
+
+/// The man page's ACL user for a run in a cluster (REDIS PERMISSIONS: run,
+/// acks and cluster) runs on a half-way slot as the default user does,
+/// with the default timing: the fence counter on the source, a new lease
+/// and holder record taken one key at a time on the target (`ASKING`), and
+/// the write there acknowledged by its replicas (`CLUSTER MYID`, then
+/// `CLUSTER NODES` to reach that node). Each of those rules taken away
+/// fails at once, in one line that names it.
+#[test]
+fn the_documented_acl_user_runs_while_the_slot_is_half_way() {
+    use crate::acl::{adds_rule, create_user_on, rules, PASSWORD};
+    let cluster = Cluster::start();
+    let mut documented = rules("run");
+    for use_ in ["acks", "cluster"] {
+        documented.extend(rules(use_));
+    }
+    let url = cluster.url_via(&cluster.primaries());
+    let as_user = |user: &str| {
+        Lockrun::via(&url.replacen("://", &format!("://{user}@"), 1))
+            .env("LOCKRUN_REDIS_PASSWORD", PASSWORD)
+            .key(NAME)
+    };
+    create_user_on(&cluster.nodes, "lockrun", &documented);
+    let dir = scratch();
+    run_as(as_user("lockrun"), &dir.path().join("before"));
+    let slot = Move::begin(&cluster);
+    run_as(as_user("lockrun"), &dir.path().join("half-way"));
+    keys_on(&slot, &[FENCE], &[]);
+    let needed = ["+asking", "+cluster|myid", "+cluster|nodes"];
+    for (n, rule) in needed.into_iter().enumerate() {
+        let fewer: Vec<String> = documented.iter().filter(|r| *r != rule).cloned().collect();
+        let user = format!("without{n}");
+        create_user_on(&cluster.nodes, &user, &fewer);
+        let ran = as_user(&user).touch(dir.path().join(&user)).run();
+        ran.assert(adds_rule(rule).context(format!("{rule} taken away")));
+        assert!(ran.took < Duration::from_secs(2), "{rule}: {:?}", ran.took);
+    }
+    // Every key moved: the lock lives on the target alone.
+    slot.keys(&[FENCE]);
+    run_as(as_user("lockrun"), &dir.path().join("moved"));
+}
+
+/// `lockrun` (as some user) takes the lock and touches `ran`.
+fn run_as(lockrun: Lockrun<'_>, ran: &Path) {
+    lockrun.touch(ran).run().assert(Expect::success());
+    assert!(ran.exists(), "exit 0 without running");
 }
