@@ -400,7 +400,8 @@ fn cluster_needs_each_of_its_rules() {
         status["redis_node"].clone()
     };
     assert!(node("lockrun").is_string());
-    // ASKING is sent only while the lock's slot migrates.
+    // ASKING, CLUSTER MYID and CLUSTER NODES (for WAIT) are sent only while
+    // the lock's slot migrates: migration.rs shows each is needed then.
     for rule in lockrun
         .iter()
         .filter(|r| ["+cluster|slots", "+wait"].contains(&r.as_str()))

@@ -331,8 +331,9 @@ fn once_per_and_slots_runs_wait_for_the_slot_to_settle() {
 }
 
 /// The man page's ACL user for a run in a cluster (REDIS PERMISSIONS: run,
-/// acks and cluster) runs on a half-way slot as the default user does,
-/// with the default timing: the fence counter on the source, a new lease
+/// acks and cluster) runs on a half-way slot as the default user does: a
+/// holder renews and releases with its holder record moved; with the
+/// default timing, the fence counter on the source, a new lease
 /// and holder record taken one key at a time on the target (`ASKING`), and
 /// the write there acknowledged by its replicas (`CLUSTER MYID`, then
 /// `CLUSTER NODES` to reach that node). Each of those rules taken away
@@ -353,8 +354,16 @@ fn the_documented_acl_user_runs_while_the_slot_is_half_way() {
     };
     create_user_on(&cluster.nodes, "lockrun", &documented);
     let dir = scratch();
-    run_as(as_user("lockrun"), &dir.path().join("before"));
+    // A holder renews with its holder record moved, and releases.
+    let mut holder = as_user("lockrun")
+        .args(["--wait", "20s"])
+        .args(TIMING)
+        .hold();
     let slot = Move::begin(&cluster);
+    slot.keys(&[HOLDER]);
+    assert!(renewed_on(slot.source), "{}", holder.stderr());
+    holder.go();
+    holder.end().assert(Expect::success());
     run_as(as_user("lockrun"), &dir.path().join("half-way"));
     keys_on(&slot, &[FENCE], &[]);
     let needed = ["+asking", "+cluster|myid", "+cluster|nodes"];

@@ -68,8 +68,9 @@ pub(super) fn refused(detail: &str) -> (String, String) {
 /// The subcommand of a container command that lockrun sends and that can
 /// be refused where the operator sees it: Redis before 7 names only the
 /// container (`'sentinel'`), and the rule for the container alone would
-/// allow all its subcommands. (`CLUSTER NODES` is sent too, but only for
-/// `status`'s `redis_node`, which is null when it is refused.)
+/// allow all its subcommands. (`CLUSTER NODES` is sent too, for `status`'s
+/// `redis_node`, null when it is refused, and to find the node that took a
+/// write while a slot is being migrated: Redis 7 names it in full there.)
 fn subcommand(name: &str) -> &str {
     match name {
         "sentinel" => "sentinel|get-master-addr-by-name",
