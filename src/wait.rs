@@ -33,6 +33,10 @@ use crate::report::{Event, Report};
 /// Polling period when the wake-up subscription failed or Redis does not
 /// answer.
 const POLL_UNSUBSCRIBED: Duration = Duration::from_millis(200);
+/// The longest pause between attempts while Redis refuses or fails: the
+/// pause doubles from the polling period up to this, so that runs turned
+/// away by a server at its client limit do not all come back at once.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// A little past an expiry, so the retry finds the key or place gone.
 const EXPIRY_MARGIN: Duration = Duration::from_millis(2);
 
@@ -130,6 +134,7 @@ pub(crate) async fn acquire(
         wakes: None,
         resubscribe: true,
         failing: false,
+        failures: 0,
         place: None,
         systemd,
         refused_wakes: None,
@@ -165,6 +170,8 @@ struct Waiter<'a, L> {
     resubscribe: bool,
     /// Whether Redis stopped answering during the wait.
     failing: bool,
+    /// Attempts in a row that Redis failed or refused, for the backoff.
+    failures: u32,
     /// This run's place in line, as far as it knows: the last when it
     /// joined, no later than the length of the line since, first once told
     /// so.
@@ -215,6 +222,9 @@ impl<L: Contended> Waiter<'_, L> {
             Subscription::Failed(LockError::Redis(err)) if err.kind == ErrorKind::NoPerm => {
                 self.refused_wakes = Some(err.to_string());
             }
+            // Refused a connection, or gone: subscribe again once it
+            // answers, since the run may wait long after that.
+            Subscription::Failed(err) if err.is_retryable() => self.resubscribe = true,
             Subscription::Failed(err) => self.polling(&err.to_string()),
             Subscription::NoMessages => {}
         }
@@ -332,6 +342,7 @@ impl<L: Contended> Waiter<'_, L> {
             // of a majority is worth waiting through, as long as the wait
             // lasts. A wrong password or URL failed long before.
             Err(err) if err.is_retryable() && !waited_out => {
+                self.failures = self.failures.saturating_add(1);
                 if !std::mem::replace(&mut self.failing, true) {
                     let event = Event::warning("redis_failing").with("error", err.to_string());
                     self.report
@@ -346,6 +357,7 @@ impl<L: Contended> Waiter<'_, L> {
     /// Says so when the lock's servers answer again after failing; returns
     /// whether they had been failing.
     fn answers_again(&mut self) -> bool {
+        self.failures = 0;
         let was_failing = std::mem::take(&mut self.failing);
         if was_failing {
             self.report.error(
@@ -363,7 +375,7 @@ impl<L: Contended> Waiter<'_, L> {
         let refresh = if self.wakes.is_some() && !self.failing {
             now + self.timing.renew_every
         } else {
-            now + jitter(POLL_UNSUBSCRIBED.min(self.timing.renew_every))
+            now + jitter(self.backoff())
         };
         let mut look = retry.map(|retry| now + retry + EXPIRY_MARGIN);
         loop {
@@ -410,6 +422,18 @@ impl<L: Contended> Waiter<'_, L> {
                 () = tokio::time::sleep_until(due) => return None,
             }
         }
+    }
+}
+
+impl<L> Waiter<'_, L> {
+    /// The polling period, doubled for each failure in a row after the
+    /// first, up to `MAX_BACKOFF`.
+    fn backoff(&self) -> Duration {
+        let period = POLL_UNSUBSCRIBED.min(self.timing.renew_every);
+        let doublings = self.failures.saturating_sub(1).min(8);
+        period
+            .saturating_mul(1 << doublings)
+            .min(MAX_BACKOFF.max(period))
     }
 }
 

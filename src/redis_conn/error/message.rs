@@ -103,6 +103,29 @@ impl RedisError {
         )
     }
 
+    /// A connection closed before the server's reason could be read: the
+    /// limit is named only when the server said so to this run before.
+    fn fmt_closed(&self, f: &mut fmt::Formatter<'_>, at_limit: bool) -> fmt::Result {
+        write!(
+            f,
+            "Redis at {}: the server closed the connection as lockrun opened it, before saying \
+             why ({})",
+            self.target, self.detail
+        )?;
+        if at_limit {
+            write!(
+                f,
+                "; earlier in this run it said max number of clients reached (see its \
+                 maxclients setting)"
+            )
+        } else {
+            write!(
+                f,
+                "; check --redis (or LOCKRUN_REDIS_URL) and the server's log"
+            )
+        }
+    }
+
     fn fmt_unready(&self, f: &mut fmt::Formatter<'_>, why: Unready) -> fmt::Result {
         let target = &self.target;
         let state = match why {
@@ -123,6 +146,14 @@ impl RedisError {
                 "is a replica that lost its primary (MASTERDOWN) and serves nothing until it is \
                  back"
             }
+            Unready::MaxClients => {
+                return write!(
+                    f,
+                    "Redis at {target} refused the connection: max number of clients reached \
+                     (see its maxclients setting, and CLIENT LIST for who holds them)"
+                );
+            }
+            Unready::Closed { at_limit } => return self.fmt_closed(f, at_limit),
             Unready::ClusterDown | Unready::Failover | Unready::Replicas => {
                 return write!(f, "Redis at {target} is unavailable: {}", self.detail);
             }
