@@ -108,8 +108,8 @@ impl RedisError {
     fn fmt_closed(&self, f: &mut fmt::Formatter<'_>, at_limit: bool) -> fmt::Result {
         write!(
             f,
-            "Redis at {}: the server closed the connection as lockrun opened it, before saying \
-             why ({})",
+            "cannot reach Redis at {}: the server closed the connection as lockrun opened it, \
+             before saying why ({})",
             self.target, self.detail
         )?;
         if at_limit {
@@ -121,7 +121,7 @@ impl RedisError {
         } else {
             write!(
                 f,
-                "; check --redis (or LOCKRUN_REDIS_URL) and the server's log"
+                "; check --redis (or LOCKRUN_REDIS_URL) and that the server is up"
             )
         }
     }
@@ -159,5 +159,41 @@ impl RedisError {
             }
         };
         write!(f, "Redis at {target} {state}; it cannot serve the lock yet")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::redis_conn::error::is_closed;
+    use crate::redis_conn::{ErrorKind, Target, Unready};
+
+    #[test]
+    fn a_refused_connection_names_the_limit_only_when_the_server_did() {
+        let target = Target::parse("redis://h:1", None).expect("valid");
+        let full =
+            redis::make_extension_error("ERR".into(), Some("max number of clients reached".into()));
+        let line = target.error(&full).to_string();
+        assert!(
+            line.contains("max number of clients reached (see its maxclients setting"),
+            "{line}"
+        );
+        let pipe = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(is_closed(&pipe));
+        let unseen = target.closed_on_open(&pipe, false);
+        assert_eq!(
+            unseen.kind,
+            ErrorKind::Transient(Unready::Closed { at_limit: false })
+        );
+        let line = unseen.to_string();
+        assert!(line.contains("the server closed the connection"), "{line}");
+        assert!(!line.contains("maxclients"), "{line}");
+        let line = target.closed_on_open(&pipe, true).to_string();
+        assert!(
+            line.contains("said max number of clients reached"),
+            "{line}"
+        );
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(!is_closed(&refused));
     }
 }
