@@ -12,7 +12,10 @@
 //! losing it while waiting is not the end of the wait: nothing is held yet,
 //! so lockrun keeps trying until the wait runs out. The same goes for a Redis
 //! that answers "not yet" (loading its data set, busy with a script, a
-//! failover, too few replicas), from the first attempt on. A quorum does not
+//! failover, too few replicas) or turns the connection away (at its
+//! `maxclients` limit, or closing it as it opens), from the first attempt
+//! on; the pause between such attempts doubles, jittered, up to
+//! `MAX_BACKOFF`. A quorum does not
 //! queue (see `lock::Rules`): it gets no messages, and looks again after a
 //! jittered pause, so that runs that collided do not collide again.
 
