@@ -225,9 +225,10 @@ impl<L: Contended> Waiter<'_, L> {
             Subscription::Failed(LockError::Redis(err)) if err.kind == ErrorKind::NoPerm => {
                 self.refused_wakes = Some(err.to_string());
             }
-            // Refused a connection, or gone: subscribe again once it
-            // answers, since the run may wait long after that.
-            Subscription::Failed(err) if err.is_retryable() => self.resubscribe = true,
+            // Refused a connection for now (its client limit, say):
+            // subscribe again once Redis lets this run in, since it may wait
+            // long after that.
+            Subscription::Failed(err) if err.is_refused_for_now() => self.resubscribe = true,
             Subscription::Failed(err) => self.polling(&err.to_string()),
             Subscription::NoMessages => {}
         }
