@@ -244,15 +244,7 @@ async fn acquire(
     let within = timing.redis_timeout.max(FIRST_CONNECT_TIMEOUT);
     let attempt = async {
         let (wait, supersede) = (config.wait, config.supersede);
-        match lock.connect(within).await {
-            // A server that refused the connection for now (at its
-            // maxclients limit, loading, closing it as it opened) may take
-            // the next one: a waiting run keeps trying, in the wait loop,
-            // until its wait runs out. One that is not there, or refuses
-            // this run's password, fails at once.
-            Err(err) if err.is_refused_for_now() && wait.is_some_and(wait::Wait::may_wait) => {}
-            connected => connected?,
-        }
+        wait::connect(lock, within, wait).await?;
         wait::acquire(lock, timing, &me, wait, supersede, systemd, report).await
     };
     let outcome = tokio::select! {

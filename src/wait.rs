@@ -113,6 +113,22 @@ impl Contended for Lock {
     }
 }
 
+/// Connects to the lock's servers within `within`. A server that refused
+/// the connection for now (at its maxclients limit, loading, closing it as
+/// it opened) may take the next one: a run that may wait goes on to try
+/// again in the wait loop, until its wait runs out. One that is not there,
+/// or refuses this run's password, fails at once.
+pub(crate) async fn connect(
+    lock: &mut Lock,
+    within: Duration,
+    wait: Option<Wait>,
+) -> Result<(), LockError> {
+    match lock.connect(within).await {
+        Err(err) if err.is_refused_for_now() && wait.is_some_and(Wait::may_wait) => Ok(()),
+        connected => connected,
+    }
+}
+
 /// Tries once, then, if `wait` allows, waits for the lock. Returns
 /// `Attempt::Busy` when the wait ran out with the lock still taken, and
 /// `Attempt::Superseded` when a newer `--supersede` run took this one's
