@@ -243,8 +243,8 @@ async fn acquire(
     // nothing is held yet, and a slow handshake is no reason to give up.
     let within = timing.redis_timeout.max(FIRST_CONNECT_TIMEOUT);
     let attempt = async {
-        lock.connect(within).await?;
         let (wait, supersede) = (config.wait, config.supersede);
+        wait::connect(lock, within, wait).await?;
         wait::acquire(lock, timing, &me, wait, supersede, systemd, report).await
     };
     let outcome = tokio::select! {

@@ -12,7 +12,10 @@
 //! losing it while waiting is not the end of the wait: nothing is held yet,
 //! so lockrun keeps trying until the wait runs out. The same goes for a Redis
 //! that answers "not yet" (loading its data set, busy with a script, a
-//! failover, too few replicas), from the first attempt on. A quorum does not
+//! failover, too few replicas) or turns the connection away (at its
+//! `maxclients` limit, or closing it as it opens), from the first attempt
+//! on; the pause between such attempts doubles, jittered, up to
+//! `MAX_BACKOFF`. A quorum does not
 //! queue (see `lock::Rules`): it gets no messages, and looks again after a
 //! jittered pause, so that runs that collided do not collide again.
 
@@ -33,6 +36,10 @@ use crate::report::{Event, Report};
 /// Polling period when the wake-up subscription failed or Redis does not
 /// answer.
 const POLL_UNSUBSCRIBED: Duration = Duration::from_millis(200);
+/// The longest pause between attempts while Redis refuses or fails: the
+/// pause doubles from the polling period up to this, so that runs turned
+/// away by a server at its client limit do not all come back at once.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// A little past an expiry, so the retry finds the key or place gone.
 const EXPIRY_MARGIN: Duration = Duration::from_millis(2);
 
@@ -106,6 +113,22 @@ impl Contended for Lock {
     }
 }
 
+/// Connects to the lock's servers within `within`. A server that refused
+/// the connection for now (at its maxclients limit, loading, closing it as
+/// it opened) may take the next one: a run that may wait goes on to try
+/// again in the wait loop, until its wait runs out. One that is not there,
+/// or refuses this run's password, fails at once.
+pub(crate) async fn connect(
+    lock: &mut Lock,
+    within: Duration,
+    wait: Option<Wait>,
+) -> Result<(), LockError> {
+    match lock.connect(within).await {
+        Err(err) if err.is_refused_for_now() && wait.is_some_and(Wait::may_wait) => Ok(()),
+        connected => connected,
+    }
+}
+
 /// Tries once, then, if `wait` allows, waits for the lock. Returns
 /// `Attempt::Busy` when the wait ran out with the lock still taken, and
 /// `Attempt::Superseded` when a newer `--supersede` run took this one's
@@ -130,6 +153,7 @@ pub(crate) async fn acquire(
         wakes: None,
         resubscribe: true,
         failing: false,
+        failures: 0,
         place: None,
         systemd,
         refused_wakes: None,
@@ -165,6 +189,8 @@ struct Waiter<'a, L> {
     resubscribe: bool,
     /// Whether Redis stopped answering during the wait.
     failing: bool,
+    /// Attempts in a row that Redis failed or refused, for the backoff.
+    failures: u32,
     /// This run's place in line, as far as it knows: the last when it
     /// joined, no later than the length of the line since, first once told
     /// so.
@@ -215,6 +241,10 @@ impl<L: Contended> Waiter<'_, L> {
             Subscription::Failed(LockError::Redis(err)) if err.kind == ErrorKind::NoPerm => {
                 self.refused_wakes = Some(err.to_string());
             }
+            // Refused a connection for now (its client limit, say):
+            // subscribe again once Redis lets this run in, since it may wait
+            // long after that.
+            Subscription::Failed(err) if err.is_refused_for_now() => self.resubscribe = true,
             Subscription::Failed(err) => self.polling(&err.to_string()),
             Subscription::NoMessages => {}
         }
@@ -332,6 +362,7 @@ impl<L: Contended> Waiter<'_, L> {
             // of a majority is worth waiting through, as long as the wait
             // lasts. A wrong password or URL failed long before.
             Err(err) if err.is_retryable() && !waited_out => {
+                self.failures = self.failures.saturating_add(1);
                 if !std::mem::replace(&mut self.failing, true) {
                     let event = Event::warning("redis_failing").with("error", err.to_string());
                     self.report
@@ -346,6 +377,7 @@ impl<L: Contended> Waiter<'_, L> {
     /// Says so when the lock's servers answer again after failing; returns
     /// whether they had been failing.
     fn answers_again(&mut self) -> bool {
+        self.failures = 0;
         let was_failing = std::mem::take(&mut self.failing);
         if was_failing {
             self.report.error(
@@ -363,7 +395,7 @@ impl<L: Contended> Waiter<'_, L> {
         let refresh = if self.wakes.is_some() && !self.failing {
             now + self.timing.renew_every
         } else {
-            now + jitter(POLL_UNSUBSCRIBED.min(self.timing.renew_every))
+            now + jitter(self.backoff())
         };
         let mut look = retry.map(|retry| now + retry + EXPIRY_MARGIN);
         loop {
@@ -410,6 +442,18 @@ impl<L: Contended> Waiter<'_, L> {
                 () = tokio::time::sleep_until(due) => return None,
             }
         }
+    }
+}
+
+impl<L> Waiter<'_, L> {
+    /// The polling period, doubled for each failure in a row after the
+    /// first, up to `MAX_BACKOFF`.
+    fn backoff(&self) -> Duration {
+        let period = POLL_UNSUBSCRIBED.min(self.timing.renew_every);
+        let doublings = self.failures.saturating_sub(1).min(8);
+        period
+            .saturating_mul(1 << doublings)
+            .min(MAX_BACKOFF.max(period))
     }
 }
 

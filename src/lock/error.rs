@@ -34,6 +34,13 @@ impl LockError {
         }
     }
 
+    /// Whether a server refused a connection for now: it said it is at its
+    /// client limit or loading its data set, or closed the connection as it
+    /// opened. Not a server that is not there at all.
+    pub(crate) fn is_refused_for_now(&self) -> bool {
+        matches!(self, LockError::Redis(err) if err.is_transient())
+    }
+
     /// This failure, followed by `later`, which giving back what the failed
     /// call may have taken ran into; see `RedisError::then_giving_back`.
     pub(crate) fn then_giving_back(self, later: &LockError) -> LockError {

@@ -66,6 +66,12 @@ pub(crate) enum Unready {
     Failover,
     /// Too few replicas connected (NOREPLICAS) or acknowledging a write.
     Replicas,
+    /// At its `maxclients` limit, it refused a new connection.
+    MaxClients,
+    /// It closed a new connection before answering, without a reason that
+    /// lockrun could read; `at_limit` when it had said `max number of
+    /// clients reached` to this run before, the likely reason again.
+    Closed { at_limit: bool },
 }
 
 /// A failed Redis call, with the address but never the password.
@@ -171,6 +177,7 @@ impl Target {
             Some("BUSY") => ErrorKind::Transient(Unready::Busy),
             // min-replicas-to-write: too few replicas are connected right now.
             Some("NOREPLICAS") => ErrorKind::Transient(Unready::Replicas),
+            Some("MAXCLIENTS") => ErrorKind::Transient(Unready::MaxClients),
             // `Session::invoke` decodes replies itself, so a parse error
             // here is the wire protocol's: whatever answered is not Redis.
             None if err.kind() == redis::ErrorKind::Parse => ErrorKind::NotRedis,
@@ -210,14 +217,15 @@ impl Target {
         }
     }
 
-    /// `err`, unless it is the crate's own timer, which races lockrun's:
-    /// either way the call got no answer within `after`.
-    pub(super) fn call_error(&self, err: &redis::RedisError, after: Duration) -> RedisError {
-        if err.is_timeout() {
-            self.timed_out(after)
-        } else {
-            self.error(err)
-        }
+    /// A connection that the server closed as it opened, before lockrun
+    /// read an answer (`err`: a broken pipe, a reset, an early end);
+    /// `at_limit` as in `Unready::Closed`.
+    pub(super) fn closed_on_open(&self, err: &redis::RedisError, at_limit: bool) -> RedisError {
+        self.failure(
+            ErrorKind::Transient(Unready::Closed { at_limit }),
+            &one_line(err),
+            None,
+        )
     }
 
     /// A reply that is not what the script returns.
@@ -245,6 +253,29 @@ pub(super) fn tls_refusal(err: &redis::RedisError) -> Option<TlsRefusal> {
 pub(super) fn is_auth_error(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(code::code(err).as_deref(), Some("NOAUTH" | "WRONGPASS"))
+}
+
+/// Whether `err` is the server closing the connection under lockrun: a
+/// broken pipe, a reset, or an end of stream where a reply was due.
+pub(super) fn is_closed(err: &redis::RedisError) -> bool {
+    use std::error::Error;
+    let Some(source) = err.source() else {
+        return false;
+    };
+    let io = source.downcast_ref::<std::io::Error>().or_else(|| {
+        source
+            .downcast_ref::<std::sync::Arc<dyn Error + Send + Sync>>()?
+            .downcast_ref::<std::io::Error>()
+    });
+    io.is_some_and(|io| {
+        matches!(
+            io.kind(),
+            std::io::ErrorKind::BrokenPipe
+                | std::io::ErrorKind::ConnectionReset
+                | std::io::ErrorKind::ConnectionAborted
+                | std::io::ErrorKind::UnexpectedEof
+        )
+    })
 }
 
 /// Whether `err` says the server does not know the command sent.

@@ -67,6 +67,7 @@ impl ConnectionLike for Conn {
     }
 }
 
+mod refused;
 mod subscribe;
 
 /// One lazily (re)opened connection. After any failure the connection is
@@ -86,6 +87,12 @@ pub(crate) struct Session {
     /// The open connection's push messages, until a subscription takes
     /// them.
     pushes: Option<Pushes>,
+    /// Whether the server said `max number of clients reached` to this
+    /// session: then a connection it closes unanswered likely met the same.
+    at_limit: bool,
+    /// Whether the open connection has answered a call yet: a server that
+    /// refuses a connection may close it only when the first call is sent.
+    answered: bool,
 }
 
 impl Session {
@@ -97,6 +104,8 @@ impl Session {
             primary: None,
             carries_pushes: false,
             pushes: None,
+            at_limit: false,
+            answered: false,
         }
     }
 
@@ -140,13 +149,16 @@ impl Session {
     }
 
     async fn open(&mut self, timeout: Duration) -> Result<(), RedisError> {
+        self.answered = false;
         self.target.reread_password();
         let target = &self.target;
         match &target.topology {
             Topology::Single => {
-                let (conn, pushes) = connect_carrying(&target.info, timeout, self.carries_pushes)
-                    .await
-                    .map_err(|err| target.call_error(&err, timeout))?;
+                let opened = connect_carrying(&target.info, timeout, self.carries_pushes).await;
+                let (conn, pushes) = match opened {
+                    Ok(opened) => opened,
+                    Err(err) => return Err(self.refused(&err, timeout).await),
+                };
                 self.conn = Some(Conn::Single(conn));
                 self.pushes = pushes;
             }
@@ -199,12 +211,17 @@ impl Session {
             let result = tokio::time::timeout(left, sent).await;
             match result {
                 Ok(Ok(value)) => {
+                    self.answered = true;
                     return T::from_redis_value(value)
-                        .map_err(|err| self.target.unexpected_reply(&err.to_string()))
+                        .map_err(|err| self.target.unexpected_reply(&err.to_string()));
                 }
                 // The crate's response timer races ours; either way, it is ours.
                 Ok(Err(err)) if !err.is_timeout() => {
-                    let error = self.error(&err);
+                    let error = if self.answered {
+                        self.error(&err)
+                    } else {
+                        self.refused(&err, self.timeout).await
+                    };
                     self.drop_connection();
                     // A primary that Sentinel demoted refuses the write
                     // before changing anything: ask the sentinels again and

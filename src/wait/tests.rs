@@ -207,6 +207,27 @@ async fn failures_that_may_pass_are_waited_through_until_the_wait_runs_out() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn failures_in_a_row_double_the_pause_up_to_a_second() {
+    let mut answers = [ShortOfMajority; 7].to_vec();
+    answers.push(Acquired);
+    let mut lock = Scripted::new(&answers);
+    wait_on(&mut lock, Some(Wait::Forever))
+        .await
+        .expect("acquired");
+    let ms = Duration::from_millis;
+    let gaps: Vec<Duration> = lock
+        .times()
+        .windows(2)
+        .map(|pair| pair[1].saturating_sub(pair[0]))
+        .collect();
+    let most = [200, 400, 800, 1000, 1000, 1000, 1000].map(ms);
+    assert_eq!(gaps.len(), most.len());
+    for (gap, most) in gaps.iter().zip(most) {
+        assert!(*gap >= most / 2 && *gap <= most, "{gaps:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failure_that_cannot_pass_ends_the_wait_at_once() {
     let mut lock = Scripted::new(&[Says::Foreign]);
     let err = wait_on(&mut lock, Some(Wait::Forever))

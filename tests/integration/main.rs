@@ -20,6 +20,7 @@ mod faults;
 mod fencing_pg;
 mod generated;
 mod hardening;
+mod limits;
 mod list;
 mod log_format;
 mod metrics;

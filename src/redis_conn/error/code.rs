@@ -15,6 +15,10 @@
 //!   from a client that gave none with `ERR Protocol error:
 //!   unauthenticated multibulk length`: here it is NOAUTH, as a short
 //!   request gets.
+//! - A server at its `maxclients` limit greets a new connection with `ERR
+//!   max number of clients reached` (Redis 6.2 to 8, Valkey 8) and closes
+//!   it: here it is MAXCLIENTS, a code of lockrun's own, since waiting
+//!   helps there and not after other ERR replies.
 //!
 //! A script sent behind `TIME` (`Call::reply_last`) fails as a pipeline,
 //! which the redis crate reports with neither code nor detail of its own:
@@ -31,6 +35,8 @@ pub(crate) fn code(err: &redis::RedisError) -> Option<String> {
         "NOPERM"
     } else if detail.starts_with("Protocol error: unauthenticated") {
         "NOAUTH"
+    } else if detail.starts_with("max number of clients reached") {
+        "MAXCLIENTS"
     } else {
         inside_script(&detail).map_or("ERR", |(inner, _)| inner)
     };
@@ -149,6 +155,9 @@ mod tests {
         assert_eq!(code(&own).as_deref(), Some("ERR"));
         let long = reply("-ERR Protocol error: unauthenticated multibulk length");
         assert_eq!(code(&long).as_deref(), Some("NOAUTH"));
+        // Redis 7.2 and Valkey 8.1's greeting at maxclients, verbatim.
+        let full = reply("-ERR max number of clients reached");
+        assert_eq!(code(&full).as_deref(), Some("MAXCLIENTS"));
         let io = redis::RedisError::from((redis::ErrorKind::Io, "Connection refused"));
         assert!(!is_unknown_command(&io));
         assert_eq!(code(&io).as_deref(), None);

@@ -103,6 +103,29 @@ impl RedisError {
         )
     }
 
+    /// A connection closed before the server's reason could be read: the
+    /// limit is named only when the server said so to this run before.
+    fn fmt_closed(&self, f: &mut fmt::Formatter<'_>, at_limit: bool) -> fmt::Result {
+        write!(
+            f,
+            "cannot reach Redis at {}: the server closed the connection as lockrun opened it, \
+             before saying why ({})",
+            self.target, self.detail
+        )?;
+        if at_limit {
+            write!(
+                f,
+                "; earlier in this run it said max number of clients reached (see its \
+                 maxclients setting)"
+            )
+        } else {
+            write!(
+                f,
+                "; check --redis (or LOCKRUN_REDIS_URL) and that the server is up"
+            )
+        }
+    }
+
     fn fmt_unready(&self, f: &mut fmt::Formatter<'_>, why: Unready) -> fmt::Result {
         let target = &self.target;
         let state = match why {
@@ -123,10 +146,54 @@ impl RedisError {
                 "is a replica that lost its primary (MASTERDOWN) and serves nothing until it is \
                  back"
             }
+            Unready::MaxClients => {
+                return write!(
+                    f,
+                    "Redis at {target} refused the connection: max number of clients reached \
+                     (see its maxclients setting, and CLIENT LIST for who holds them)"
+                );
+            }
+            Unready::Closed { at_limit } => return self.fmt_closed(f, at_limit),
             Unready::ClusterDown | Unready::Failover | Unready::Replicas => {
                 return write!(f, "Redis at {target} is unavailable: {}", self.detail);
             }
         };
         write!(f, "Redis at {target} {state}; it cannot serve the lock yet")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::redis_conn::error::is_closed;
+    use crate::redis_conn::{ErrorKind, Target, Unready};
+
+    #[test]
+    fn a_refused_connection_names_the_limit_only_when_the_server_did() {
+        let target = Target::parse("redis://h:1", None).expect("valid");
+        let full =
+            redis::make_extension_error("ERR".into(), Some("max number of clients reached".into()));
+        let line = target.error(&full).to_string();
+        assert!(
+            line.contains("max number of clients reached (see its maxclients setting"),
+            "{line}"
+        );
+        let pipe = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(is_closed(&pipe));
+        let unseen = target.closed_on_open(&pipe, false);
+        assert_eq!(
+            unseen.kind,
+            ErrorKind::Transient(Unready::Closed { at_limit: false })
+        );
+        let line = unseen.to_string();
+        assert!(line.contains("the server closed the connection"), "{line}");
+        assert!(!line.contains("maxclients"), "{line}");
+        let line = target.closed_on_open(&pipe, true).to_string();
+        assert!(
+            line.contains("said max number of clients reached"),
+            "{line}"
+        );
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(!is_closed(&refused));
     }
 }

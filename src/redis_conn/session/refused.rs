@@ -1,0 +1,139 @@
+//! Why a server refused a new connection. Redis at its `maxclients` limit
+//! writes `ERR max number of clients reached` as soon as it accepts, then
+//! closes: lockrun reads that as the answer to its first command when the
+//! reply comes first, but when the close wins the race, the redis crate
+//! reports only a broken pipe or a reset, and the reason is lost with its
+//! socket. Then lockrun opens one more connection that sends nothing and
+//! reads what the server says unasked: the same refusal, if that was it
+//! (a server with room says nothing, and the look ends after `LOOK`).
+
+use std::time::Duration;
+
+use redis::ConnectionAddr;
+use tokio::net::{TcpStream, UnixStream};
+
+use super::{Session, Topology};
+use crate::redis_conn::error::is_closed;
+use crate::redis_conn::{ErrorKind, RedisError, Unready};
+
+/// How long the look waits for the server to speak first. Redis writes its
+/// refusal in the same step that accepts the connection.
+const LOOK: Duration = Duration::from_millis(200);
+
+/// The most of a refusal lockrun reads: one error line.
+const MAX_REFUSAL: usize = 512;
+
+impl Session {
+    /// `err`, the failure to open a connection within `timeout` or of the
+    /// first call on it, as the operator should read it: with the server's
+    /// reason when it closed the connection under lockrun and says why to
+    /// a second look.
+    pub(super) async fn refused(
+        &mut self,
+        err: &redis::RedisError,
+        timeout: Duration,
+    ) -> RedisError {
+        let error = if err.is_timeout() {
+            self.target.timed_out(timeout)
+        } else if !is_closed(err) {
+            self.error(err)
+        } else {
+            match self.unasked(LOOK.min(timeout)).await {
+                Some(reason) => self.target.error(&reason),
+                None => self.target.closed_on_open(err, self.at_limit),
+            }
+        };
+        if error.kind == ErrorKind::Transient(Unready::MaxClients) {
+            self.at_limit = true;
+        }
+        error
+    }
+
+    /// What the one server in the URL says unasked, within `within`. Not
+    /// behind Sentinel or in a cluster, whose servers the URL does not name.
+    async fn unasked(&self, within: Duration) -> Option<redis::RedisError> {
+        match self.target.topology {
+            Topology::Single => unasked(self.target.info.addr(), within).await,
+            _ => None,
+        }
+    }
+}
+
+/// The error reply the server at `addr` sends a connection that says
+/// nothing, within `within`; `None` if it sends none (or over TLS, whose
+/// handshake lockrun would have to send first).
+async fn unasked(addr: &ConnectionAddr, within: Duration) -> Option<redis::RedisError> {
+    let mut said = Vec::new();
+    let read = async {
+        match addr {
+            ConnectionAddr::Tcp(host, port) => {
+                let stream = TcpStream::connect((host.as_str(), *port)).await.ok()?;
+                read_line(&mut said, |buf| stream.try_read(buf), || stream.readable()).await
+            }
+            ConnectionAddr::Unix(path) => {
+                let stream = UnixStream::connect(path).await.ok()?;
+                read_line(&mut said, |buf| stream.try_read(buf), || stream.readable()).await
+            }
+            _ => None,
+        }
+    };
+    tokio::time::timeout(within, read).await.ok()??;
+    match redis::parse_redis_value(&said) {
+        Ok(redis::Value::ServerError(reply)) => Some(reply.into()),
+        _ => None,
+    }
+}
+
+/// Reads into `said` until a line ends, the server closes, or the line is
+/// longer than any refusal.
+async fn read_line<F, R>(
+    said: &mut Vec<u8>,
+    mut try_read: impl FnMut(&mut [u8]) -> std::io::Result<usize>,
+    readable: impl Fn() -> F,
+) -> Option<()>
+where
+    F: std::future::Future<Output = std::io::Result<R>>,
+{
+    let mut buf = [0u8; MAX_REFUSAL];
+    while !said.ends_with(b"\r\n") && said.len() < MAX_REFUSAL {
+        readable().await.ok()?;
+        match try_read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => said.extend_from_slice(&buf[..n]),
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break,
+        }
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refusal_sent_unasked_is_read() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let server = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.expect("accept");
+            stream.writable().await.expect("writable");
+            stream
+                .try_write(b"-ERR max number of clients reached\r\n")
+                .expect("write");
+        });
+        let addr = ConnectionAddr::Tcp("127.0.0.1".into(), port);
+        let reason = unasked(&addr, Duration::from_secs(5)).await.expect("read");
+        server.await.expect("server");
+        let target = crate::redis_conn::Target::parse(&format!("redis://127.0.0.1:{port}"), None)
+            .expect("valid");
+        let error = target.error(&reason);
+        assert_eq!(error.kind, ErrorKind::Transient(Unready::MaxClients));
+        assert!(
+            error.to_string().contains("max number of clients reached"),
+            "{error}"
+        );
+    }
+}
