@@ -1,4 +1,4 @@
-//! The command line: flags, help text and value parsers, nothing else.
+//! The command line: flags and help text (value parsers in `cli/values`), nothing else.
 //!
 //! Rules that clap cannot express (timing that must fit inside the ttl,
 //! defaults that scale with it) live in `config`, which turns these raw flags
@@ -16,6 +16,9 @@ use crate::report::Format;
 use crate::wait::Wait;
 
 mod usage;
+mod values;
+
+use values::{log_format_parser, parse_duration, parse_replica_acks, parse_wait};
 
 pub(crate) use usage::log_format_hint;
 
@@ -443,36 +446,6 @@ pub(crate) struct ListArgs {
     /// Also list free locks, of which only the fencing counter is left
     #[arg(long)]
     pub(crate) all: bool,
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text)
-        .map_err(|err| format!("{err}; write a number with a unit, like 500ms, 30s, 2m or 1h30m"))
-}
-
-fn parse_replica_acks(text: &str) -> Result<ReplicaAcks, String> {
-    if text.eq_ignore_ascii_case("all") {
-        return Ok(ReplicaAcks::All);
-    }
-    text.parse()
-        .map(ReplicaAcks::Count)
-        .map_err(|_| "write a number of replicas, or all".to_owned())
-}
-
-fn log_format_parser() -> impl clap::builder::TypedValueParser<Value = Format> {
-    use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new(["text", "json"]).map(|format| match &*format {
-        "json" => Format::Json,
-        _ => Format::Text,
-    })
-}
-
-fn parse_wait(text: &str) -> Result<Wait, String> {
-    if text.eq_ignore_ascii_case("forever") {
-        Ok(Wait::Forever)
-    } else {
-        parse_duration(text).map(Wait::Up)
-    }
 }
 
 /// Parses lockrun's own command line. `Ok(None)` means clap already printed
