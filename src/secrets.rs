@@ -65,14 +65,7 @@ pub(crate) fn password(
 /// The password in `path`, or why it cannot be used. Never says what the
 /// file holds.
 pub(crate) fn read_password_file(path: &Path) -> Result<String, String> {
-    let file = File::open(path).map_err(|err| format!("cannot open it: {err}"))?;
-    let metadata = file
-        .metadata()
-        .map_err(|err| format!("cannot read its permissions: {err}"))?;
-    if metadata.is_dir() {
-        return Err("it is a directory".into());
-    }
-    let mode = metadata.permissions().mode();
+    let (bytes, mode) = read_at_most(path, MAX_PASSWORD_FILE)?;
     if mode & 0o006 != 0 {
         return Err(format!(
             "every user on this machine can {} it (mode {:04o}); make it private, e.g. \
@@ -81,10 +74,6 @@ pub(crate) fn read_password_file(path: &Path) -> Result<String, String> {
             mode & 0o7777
         ));
     }
-    let mut bytes = Vec::new();
-    file.take(MAX_PASSWORD_FILE + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|err| format!("cannot read it: {err}"))?;
     if bytes.len() as u64 > MAX_PASSWORD_FILE {
         return Err(format!(
             "it is longer than {MAX_PASSWORD_FILE} bytes; it should hold only the password"
@@ -101,6 +90,24 @@ pub(crate) fn read_password_file(path: &Path) -> Result<String, String> {
         return Err("it is empty".into());
     }
     Ok(line.to_string())
+}
+
+/// The first `max` + 1 bytes of the file at `path` (more than `max` is for
+/// the caller to refuse, in its own words) and its mode, both read from the
+/// one opened file, so that they are of the same file.
+pub(crate) fn read_at_most(path: &Path, max: u64) -> Result<(Vec<u8>, u32), String> {
+    let file = File::open(path).map_err(|err| format!("cannot open it: {err}"))?;
+    let metadata = file
+        .metadata()
+        .map_err(|err| format!("cannot read its permissions: {err}"))?;
+    if metadata.is_dir() {
+        return Err("it is a directory".into());
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|err| format!("cannot read it: {err}"))?;
+    Ok((bytes, metadata.permissions().mode()))
 }
 
 /// How the command's environment differs from lockrun's, so that no Redis

@@ -11,14 +11,12 @@
 //! run that stops working when a certificate is renewed helps nobody.
 
 use std::fmt;
-use std::fs::File;
-use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::cli::RedisArgs;
 use crate::error::Error;
 use crate::redis_conn::{Ca, Identity, IdentityError, Target, Tls};
+use crate::secrets;
 
 /// A PEM file longer than this is something else given by mistake.
 const MAX_PEM_FILE: u64 = 1 << 20;
@@ -130,22 +128,12 @@ fn refused(flag: &str, path: &Path, why: impl fmt::Display) -> Error {
 /// The contents of the file at `path` and its mode, read from the opened
 /// file so that both are of the same file.
 fn read_pem(path: &Path) -> Result<(Vec<u8>, u32), String> {
-    let file = File::open(path).map_err(|err| format!("cannot open it: {err}"))?;
-    let metadata = file
-        .metadata()
-        .map_err(|err| format!("cannot read its permissions: {err}"))?;
-    if metadata.is_dir() {
-        return Err("it is a directory".into());
-    }
-    let mut pem = Vec::new();
-    file.take(MAX_PEM_FILE + 1)
-        .read_to_end(&mut pem)
-        .map_err(|err| format!("cannot read it: {err}"))?;
+    let (pem, mode) = secrets::read_at_most(path, MAX_PEM_FILE)?;
     if pem.len() as u64 > MAX_PEM_FILE {
         return Err(format!(
             "it is over {} MiB: not a PEM file",
             MAX_PEM_FILE >> 20
         ));
     }
-    Ok((pem, metadata.permissions().mode()))
+    Ok((pem, mode))
 }
