@@ -409,7 +409,7 @@ impl<L: Contended> Waiter<'_, L> {
             };
             tokio::select! {
                 wake = wakes.next() => match wake {
-                    Some(Wake::Granted(fence, slot)) => {
+                    Some(Wake::Granted { fence, slot }) => {
                         return usable_as_handed(self.lock.handed_over(fence, slot), self.timing);
                     }
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),

@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 pub(crate) enum Wake {
     /// A release handed this run the lease, with this fencing token (and,
     /// with `--slots`, this slot).
-    Granted(u64, Option<u32>),
+    Granted { fence: u64, slot: Option<u32> },
     /// This run is first in line now, and the lease it waits for has this
     /// long left (`None`: no expiry; zero: free now).
     First(Option<Duration>),
@@ -42,7 +42,7 @@ impl Wake {
                 };
                 fence
                     .parse()
-                    .map_or(now, |fence| Wake::Granted(fence, slot))
+                    .map_or(now, |fence| Wake::Granted { fence, slot })
             }
             Some(("first", pttl)) => match pttl.parse::<i64>() {
                 Ok(-1) => Wake::First(None),
@@ -85,9 +85,18 @@ mod tests {
     fn wake_messages_parse_and_anything_else_means_look_now() {
         assert_eq!(
             Wake::parse("granted 1732924800123456"),
-            Wake::Granted(1_732_924_800_123_456, None)
+            Wake::Granted {
+                fence: 1_732_924_800_123_456,
+                slot: None
+            }
         );
-        assert_eq!(Wake::parse("granted 17 2"), Wake::Granted(17, Some(2)));
+        assert_eq!(
+            Wake::parse("granted 17 2"),
+            Wake::Granted {
+                fence: 17,
+                slot: Some(2)
+            }
+        );
         assert_eq!(
             Wake::parse("first 1500"),
             Wake::First(Some(Duration::from_millis(1500)))
