@@ -5,8 +5,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    eventually, no_overlap_fences, quorum, read_fence, read_when_ready, scratch, until_voting,
-    uptime, Expect, Lockrun, Running, Server, PATIENCE, QUORUM_TIMING,
+    eventually, log_file, no_overlap_fences, quorum, read_fence, read_log, read_when_ready,
+    scratch, until_voting, uptime, Expect, Lockrun, Running, Server, PATIENCE, QUORUM_TIMING,
 };
 
 const NAME: &str = "q";
@@ -204,10 +204,10 @@ fn racing_runs_never_overlap_while_a_minority_of_members_fails() {
     let dir = scratch();
     let args = [&QUORUM_TIMING[..], &["--wait", "60s"]].concat();
     let mut runs: Vec<Running> = (0..12)
-        .map(|_| {
+        .map(|n| {
             lockrun_on(&servers, &args)
                 .no_overlap_job(dir.path(), "0.3")
-                .stderr(Stdio::null())
+                .stderr(log_file(&dir.path().join(format!("run{n}.log"))))
                 .spawn()
         })
         .collect();
@@ -234,13 +234,17 @@ fn racing_runs_never_overlap_while_a_minority_of_members_fails() {
         until_voting(&servers[restarted..=restarted], 1);
         rounds += 1;
     }
-    for run in &mut runs {
+    for (n, run) in runs.iter_mut().enumerate() {
         let ended = run.wait_for(PATIENCE);
         assert!(ended.is_some(), "a run never ended");
         // 0: ran; 76: lost the lease to the faults and stopped in time; 75:
         // its wait ran out. Anything else is a failure of lockrun itself.
         let code = ended.and_then(|status| status.code());
-        assert!(matches!(code, Some(0 | 75 | 76)), "exit {code:?}");
+        assert!(
+            matches!(code, Some(0 | 75 | 76)),
+            "run {n}: exit {code:?}; it said: {}",
+            read_log(&dir.path().join(format!("run{n}.log")))
+        );
     }
     let fences = no_overlap_fences(dir.path());
     eprintln!(

@@ -182,8 +182,11 @@ impl Holder {
 /// A job that must never run alongside another: mkdir is atomic, so it fails
 /// while another job is inside. Inside, it appends its fencing token to
 /// `fences` in $1 and stays $2 seconds; a job that finds another inside
-/// appends its pid to `overlaps` and exits 3.
+/// appends its pid to `overlaps` and exits 3. A job that lockrun stops with
+/// SIGTERM (its lease lost, which a test may allow) leaves as it would have
+/// on its own, so that the next one does not take its mark for an overlap.
 const NO_OVERLAP_JOB: &str = r#"mkdir "$1/inside" 2>/dev/null || { echo $$ >> "$1/overlaps"; exit 3; }
+trap 'rmdir "$1/inside"; exit 143' TERM
 echo "$LOCKRUN_FENCING_TOKEN" >> "$1/fences"
 sleep "$2"
 rmdir "$1/inside""#;
