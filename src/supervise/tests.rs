@@ -6,13 +6,13 @@ use std::collections::VecDeque;
 
 use super::*;
 
-const fn ms(n: u64) -> Duration {
+pub(super) const fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
 /// drift() is 32 ms, so a lease proven by a request sent at `t` lasts
 /// until `t + 2968`; retry_delay() is 250 ms.
-fn timing() -> Timing {
+pub(super) fn timing() -> Timing {
     Timing {
         ttl: ms(3000),
         renew_every: ms(1000),
@@ -380,6 +380,6 @@ fn a_moment_already_acted_on_is_never_a_wake() {
 }
 
 /// No NOTIFY_SOCKET: nothing is told.
-fn no_systemd() -> &'static crate::notify::Systemd {
+pub(super) fn no_systemd() -> &'static crate::notify::Systemd {
     Box::leak(Box::default())
 }

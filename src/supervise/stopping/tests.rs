@@ -10,18 +10,7 @@ use serde_json::{json, Value};
 use super::*;
 use crate::report::Context;
 
-const fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-fn timing() -> Timing {
-    Timing {
-        ttl: ms(3000),
-        renew_every: ms(1000),
-        redis_timeout: ms(200),
-        kill_grace: ms(500),
-    }
-}
+use crate::supervise::tests::{ms, no_systemd, timing};
 
 /// The signals a stop sent, in order; `true` for everything the command
 /// started, `false` for its process group alone.
@@ -244,9 +233,4 @@ async fn a_forwarded_signal_goes_to_the_group_and_leaves_lockruns_own_stop_to_co
     assert_eq!(stopping.reason, Some(Stop::TimedOut));
     stopping.forward(&noted, Signal::SIGTERM);
     assert_eq!(noted.take(), [(Signal::SIGTERM, false)]);
-}
-
-/// No NOTIFY_SOCKET: nothing is told.
-fn no_systemd() -> &'static crate::notify::Systemd {
-    Box::leak(Box::default())
 }

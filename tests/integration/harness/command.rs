@@ -215,15 +215,13 @@ impl<'a> Lockrun<'a> {
             writer.join().expect("writer").expect("write stdin");
         }
         let joined = |reader: JoinHandle<Vec<u8>>| reader.join().expect("output reader");
-        let (stdout, stderr) = (joined(stdout), joined(stderr));
-        Ran {
-            code: status.code(),
-            stdout: String::from_utf8_lossy(&stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&stderr).into_owned(),
-            stdout_bytes: stdout,
+        Ran::new(
+            status,
             took,
-            command: format!("{command:?}"),
-        }
+            joined(stdout),
+            &joined(stderr),
+            format!("{command:?}"),
+        )
     }
 
     /// The fencing token that this run gets, run to its end. What it says
@@ -301,15 +299,20 @@ pub struct Ran {
 /// written against them still compile; new tests say the whole outcome
 /// with `Expect` instead.
 impl Ran {
-    /// lockrun's one line on stderr, without its `lockrun: ` prefix; fails
-    /// the test unless there is exactly one.
-    #[allow(dead_code)]
-    #[track_caller]
-    pub fn one_line(&self) -> &str {
-        let mut lines = self.stderr.lines();
-        match (lines.next(), lines.next()) {
-            (Some(line), None) => line.strip_prefix("lockrun: ").unwrap_or(line),
-            _ => panic!("want one line on stderr, got {:?}", self.stderr),
+    fn new(
+        status: std::process::ExitStatus,
+        took: Duration,
+        stdout: Vec<u8>,
+        stderr: &[u8],
+        command: String,
+    ) -> Self {
+        Ran {
+            code: status.code(),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(stderr).into_owned(),
+            stdout_bytes: stdout,
+            took,
+            command,
         }
     }
 
@@ -318,17 +321,6 @@ impl Ran {
     #[track_caller]
     pub fn assert_redis_unreachable(&self) {
         self.assert(Expect::code(69).stderr_starts("lockrun: cannot reach Redis"));
-    }
-
-    /// Asserts that stderr holds `needle`, showing all of it if not.
-    #[allow(dead_code)]
-    #[track_caller]
-    pub fn assert_stderr_has(&self, needle: &str) {
-        assert!(
-            self.stderr.contains(needle),
-            "want {needle:?}: {}",
-            self.stderr
-        );
     }
 
     #[track_caller]
@@ -355,14 +347,7 @@ impl Running {
         let took = self.began.elapsed();
         let stdout = std::fs::read(stdout).unwrap_or_default();
         let stderr = std::fs::read(stderr).unwrap_or_default();
-        Ran {
-            code: status.code(),
-            stdout: String::from_utf8_lossy(&stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&stderr).into_owned(),
-            stdout_bytes: stdout,
-            took,
-            command: self.command.clone(),
-        }
+        Ran::new(status, took, stdout, &stderr, self.command.clone())
     }
 }
 
