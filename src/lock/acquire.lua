@@ -6,7 +6,7 @@
 -- Returns field names and values, in pairs, one of:
 --      {kind='acquired', fence, replicas, slot (with N slots)}
 --      {kind='busy', pttl, waiting, holder={holder fields...}, holding}  (once)
---      {kind='queued', pttl, waiting, holder={...}, holding, arrival, retry}
+--      {kind='queued', pttl, waiting, holder={...}, holding, arrival, retry, node}
 --      {kind='superseded', by='HOST pid N'}
 --      {kind='done', done={the record's fields...}}                  (--once-per)
 --      {kind='mismatch', slots}: the lock's holders and waiters agreed on
@@ -20,7 +20,9 @@
 -- pttl when it is first in line, otherwise until the first waiter's
 -- place runs out (it may have died); -1 for no such moment.
 -- replicas: how many replicas are connected and online, for lockrun to WAIT
--- for; 0 unless COUNT_REPLICAS.
+-- for; 0 unless COUNT_REPLICAS. node: for a waiter that said which cluster
+-- node it listens on (LISTENS_ON), the id of the node that ran this, so
+-- that it follows the lock's slot when a resharding moved it.
 
 -- A quorum member that restarted less than MIN_UPTIME_S seconds ago (one
 -- ttl plus the drift allowance, rounded up) may have lost, with its keys, a
@@ -101,7 +103,7 @@ local function join()
   end
   redis.call('HSET', WAITERS, me, cjson.encode({host = HOST, pid = PID,
     command = COMMAND, ttl = ttl, refresh = REFRESH_MS, listening = LISTENING == '1',
-    supersede = SUPERSEDE == '1', slots = mine.slots, shared = mine.shared}))
+    node = LISTENS_ON, supersede = SUPERSEDE == '1', slots = mine.slots, shared = mine.shared}))
   redis.call('ZADD', PLACES, int(now_ms + tonumber(ttl)), me)
   -- The queue's keys go when the last place runs out: runs that all died
   -- leave nothing behind.
@@ -273,5 +275,9 @@ if first == me then
 elseif first_deadline then
   retry = first_deadline - now_ms
 end
+local node = ''
+if LISTENS_ON ~= '' then
+  node = here() or ''
+end
 return {'kind', 'queued', 'pttl', pttl, 'waiting', waiting, 'holder', holder,
-  'holding', holding, 'arrival', arrival, 'retry', retry}
+  'holding', holding, 'arrival', arrival, 'retry', retry, 'node', node}

@@ -43,8 +43,8 @@ impl Keys {
     /// The channel on which the run with `token` is told, while it waits,
     /// that the lock is its own, that it is first in line, or that it was
     /// superseded.
-    pub(crate) fn wake_channel(&self, token: &Token) -> String {
-        format!("{}{WAKE}{}", self.lock, token.0)
+    pub(crate) fn wake_channel(&self, token: &str) -> String {
+        format!("{}{WAKE}{token}", self.lock)
     }
 
     /// The `--prefix` the lock's keys and channels start with.

@@ -13,10 +13,15 @@
 --   holder_get             holder_remove           holder_drop fence
 --   holder_set host pid command fence ttl          holder_renew fence ttl
 --   holder_finish fence keep_ms
+--   holder_pass fence host pid command new_fence ttl
+--   lease_pass token to ttl channel message
+--   line_front count       line_leave id          line_keep ttl
+--   place_get id           place_refresh id ttl   place_drop id
+--   waiter_get id
 -- Returns name-value pairs: kind (what was found or done), node (the id of
 -- the node that ran it, or ''), replicas (connected and online, for WAIT),
--- now_us (server time), and pttl, fence or holder where the operation reads
--- one; or guard.lua's wrongtype reply, changing nothing, when the key holds
+-- now_us (server time), and pttl, fence, holder, ids, waiting, deadline or
+-- record where the operation reads one; or guard.lua's wrongtype reply, changing nothing, when the key holds
 -- another type.
 if redis.replicate_commands then
   -- Redis < 7 must be told before TIME is followed by writes; 7+ ignores it.
@@ -74,6 +79,17 @@ local lease_ops = {
     end
     redis.call('DEL', KEY)
     return reply('deleted')
+  end,
+  -- A release's hand-over to the first waiter `to`, whose id is its
+  -- token: the lease changes hands in one step, and the waiter is told
+  -- with it (PUBLISH reaches every node of a cluster).
+  lease_pass = function(token, to, ttl, channel, message)
+    if redis.call('GET', KEY) ~= token then
+      return reply('gone')
+    end
+    redis.call('SET', KEY, to, 'PX', ttl)
+    redis.call('PUBLISH', channel, message)
+    return reply('passed')
   end,
   lease_get = function()
     return reply('found', 'pttl', redis.call('PTTL', KEY))
@@ -133,6 +149,17 @@ local holder_ops = {
     redis.call('PEXPIRE', KEY, keep)
     return reply('kept')
   end,
+  -- A release's hand-over: the record of the waiter the lease goes to.
+  holder_pass = function(fence, host, pid, command, new_fence, ttl)
+    if redis.call('HGET', KEY, 'fence') ~= fence then
+      return reply('gone')
+    end
+    redis.call('DEL', KEY)
+    redis.call('HSET', KEY, 'host', host, 'pid', pid, 'command', command,
+      'acquired_us', int(now_us()), 'fence', new_fence)
+    redis.call('PEXPIRE', KEY, ttl)
+    return reply('set')
+  end,
   holder_drop = function(fence)
     if redis.call('HGET', KEY, 'fence') ~= fence then
       return reply('gone')
@@ -142,7 +169,54 @@ local holder_ops = {
   end,
 }
 
-local op = lease_ops[OP] or fence_ops[OP] or holder_ops[OP]
+-- The line (queue.lua's layout), read and kept one key at a time: a
+-- waiter keeps its place, and a release finds whom to hand the lock to.
+local function keep_at_least(ttl)
+  local pttl = redis.call('PTTL', KEY)
+  if pttl >= 0 and pttl < tonumber(ttl) then
+    redis.call('PEXPIRE', KEY, ttl)
+  end
+end
+
+local line_ops = {
+  -- QUEUE: the first `count` ids in arrival order, and how many wait.
+  line_front = function(count)
+    return reply('front', 'ids', redis.call('ZRANGE', KEY, 0, tonumber(count) - 1),
+      'waiting', redis.call('ZCARD', KEY))
+  end,
+  line_leave = function(id)
+    redis.call('ZREM', KEY, id)
+    return reply('left')
+  end,
+  -- Any key of the line: it stays at least `ttl` ms more, for a place
+  -- refreshed meanwhile.
+  line_keep = function(ttl)
+    keep_at_least(ttl)
+    return reply('kept')
+  end,
+  -- PLACES: when `id`'s place runs out (ms, server time), -1 for none.
+  place_get = function(id)
+    return reply('found', 'deadline', tonumber(redis.call('ZSCORE', KEY, id)) or -1)
+  end,
+  place_refresh = function(id, ttl)
+    if not redis.call('ZSCORE', KEY, id) then
+      return reply('gone')
+    end
+    redis.call('ZADD', KEY, int(math.floor(now_us() / 1000) + tonumber(ttl)), id)
+    keep_at_least(ttl)
+    return reply('refreshed')
+  end,
+  place_drop = function(id)
+    redis.call('ZREM', KEY, id)
+    return reply('dropped')
+  end,
+  -- WAITERS: `id`'s record (JSON), '' for none.
+  waiter_get = function(id)
+    return reply('found', 'record', redis.call('HGET', KEY, id) or '')
+  end,
+}
+
+local op = lease_ops[OP] or fence_ops[OP] or holder_ops[OP] or line_ops[OP]
 if not op then
   return redis.error_reply('unknown operation ' .. OP)
 end

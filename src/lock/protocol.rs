@@ -259,6 +259,9 @@ scripts! {
         arrival: &'a str,
         /// Whether it listens on its wake-up channel.
         listening: bool,
+        /// In a cluster, the id of the node its wake-up subscription is on
+        /// (`CLUSTER MYID`); empty elsewhere.
+        listens_on: &'a str,
         supersede: bool,
         /// How often it refreshes its place.
         refresh_ms: u64,

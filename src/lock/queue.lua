@@ -30,6 +30,27 @@ local function channel(id)
   return LEASE .. WAKE .. id
 end
 
+-- The id of the cluster node running this script, asked once; false where
+-- it cannot be asked (not a cluster, or an ACL without +cluster|myid).
+local this_node
+local function here()
+  if this_node == nil then
+    local id = redis.pcall('CLUSTER', 'MYID')
+    this_node = type(id) == 'string' and id
+  end
+  return this_node
+end
+
+-- Whether PUBSUB NUMSUB on this node counts the subscription of a waiter
+-- that listens. In a cluster a waiter subscribes on the node that owns the
+-- lock's slot, and records that node's id; a resharding may have moved the
+-- slot here since. Such a waiter still hears what is published here (a
+-- cluster passes PUBLISH to every node), and follows the slot at its next
+-- refresh; until then nothing here tells whether it lives.
+local function heard_here(waiter)
+  return (waiter.node or '') == '' or waiter.node == here()
+end
+
 -- Takes `id` out of line. A waiter's record goes with its last trace
 -- (`join` writes it with the place): a run without one is in none of these
 -- keys, which release.lua relies on.
@@ -238,7 +259,7 @@ end
 -- sockets): it is skipped before anything is granted, for a grant once
 -- announced is never taken back. A waiter listens on the server that runs
 -- this script: the one server, the primary, or the cluster node that owns
--- the lock's slot.
+-- the lock's slot (`heard_here`).
 local function admit(stop)
   while true do
     local id = first_waiter()
@@ -251,7 +272,7 @@ local function admit(stop)
     if run and not admissible(run) then
       return
     end
-    if waiter and waiter.listening
+    if waiter and waiter.listening and heard_here(waiter)
         and redis.call('PUBSUB', 'NUMSUB', channel(id))[2] == 0 then
       run = nil
     end

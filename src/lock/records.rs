@@ -213,6 +213,9 @@ pub(crate) struct Waiter {
     pub(crate) shared: bool,
     /// Its `--slots`; absent in a record of a run alone.
     pub(crate) slots: Option<u32>,
+    /// Its `--ttl`, which a lease handed to it gets.
+    #[serde(rename = "ttl", deserialize_with = "number_text")]
+    pub(crate) ttl_ms: u64,
 }
 
 impl Waiter {
@@ -229,9 +232,13 @@ impl Waiter {
 
 /// The scripts write numbers into JSON as text; one that does not parse is
 /// unknown (0), not an unreadable record.
-fn number_text<'de, D: serde::Deserializer<'de>>(text: D) -> Result<u32, D::Error> {
+fn number_text<'de, D, N>(text: D) -> Result<N, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    N: std::str::FromStr + Default,
+{
     let text: String = serde::Deserialize::deserialize(text)?;
-    Ok(text.parse().unwrap_or(0))
+    Ok(text.parse().unwrap_or_default())
 }
 
 #[cfg(test)]

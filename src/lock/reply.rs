@@ -142,6 +142,9 @@ pub(super) enum Acquire {
         arrival: String,
         /// How long until a change could come without a message.
         retry: Option<Duration>,
+        /// The id of the cluster node that answered, for a run that said
+        /// where it listens.
+        node: Option<String>,
     },
     Superseded {
         by: String,
@@ -172,6 +175,9 @@ impl Reply for Acquire {
                 taken: fields.taken()?,
                 arrival: fields.get("arrival")?,
                 retry: fields.millis("retry")?,
+                node: fields
+                    .optional::<String>("node")?
+                    .filter(|node| !node.is_empty()),
             },
             "superseded" => Acquire::Superseded {
                 by: fields.get("by")?,
@@ -335,6 +341,7 @@ mod tests {
             taken,
             arrival,
             retry,
+            node: None,
         })) = Guarded::<Acquire>::from_redis_value(reply)
         else {
             panic!("a queued reply");

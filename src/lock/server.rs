@@ -3,13 +3,14 @@
 //! one of these; a quorum has one per member (`lock.rs` asks them all).
 
 mod one_key;
+mod wakes;
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::time::Instant;
 
 use self::one_key::OneKey;
+use self::wakes::Listening;
 use super::error::{Foreign, LockError};
 use super::keys::{Keys, Token};
 use super::protocol::{
@@ -20,7 +21,6 @@ use super::records::{Me, Share, Waiter};
 use super::reply::{self, Guarded, Released, Reply};
 use super::script::Call;
 use super::status::{Occupancy, Status};
-use super::wake::{Unheard, Wakes};
 use super::{millis, Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
 use crate::clock::BootInstant;
 use crate::redis_conn::{ErrorKind, Session, Target};
@@ -60,6 +60,8 @@ pub(crate) struct Server {
     acked: Option<u32>,
     /// Whether the server did not know WAIT when last asked.
     lacks_wait: bool,
+    /// Where this run's wake-up messages come from.
+    listening: Listening,
 }
 
 /// A write that replicas may have to acknowledge: how many the node that
@@ -100,6 +102,7 @@ impl Server {
             fence: None,
             acked: None,
             lacks_wait: false,
+            listening: Listening::default(),
         }
     }
 
@@ -109,25 +112,6 @@ impl Server {
 
     pub(super) async fn connect(&mut self, within: Duration) -> Result<(), LockError> {
         Ok(self.session.open_within(within).await?)
-    }
-
-    /// Subscribes to this run's wake-up channel, on the server that
-    /// publishes it (behind Sentinel, the primary; in a cluster, the node
-    /// owning the lock's slot).
-    pub(super) async fn subscribe_wakes(&mut self) -> Result<Wakes, LockError> {
-        let channel = self.keys.wake_channel(&self.token);
-        let prefix = self.keys.prefix().to_owned();
-        let messages = self
-            .session
-            .subscribe(&channel, SUBSCRIBE_TIMEOUT)
-            .await
-            .map_err(|err| err.under_prefix(&prefix))?;
-        Ok(Wakes::new(messages.map(move |message| {
-            message.map_err(|err| Unheard {
-                by_acl: err.kind == ErrorKind::NoPerm,
-                why: LockError::from(err.under_prefix(&prefix)).to_string(),
-            })
-        })))
     }
 
     /// Runs a script behind `lock/guard.lua`; a key it found holding
@@ -165,7 +149,12 @@ impl Server {
                 self.in_redis = before;
                 return Err(LockError::Foreign(foreign));
             }
-            Err(err) => OneKey::after(err, self)?.acquire(ttl, me, sent).await?,
+            Err(err) => {
+                let waits = matches!(mode, Mode::Wait { .. });
+                OneKey::after(err, self)?
+                    .acquire(ttl, me, sent, waits)
+                    .await?
+            }
             Ok(reply) => self.attempt(reply, sent, started)?,
         };
         self.in_redis = !matches!(
@@ -209,8 +198,10 @@ impl Server {
                 taken,
                 arrival,
                 retry,
+                node,
             } => {
                 self.arrival = Some(arrival);
+                self.follow_slot(node.as_deref());
                 (Attempt::Queued { taken, retry }, 0)
             }
             reply::Acquire::Superseded { by } => (Attempt::Superseded { by }, 0),
@@ -257,6 +248,12 @@ impl Server {
             waits,
             arrival: self.arrival.as_deref().unwrap_or(""),
             listening,
+            listens_on: self
+                .listening
+                .node
+                .as_deref()
+                .filter(|_| listening)
+                .unwrap_or(""),
             supersede,
             refresh_ms: millis(refresh),
             once_per: self.hold == Hold::OncePer,

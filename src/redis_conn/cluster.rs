@@ -243,9 +243,17 @@ pub(super) async fn on_node(
         .extract_error()
 }
 
-/// `host:port` of the primary that owns `key`, as that node itself says
-/// (`CLUSTER NODES`, the line flagged `myself`).
-pub(super) async fn node_for(conn: &mut ClusterConnection, key: &str) -> Option<String> {
+/// A cluster node as `CLUSTER NODES` names it.
+pub(super) struct Node {
+    /// Its cluster id, as `CLUSTER MYID` gives it.
+    pub(super) id: String,
+    /// `host:port`.
+    pub(super) addr: String,
+}
+
+/// The primary that owns `key`, as that node itself says (`CLUSTER NODES`,
+/// the line flagged `myself`).
+pub(super) async fn owner_of(conn: &mut ClusterConnection, key: &str) -> Option<Node> {
     let nodes = conn
         .route_command(
             redis::cmd("CLUSTER").arg("NODES").clone(),
@@ -257,16 +265,16 @@ pub(super) async fn node_for(conn: &mut ClusterConnection, key: &str) -> Option<
     myself(&nodes)
 }
 
-/// The address in the `myself` line of `CLUSTER NODES` output:
+/// The `myself` line of `CLUSTER NODES` output:
 /// `<id> <ip:port@cport[,hostname]> <flags> …`.
-fn myself(nodes: &str) -> Option<String> {
+fn myself(nodes: &str) -> Option<Node> {
     nodes.lines().find_map(|line| {
         let mut fields = line.split_whitespace();
-        let (_, addr, flags) = (fields.next()?, fields.next()?, fields.next()?);
-        flags
-            .split(',')
-            .any(|flag| flag == "myself")
-            .then(|| addr.split(['@', ',']).next().unwrap_or(addr).to_owned())
+        let (id, addr, flags) = (fields.next()?, fields.next()?, fields.next()?);
+        flags.split(',').any(|flag| flag == "myself").then(|| Node {
+            id: id.to_owned(),
+            addr: addr.split(['@', ',']).next().unwrap_or(addr).to_owned(),
+        })
     })
 }
 
@@ -293,8 +301,12 @@ mod tests {
 07c3 127.0.0.1:30004@40004 slave e7d1 0 1 4 connected
 e7d1 127.0.0.1:30001@40001,host-a myself,master - 0 0 1 connected 0-5460
 ";
-        assert_eq!(myself(nodes).as_deref(), Some("127.0.0.1:30001"));
-        assert_eq!(myself("x 1.2.3.4:5@6 master - 0 0 1 connected"), None);
+        let node = myself(nodes).expect("a myself line");
+        assert_eq!(
+            (node.id.as_str(), node.addr.as_str()),
+            ("e7d1", "127.0.0.1:30001")
+        );
+        assert!(myself("x 1.2.3.4:5@6 master - 0 0 1 connected").is_none());
     }
 
     #[test]

@@ -422,10 +422,11 @@ impl Session {
             (Topology::Single, _) => Some(show_addr(self.target.info.addr(), false)),
             (Topology::Sentinel(_), _) => self.primary_node(),
             (Topology::Cluster(_), Some(Conn::Cluster(conn))) => {
-                tokio::time::timeout(self.timeout, cluster::node_for(conn, key))
+                tokio::time::timeout(self.timeout, cluster::owner_of(conn, key))
                     .await
                     .ok()
                     .flatten()
+                    .map(|node| node.addr)
             }
             (Topology::Cluster(_), _) => None,
         }

@@ -7,12 +7,15 @@
 //! one key (`lock/one_key.lua`), which the cluster client follows to wherever
 //! the key is. The three steps are not one atomic change, but the lease, the
 //! one key that decides who holds the lock, is only ever changed on its
-//! own; nobody takes a place in line and no release hands the lock over:
-//! a waiting run polls until the slot settles.
+//! own. The line is read and kept one key at a time too (`line.rs`): runs
+//! already in line keep their places and get the lock in turn, but nobody
+//! new takes a place; such a run polls until the slot settles.
 //!
 //! `OneKey` is that path: a server's method that gets TRYAGAIN hands the
 //! refusal to it, and it decides, in one place, which operations have a
 //! one-key-at-a-time form for which runs.
+
+mod line;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -20,6 +23,7 @@ use std::time::Duration;
 use redis::ParsingError;
 use tokio::time::Instant;
 
+use self::line::Line;
 use super::{Server, Written};
 use crate::clock::BootInstant;
 use crate::lock::error::LockError;
@@ -64,11 +68,12 @@ impl<'a> OneKey<'a> {
         ttl: Duration,
         me: &Me,
         sent: BootInstant,
+        waits: bool,
     ) -> Result<(Attempt, Written), LockError> {
         if self.server.hold != Hold::Alone {
             return Err(self.refusal);
         }
-        self.server.acquire_one_key(ttl, me, sent).await
+        self.server.acquire_one_key(ttl, me, sent, waits).await
     }
 
     /// A lease held together is not on the key that this path renews.
@@ -116,6 +121,14 @@ pub(in crate::lock) struct Piece {
     pttl: Option<i64>,
     fence: Option<u64>,
     holder: Option<Holder>,
+    /// The first ids in line.
+    ids: Vec<String>,
+    /// How many are in line.
+    waiting: Option<u64>,
+    /// When a place runs out, ms of server time; -1 for no place.
+    deadline: Option<i64>,
+    /// A waiter's record (JSON); empty for none.
+    record: Option<String>,
 }
 
 impl Reply for Piece {
@@ -138,6 +151,10 @@ impl Reply for Piece {
                 .and_then(|record| Holder::from_fields(&record)),
             node: fields.get("node")?,
             replicas: fields.get("replicas")?,
+            ids: fields.optional("ids")?.unwrap_or_default(),
+            waiting: fields.optional("waiting")?,
+            deadline: fields.optional("deadline")?,
+            record: fields.optional("record")?,
             kind,
         })
     }
@@ -187,10 +204,32 @@ impl Server {
         Ok(Renewal::Extended)
     }
 
-    /// `release`, one key at a time; the lock goes to nobody in line.
+    /// `release`, one key at a time: to the first run in line, if one is
+    /// and it holds the lock alone as this run does, else to nobody. A run
+    /// that was in line leaves it, so that no release hands it the lock.
     async fn release_one_key(&mut self, keep_for: Option<Duration>) -> Result<Released, LockError> {
-        let keep = keep_for.map_or(0, millis).to_string();
         let token = self.token.as_str().to_owned();
+        if self.arrival.is_some() {
+            self.leave_line(&token).await;
+        }
+        if let (None, Hold::Alone, Some(fence)) = (keep_for, self.hold, self.fence) {
+            // A line that cannot be read is passed over: the lock then goes
+            // to nobody, and the runs in line find it free.
+            if let Ok(Line {
+                first: Some(first), ..
+            }) = self.line().await
+            {
+                let waiter = &first.waiter;
+                if first.id != token
+                    && waiter.ttl_ms > 0
+                    && !waiter.shared
+                    && waiter.slots <= Some(1)
+                {
+                    return self.pass_to(&first, fence).await;
+                }
+            }
+        }
+        let keep = keep_for.map_or(0, millis).to_string();
         let lease = self
             .piece(Part::Lease, "lease_release", &[&token, &keep])
             .await?;
@@ -213,35 +252,30 @@ impl Server {
         Ok(released)
     }
 
-    /// `acquire`, one key at a time: the lease first, and only once it is
-    /// taken a new fencing token and the holder record. Never in line.
+    /// `acquire`, one key at a time: the line first, which a run takes the
+    /// lease past only when it is first or nobody waits; then the lease,
+    /// and only once it is taken a new fencing token and the holder
+    /// record. A run in line keeps its place; nobody takes a new one.
     async fn acquire_one_key(
         &mut self,
         ttl: Duration,
         me: &Me,
         sent: BootInstant,
+        waits: bool,
     ) -> Result<(Attempt, Written), LockError> {
         let ttl = millis(ttl).to_string();
         let started = Instant::now();
         let token = self.token.as_str().to_owned();
+        let line = self.line().await?;
+        let first = line.first.as_ref().map(|first| first.id == token);
+        if first == Some(false) {
+            return self.behind(&ttl, None, waits, &line, started).await;
+        }
         let lease = self
             .piece(Part::Lease, "lease_take", &[&token, &ttl])
             .await?;
         let fence = match lease.kind.as_str() {
-            "busy" => {
-                let holder = self.piece(Part::Holder, "holder_get", &[]).await;
-                let busy = Taken {
-                    held: true,
-                    left: lease
-                        .pttl
-                        .and_then(|ms| u64::try_from(ms).ok())
-                        .map(Duration::from_millis),
-                    holder: holder.ok().and_then(|found| found.holder),
-                    waiting: 0,
-                    holding: 0,
-                };
-                return Ok((Attempt::Busy(busy), Self::written(&lease, started)));
-            }
+            "busy" => return self.behind(&ttl, Some(lease), waits, &line, started).await,
             // Ours already: a reply that never came, or a hand-over.
             "mine" => match self.piece(Part::Holder, "holder_get", &[]).await?.holder {
                 Some(holder) => {
@@ -254,6 +288,9 @@ impl Server {
             },
             _ => self.grant_one_key(&ttl, me).await?,
         };
+        if first == Some(true) {
+            self.leave_line(&token).await;
+        }
         let written = Self::written(&lease, started);
         Ok((
             Attempt::Acquired(Grant {
@@ -263,6 +300,45 @@ impl Server {
             }),
             written,
         ))
+    }
+
+    /// A run that does not get the lease now: someone holds it, or is
+    /// before this run in line. One in line keeps its place and looks
+    /// again when the lease could run out if it is first; any other polls.
+    async fn behind(
+        &mut self,
+        ttl: &str,
+        lease: Option<Piece>,
+        waits: bool,
+        line: &Line,
+        started: Instant,
+    ) -> Result<(Attempt, Written), LockError> {
+        let lease = match lease {
+            Some(lease) => lease,
+            None => self.piece(Part::Lease, "lease_get", &[]).await?,
+        };
+        let holder = self.piece(Part::Holder, "holder_get", &[]).await;
+        let left = lease
+            .pttl
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(Duration::from_millis);
+        let taken = Taken {
+            held: lease.pttl.is_some_and(|ms| ms != -2),
+            left,
+            holder: holder.ok().and_then(|found| found.holder),
+            waiting: line.waiting,
+            holding: 0,
+        };
+        let written = Self::written(&lease, started);
+        if waits && self.keep_place(ttl).await? {
+            let first = line
+                .first
+                .as_ref()
+                .is_some_and(|first| first.id == self.token.as_str());
+            let retry = if first { left } else { None };
+            return Ok((Attempt::Queued { taken, retry }, written));
+        }
+        Ok((Attempt::Busy(taken), written))
     }
 
     /// The next fencing token and the holder record, for a lease just taken.

@@ -22,6 +22,13 @@ use crate::redis_conn::RedisError;
 /// breaks.
 pub(crate) type Messages = LocalBoxStream<'static, Result<String, RedisError>>;
 
+/// A subscription made: its messages, and in a cluster the id of the node
+/// it is on, which owned the channel's slot when it was made.
+pub(crate) struct Subscribed {
+    pub(crate) messages: Messages,
+    pub(crate) node: Option<String>,
+}
+
 impl Session {
     /// Subscribes to `channel`, within `within`: in a cluster on a
     /// connection of its own to the node owning the channel's slot (the
@@ -31,15 +38,16 @@ impl Session {
         &mut self,
         channel: &str,
         within: Duration,
-    ) -> Result<Messages, RedisError> {
+    ) -> Result<Subscribed, RedisError> {
         match &self.target.topology {
             Topology::Cluster(seeds) => {
                 let seeds = seeds.clone();
                 self.subscribe_on_slot_owner(&seeds, channel, within).await
             }
-            Topology::Single | Topology::Sentinel(_) => {
-                self.subscribe_on_calls(channel, within).await
-            }
+            Topology::Single | Topology::Sentinel(_) => Ok(Subscribed {
+                messages: self.subscribe_on_calls(channel, within).await?,
+                node: None,
+            }),
         }
     }
 
@@ -99,23 +107,25 @@ impl Session {
         seeds: &Seeds,
         channel: &str,
         within: Duration,
-    ) -> Result<Messages, RedisError> {
+    ) -> Result<Subscribed, RedisError> {
         let started = Instant::now();
         self.open_within(within).await?;
         let left = within.saturating_sub(started.elapsed());
-        let node = match self.conn.as_mut() {
+        let owner = match self.conn.as_mut() {
             Some(Conn::Cluster(conn)) => {
-                tokio::time::timeout(left, cluster::node_for(conn, channel))
+                tokio::time::timeout(left, cluster::owner_of(conn, channel))
                     .await
                     .ok()
                     .flatten()
-                    .and_then(|node| seeds.node_info(&node, self.target.info.redis_settings()))
             }
             _ => None,
         };
+        let info = owner
+            .as_ref()
+            .and_then(|node| seeds.node_info(&node.addr, self.target.info.redis_settings()));
         let left = within.saturating_sub(started.elapsed());
         let subscribed = async {
-            let Some(info) = node else {
+            let Some(info) = info else {
                 return Err(redis::RedisError::from((
                     redis::ErrorKind::Io,
                     "no node owning the lock's slot to subscribe on",
@@ -126,10 +136,13 @@ impl Session {
             Ok(pubsub)
         };
         match tokio::time::timeout(left, subscribed).await {
-            Ok(Ok(pubsub)) => Ok(pubsub
-                .into_on_message()
-                .map(|message| Ok(message.get_payload::<String>().unwrap_or_default()))
-                .boxed_local()),
+            Ok(Ok(pubsub)) => Ok(Subscribed {
+                messages: pubsub
+                    .into_on_message()
+                    .map(|message| Ok(message.get_payload::<String>().unwrap_or_default()))
+                    .boxed_local(),
+                node: owner.map(|node| node.id),
+            }),
             Ok(Err(err)) => Err(self.error(&err)),
             Err(_) => Err(self.target.timed_out(within)),
         }
