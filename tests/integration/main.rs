@@ -25,6 +25,7 @@ mod list;
 mod log_format;
 mod metrics;
 mod migration;
+mod migration_line;
 mod notify;
 mod once_per;
 mod operator;

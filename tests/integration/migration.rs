@@ -24,102 +24,6 @@ const TIMING: [&str; 6] = [
     "1s",
 ];
 
-/// The slot's two nodes: it leaves `source` for `target`.
-struct Move<'c> {
-    cluster: &'c Cluster,
-    slot: u16,
-    source: &'c Server,
-    target: &'c Server,
-}
-
-fn node_id(node: &Server) -> String {
-    node.query(redis::cmd("CLUSTER").arg("MYID"))
-        .expect("CLUSTER MYID")
-}
-
-fn ok(node: &Server, cmd: &mut redis::Cmd) {
-    let done: redis::RedisResult<String> = node.query(cmd);
-    assert_eq!(done.as_deref(), Ok("OK"), "{cmd:?}");
-}
-
-impl<'c> Move<'c> {
-    /// Opens the lock's slot for migration to another primary, as
-    /// `redis-cli --cluster reshard` does before it moves any key.
-    fn begin(cluster: &'c Cluster) -> Self {
-        let slot = cluster.slot_of(LEASE);
-        let (source, _) = cluster.owner(LEASE);
-        let target = cluster
-            .primaries()
-            .into_iter()
-            .find(|&p| p != source)
-            .expect("another primary");
-        let (source, target) = (cluster.node(source), cluster.node(target));
-        let cmd = |state: &str, id: &str| {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("SETSLOT").arg(slot).arg(state).arg(id);
-            cmd
-        };
-        ok(target, &mut cmd("IMPORTING", &node_id(source)));
-        ok(source, &mut cmd("MIGRATING", &node_id(target)));
-        Move {
-            cluster,
-            slot,
-            source,
-            target,
-        }
-    }
-
-    /// Moves `keys` from the source to the target in one `MIGRATE`.
-    fn keys(&self, keys: &[&str]) {
-        let mut cmd = redis::cmd("MIGRATE");
-        cmd.arg("127.0.0.1")
-            .arg(self.target.port())
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg(keys);
-        ok(self.source, &mut cmd);
-    }
-
-    /// Gives the slot to the target on both nodes, as the end of a
-    /// resharding does, and waits until every primary agrees.
-    fn finish(&self) {
-        let target = node_id(self.target);
-        for node in [self.target, self.source] {
-            let mut cmd = redis::cmd("CLUSTER");
-            cmd.arg("SETSLOT").arg(self.slot).arg("NODE").arg(&target);
-            ok(node, &mut cmd);
-        }
-        assert!(
-            eventually(TOPOLOGY_PATIENCE, || {
-                self.cluster.owner(LEASE).0 == self.target.port()
-            }),
-            "the slot never settled on the target"
-        );
-    }
-
-    /// Which of `keys` each node holds, source then target.
-    fn where_are(&self, keys: &[&str]) -> (Vec<String>, Vec<String>) {
-        let on = |node: &Server| {
-            keys.iter()
-                .filter(|key| ask(node, redis::cmd("EXISTS").arg(**key)) == Some(1))
-                .map(|key| (*key).to_owned())
-                .collect()
-        };
-        (on(self.source), on(self.target))
-    }
-}
-
-/// `cmd` on `node` as a client that followed an ASK there: the target
-/// answers for an importing slot, the source only for a key it still has
-/// (`None` for an ASK or MOVED elsewhere).
-fn ask(node: &Server, cmd: &redis::Cmd) -> Option<i64> {
-    let mut conn = node.client();
-    redis::cmd("ASKING").query::<()>(&mut conn).expect("ASKING");
-    cmd.query(&mut conn).ok()
-}
-
 fn hold(url: &str) -> Holder {
     Lockrun::via(url)
         .key(NAME)
@@ -181,7 +85,7 @@ fn cluster_lock_is_released_renewed_and_taken_while_its_slot_is_half_way() {
     let cluster = Cluster::start();
     let url = cluster.url_via(&cluster.primaries());
     let holder = hold(&url);
-    let slot = Move::begin(&cluster);
+    let slot = Move::begin(&cluster, LEASE);
     let dir = scratch();
 
     released_from_the_source(&slot, &url, holder);
@@ -293,7 +197,7 @@ fn once_per_and_slots_runs_wait_for_the_slot_to_settle() {
             .run()
     };
     run_touching(&url, &dir.path().join("plain"));
-    let slot = Move::begin(&cluster);
+    let slot = Move::begin(&cluster, LEASE);
     let refused = once(&dir.path().join("refused"));
     refused.assert(Expect::code(69).stderr_has("cluster slot is being migrated"));
     assert!(!dir.path().join("refused").exists(), "ran mid-migration");
@@ -359,7 +263,7 @@ fn the_documented_acl_user_runs_while_the_slot_is_half_way() {
         .args(["--wait", "20s"])
         .args(TIMING)
         .hold();
-    let slot = Move::begin(&cluster);
+    let slot = Move::begin(&cluster, LEASE);
     slot.keys(&[HOLDER]);
     assert!(renewed_on(slot.source), "{}", holder.stderr());
     holder.go();

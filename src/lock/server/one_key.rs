@@ -268,14 +268,16 @@ impl Server {
         let token = self.token.as_str().to_owned();
         let line = self.line().await?;
         let first = line.first.as_ref().map(|first| first.id == token);
-        if first == Some(false) {
-            return self.behind(&ttl, None, waits, &line, started).await;
-        }
-        let lease = self
-            .piece(Part::Lease, "lease_take", &[&token, &ttl])
-            .await?;
+        // Behind another run in line, this one takes no free lease, but
+        // may have been handed it, and been taken out of line then.
+        let op = match first {
+            Some(false) => "lease_renew",
+            _ => "lease_take",
+        };
+        let lease = self.piece(Part::Lease, op, &[&token, &ttl]).await?;
         let fence = match lease.kind.as_str() {
             "busy" => return self.behind(&ttl, Some(lease), waits, &line, started).await,
+            "gone" => return self.behind(&ttl, None, waits, &line, started).await,
             // Ours already: a reply that never came, or a hand-over.
             "mine" => match self.piece(Part::Holder, "holder_get", &[]).await?.holder {
                 Some(holder) => {
@@ -288,7 +290,7 @@ impl Server {
             },
             _ => self.grant_one_key(&ttl, me).await?,
         };
-        if first == Some(true) {
+        if self.arrival.is_some() {
             self.leave_line(&token).await;
         }
         let written = Self::written(&lease, started);
@@ -330,7 +332,8 @@ impl Server {
             holding: 0,
         };
         let written = Self::written(&lease, started);
-        if waits && self.keep_place(ttl).await? {
+        let kept = self.keep_place(ttl).await;
+        if waits && kept? {
             let first = line
                 .first
                 .as_ref()

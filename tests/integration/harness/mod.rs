@@ -4,6 +4,7 @@
 //! - `keys`: what lockrun left in a `Server`: lease, fence, wait queue.
 //! - `topology`: groups of `Server`s: a quorum, and what the others share.
 //! - `sentinel`, `cluster`: a Sentinel set and a Redis Cluster.
+//! - `migration`: `Move`, a cluster slot moved by hand, step by step.
 //! - `command`: `Lockrun`, the one builder, and `Ran`, a run to its end.
 //! - `expect`: `Expect`, the status, stdout and stderr a run must end with,
 //!   checked together by `Ran::assert`.
@@ -20,6 +21,7 @@ mod command;
 mod expect;
 mod holder;
 mod keys;
+mod migration;
 mod postgres;
 mod process;
 mod sentinel;
@@ -33,6 +35,7 @@ pub use cluster::*;
 pub use command::*;
 pub use expect::Expect;
 pub use holder::*;
+pub use migration::*;
 pub use postgres::PostgresServer;
 pub use process::*;
 pub use sentinel::*;

@@ -1,0 +1,184 @@
+//! The lock's line while a resharding moves its cluster slot (see
+//! docs/design.md, "A slot being migrated"): the runs in line keep their
+//! places and are handed the lock in turn, by message, whether the lock's
+//! keys are split between the two nodes or all moved; a waiter follows the
+//! slot to its new owner, where a release can see whether it still lives.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::harness::*;
+
+const NAME: &str = "job";
+const LEASE: &str = "lockrun:{job}";
+const HOLDER: &str = "lockrun:{job}:holder";
+const FENCE: &str = "lockrun:{job}:fence";
+const QUEUE: &str = "lockrun:{job}:queue";
+const PLACES: &str = "lockrun:{job}:places";
+const WAITERS: &str = "lockrun:{job}:waiters";
+
+/// Room for the calls a half-way slot takes, one per key.
+const TIMEOUT: [&str; 2] = ["--redis-timeout", "1s"];
+
+/// Appends "$2 start" and, half a second later, "$2 end" to `order` in $1.
+const IN_TURN: &str = r#"echo "$2 start" >> "$1/order"; sleep 0.5; echo "$2 end" >> "$1/order""#;
+
+/// A run in line named `name` that refreshes its place every `refresh`;
+/// with a long one, a lock that reaches it soon after a release was handed
+/// to it by message, not found by looking.
+fn queue_up(url: &str, dir: &Path, name: &str, refresh: &str) -> Running {
+    Lockrun::via(url)
+        .key(NAME)
+        .args([
+            "--wait",
+            "60s",
+            "--ttl",
+            "30s",
+            "--renew-every",
+            refresh,
+            "-v",
+        ])
+        .args(TIMEOUT)
+        .stderr(log_file(&dir.join(format!("{name}.stderr"))))
+        .sh(IN_TURN, dir)
+        .command([name])
+        .spawn()
+}
+
+/// Waits until `node` shows `n` runs in line.
+fn in_line(node: &Server, n: usize) {
+    assert!(
+        eventually(PATIENCE, || node.in_line(NAME) == n),
+        "{} in line, want {n}",
+        node.in_line(NAME)
+    );
+}
+
+fn order(dir: &Path) -> Vec<String> {
+    read_log(&dir.join("order"))
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Waits until `line` is in the order file; returns how long that took.
+fn until_ordered(dir: &Path, line: &str) -> Duration {
+    let began = Instant::now();
+    let found = eventually(PATIENCE, || order(dir).iter().any(|l| l == line));
+    assert!(
+        found,
+        "no {line:?}: {:?}\n{}\n{}",
+        order(dir),
+        read_log(&dir.join("first.stderr")),
+        read_log(&dir.join("second.stderr"))
+    );
+    began.elapsed()
+}
+
+fn assert_busy(url: &str) {
+    let busy = Lockrun::via(url)
+        .key(NAME)
+        .args(TIMEOUT)
+        .command(["true"])
+        .run();
+    busy.assert(Expect::code(75).stderr_starts("lockrun: job is held by "));
+}
+
+#[test]
+fn runs_in_line_are_handed_the_lock_in_turn_while_its_keys_are_split() {
+    let cluster = Cluster::start();
+    let url = cluster.url_via(&cluster.primaries());
+    let dir = scratch();
+    let mut holder = Lockrun::via(&url).key(NAME).args(TIMEOUT).hold();
+    let source = cluster.node(cluster.owner(LEASE).0);
+    let mut first = queue_up(&url, dir.path(), "first", "10s");
+    in_line(source, 1);
+    let mut second = queue_up(&url, dir.path(), "second", "10s");
+    in_line(source, 2);
+
+    // The lease and the places on the source, the holder record and the
+    // queue on the target: no script can name them all.
+    let slot = Move::begin(&cluster, LEASE);
+    slot.keys(&[HOLDER, QUEUE]);
+    assert_busy(&url);
+    holder.go();
+    holder.end().assert(Expect::success());
+    let handed = until_ordered(dir.path(), "first start");
+    assert!(
+        handed < Duration::from_secs(5),
+        "first started after {handed:?}"
+    );
+    assert_busy(&url);
+    assert!(
+        first.wait().success(),
+        "{}",
+        read_log(&dir.path().join("first.stderr"))
+    );
+    assert!(
+        second.wait().success(),
+        "{}",
+        read_log(&dir.path().join("second.stderr"))
+    );
+    assert_eq!(
+        order(dir.path()),
+        ["first start", "first end", "second start", "second end"]
+    );
+
+    // Once the slot settles, the line is gone with the runs in it.
+    slot.keys(&[LEASE, FENCE, PLACES, WAITERS]);
+    slot.finish();
+    assert_eq!(slot.target.in_line(NAME), 0);
+    assert_eq!(slot.target.lock_value(NAME), None);
+}
+
+/// Two runs in line while the slot moves: the first refreshes its place
+/// rarely and so still listens on the old owner when the holder releases,
+/// the second follows the slot at once and then dies. The release hands
+/// the lock to the first at once, as its subscription cannot be seen on
+/// the new owner; the first's release then sees that the second no longer
+/// listens, and a run without --wait takes the lock at once.
+#[test]
+fn a_waiter_is_handed_the_lock_after_its_slot_moved_and_follows_it() {
+    let cluster = Cluster::start();
+    let url = cluster.url_via(&cluster.primaries());
+    let dir = scratch();
+    let mut holder = Lockrun::via(&url).key(NAME).args(TIMEOUT).hold();
+    let source = cluster.node(cluster.owner(LEASE).0);
+    let mut first = queue_up(&url, dir.path(), "first", "20s");
+    in_line(source, 1);
+    let second = queue_up(&url, dir.path(), "second", "300ms");
+    in_line(source, 2);
+    assert_eq!(source.wake_channels(NAME), 2);
+
+    let slot = Move::begin(&cluster, LEASE);
+    slot.keys(&[LEASE, HOLDER, FENCE, QUEUE, PLACES, WAITERS]);
+    slot.finish();
+    let followed = eventually(PATIENCE, || slot.target.wake_channels(NAME) == 1);
+    assert!(followed, "{}", read_log(&dir.path().join("second.stderr")));
+    assert_eq!(source.wake_channels(NAME), 1, "the first moved too soon");
+    second.signal(Signal::SIGKILL);
+    assert!(eventually(PATIENCE, || slot.target.wake_channels(NAME) == 0));
+
+    holder.go();
+    holder.end().assert(Expect::success());
+    let handed = until_ordered(dir.path(), "first start");
+    assert!(
+        handed < Duration::from_secs(5),
+        "first started after {handed:?}"
+    );
+    assert!(
+        first.wait().success(),
+        "{}",
+        read_log(&dir.path().join("first.stderr"))
+    );
+    // The dead second run is skipped, not handed the lock for its ttl.
+    let after = Lockrun::via(&url)
+        .key(NAME)
+        .args(TIMEOUT)
+        .touch(dir.path().join("after"))
+        .run();
+    after.assert(Expect::success());
+    assert!(dir.path().join("after").exists());
+}
