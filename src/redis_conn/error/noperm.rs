@@ -42,7 +42,7 @@ pub(super) fn refused(detail: &str) -> (String, String) {
             format!("'{pattern}'"),
         ),
         Some(_) => {
-            let quoted: Vec<&str> = quoted.into_iter().map(subcommand).collect();
+            let quoted: Vec<&str> = quoted.into_iter().flat_map(subcommands).collect();
             let names: Vec<String> = quoted.iter().map(|name| format!("'{name}'")).collect();
             let rules: Vec<String> = quoted.iter().map(|name| format!("+{name}")).collect();
             (
@@ -65,18 +65,19 @@ pub(super) fn refused(detail: &str) -> (String, String) {
     }
 }
 
-/// The subcommand of a container command that lockrun sends and that can
-/// be refused where the operator sees it: Redis before 7 names only the
-/// container (`'sentinel'`), and the rule for the container alone would
-/// allow all its subcommands. (`CLUSTER NODES` is sent too, for `status`'s
-/// `redis_node`, null when it is refused, and to find the node that took a
-/// write while a slot is being migrated: Redis 7 names it in full there.)
-fn subcommand(name: &str) -> &str {
+/// The subcommands of a container command that lockrun sends and that can
+/// be refused: Redis before 7 names only the container (`'sentinel'`), and
+/// the rule for the container alone would allow all its subcommands. Of
+/// `CLUSTER`, lockrun sends `SLOTS` (the cluster client), `MYID` and
+/// `NODES` (to find the node that took a write, or that a waiter listens
+/// on): such a refusal names the three, as REDIS PERMISSIONS does; Redis 7
+/// names the one refused in full.
+fn subcommands(name: &str) -> Vec<&str> {
     match name {
-        "sentinel" => "sentinel|get-master-addr-by-name",
-        "cluster" => "cluster|slots",
-        "pubsub" => "pubsub|numsub",
-        other => other,
+        "sentinel" => vec!["sentinel|get-master-addr-by-name"],
+        "cluster" => vec!["cluster|slots", "cluster|myid", "cluster|nodes"],
+        "pubsub" => vec!["pubsub|numsub"],
+        other => vec![other],
     }
 }
 
@@ -118,6 +119,10 @@ mod tests {
         assert!(line(old).contains(
             "'sentinel|get-master-addr-by-name' (NOPERM); add '+sentinel|get-master-addr-by-name'"
         ));
+        let cluster = target.error(&noperm(
+            "this user has no permissions to run the 'cluster' command or its subcommand",
+        ));
+        assert!(line(cluster).contains("add '+cluster|slots +cluster|myid +cluster|nodes'"));
         let two = target.error(&noperm("no permissions to run the 'type' or 'get' command"));
         assert!(line(two).contains("'type' or 'get' (NOPERM); add '+type +get'"));
         // Another failure keeps its own message, whatever the prefix.
