@@ -38,7 +38,11 @@ impl LockError {
     /// client limit or loading its data set, or closed the connection as it
     /// opened. Not a server that is not there at all.
     pub(crate) fn is_refused_for_now(&self) -> bool {
-        matches!(self, LockError::Redis(err) if err.is_transient())
+        match self {
+            LockError::Redis(err) => err.is_transient(),
+            LockError::NoMajority(short) => short.refused_for_now,
+            LockError::Restarted { .. } | LockError::Foreign(_) => false,
+        }
     }
 
     /// This failure, followed by `later`, which giving back what the failed
@@ -110,6 +114,9 @@ pub(crate) struct NoMajority {
     pub(crate) of: usize,
     /// What became of the others, one reason each.
     pub(crate) why: Vec<String>,
+    /// Whether a majority is still to be had once the servers that turned
+    /// this run away for now (at their client limit, loading) let it in.
+    pub(crate) refused_for_now: bool,
 }
 
 impl fmt::Display for NoMajority {
@@ -134,6 +141,7 @@ mod tests {
             able: 2,
             of: 5,
             why: vec!["one is down".into(), "one restarted".into()],
+            refused_for_now: false,
         };
         assert_eq!(
             err.to_string(),

@@ -77,6 +77,8 @@ impl<T> Tally<T> {
             _ => LockError::NoMajority(NoMajority {
                 able,
                 of: self.of(),
+                refused_for_now: self
+                    .is_majority(able + self.failures().filter(|f| f.is_refused_for_now()).count()),
                 why: self
                     .failures()
                     .map(ToString::to_string)
@@ -135,6 +137,33 @@ mod tests {
         assert_eq!(short.why.len(), 3);
         assert!(short.why[0].starts_with("b restarted"), "{:?}", short.why);
         assert_eq!(short.why[2], "d said no");
+    }
+
+    #[test]
+    fn a_majority_kept_from_only_by_full_servers_is_refused_for_now() {
+        let target = crate::redis_conn::Target::parse("redis://h:1", None).expect("valid");
+        let full = || {
+            let err = redis::make_extension_error(
+                "ERR".into(),
+                Some("max number of clients reached".into()),
+            );
+            LockError::Redis(target.error(&err))
+        };
+        let down = || {
+            let err = redis::RedisError::from(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            ));
+            LockError::Redis(target.error(&err))
+        };
+        assert!(full().is_refused_for_now() && !down().is_refused_for_now());
+        let short = |results: Vec<Result<(), LockError>>| {
+            let tally = Tally::new(results);
+            let able = tally.count(|()| true);
+            tally.short_of_majority(able, []).is_refused_for_now()
+        };
+        assert!(short(vec![Ok(()), Err(full()), Err(full())]));
+        assert!(short(vec![Ok(()), Err(full()), Err(down())]));
+        assert!(!short(vec![Err(full()), Err(down()), Err(down())]));
     }
 
     #[test]

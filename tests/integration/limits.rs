@@ -112,6 +112,44 @@ fn a_run_that_does_not_wait_names_the_client_limit() {
     );
 }
 
+/// A quorum with two of its three servers full: no majority can be had
+/// until they let the run in, which it waits for, as on one server.
+#[test]
+fn a_waiting_quorum_run_keeps_trying_while_its_servers_are_full() {
+    let servers: Vec<Server> = (0..3)
+        .map(|_| Server::start_with(None, &["--maxclients", MAX_CLIENTS]))
+        .collect();
+    let t = Instant::now();
+    let held: Vec<_> = servers[..2].iter().map(take_every_client).collect();
+    eprintln!("DEBUG took {:?}", t.elapsed());
+    let dir = scratch();
+    let mut waiting = Lockrun::on_all(&servers)
+        .key("job")
+        // A short ttl: servers this new do not vote before they have been
+        // up for one (Redlock's delayed restart).
+        .args(["--wait", "60s", "--ttl", "2s"])
+        .stderr(log_file(&dir.path().join("stderr")))
+        .touch(dir.path().join("ran"))
+        .spawn();
+    let ended = waiting.wait_for(Duration::from_secs(1));
+    assert!(
+        ended.is_none(),
+        "gave up at once: {ended:?} {}",
+        read_log(&dir.path().join("stderr"))
+    );
+    let t = Instant::now();
+    drop(held);
+    eprintln!("DEBUG before {:?}", read_log(&dir.path().join("stderr")));
+    let st = waiting.wait();
+    eprintln!(
+        "DEBUG waited {:?} {}",
+        t.elapsed(),
+        read_log(&dir.path().join("stderr"))
+    );
+    assert!(st.success(), "{}", read_log(&dir.path().join("stderr")));
+    assert!(dir.path().join("ran").exists());
+}
+
 /// Opens connections to `redis` until it refuses one, and returns the ones
 /// it accepted: every client it allows, less any it had not yet freed.
 fn take_every_client(redis: &Server) -> Vec<redis::Connection> {
