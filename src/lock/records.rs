@@ -292,6 +292,7 @@ mod tests {
                 command: "deploy.sh".into(),
                 arrived_us: 1_732_924_800_123_456,
                 supersede: true,
+                ttl_ms: 30_000,
                 ..Waiter::default()
             }
         );

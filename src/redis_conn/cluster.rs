@@ -55,6 +55,11 @@ impl Seeds {
         Ok((seeds, info))
     }
 
+    /// The listed nodes' addresses.
+    pub(super) fn addrs(&self) -> &[ConnectionAddr] {
+        &self.addrs
+    }
+
     /// Uses `tls` on every node: those listed, and those the cluster names.
     pub(super) fn trust(&mut self, tls: &Tls) -> redis::RedisResult<()> {
         for addr in &mut self.addrs {

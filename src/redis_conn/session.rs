@@ -172,10 +172,11 @@ impl Session {
                 self.pushes = found.pushes;
             }
             Topology::Cluster(seeds) => {
-                let conn = seeds
-                    .connect(target.info.redis_settings(), timeout)
-                    .await
-                    .map_err(|err| target.error(&err))?;
+                let opened = seeds.connect(target.info.redis_settings(), timeout).await;
+                let conn = match opened {
+                    Ok(conn) => conn,
+                    Err(err) => return Err(self.refused(&err, timeout).await),
+                };
                 self.conn = Some(Conn::Cluster(conn));
             }
         }

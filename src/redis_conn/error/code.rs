@@ -16,8 +16,9 @@
 //!   unauthenticated multibulk length`: here it is NOAUTH, as a short
 //!   request gets.
 //! - A server at its `maxclients` limit greets a new connection with `ERR
-//!   max number of clients reached` (Redis 6.2 to 8, Valkey 8) and closes
-//!   it: here it is MAXCLIENTS, a code of lockrun's own, since waiting
+//!   max number of clients reached` (Redis 6.2 to 8, Valkey 8; a cluster
+//!   node of Redis 7 and later says `max number of clients + cluster
+//!   connections reached`) and closes it: here it is MAXCLIENTS, a code of lockrun's own, since waiting
 //!   helps there and not after other ERR replies.
 //!
 //! A script sent behind `TIME` (`Call::reply_last`) fails as a pipeline,
@@ -35,7 +36,7 @@ pub(crate) fn code(err: &redis::RedisError) -> Option<String> {
         "NOPERM"
     } else if detail.starts_with("Protocol error: unauthenticated") {
         "NOAUTH"
-    } else if detail.starts_with("max number of clients reached") {
+    } else if detail.starts_with("max number of clients") {
         "MAXCLIENTS"
     } else {
         inside_script(&detail).map_or("ERR", |(inner, _)| inner)
@@ -158,6 +159,8 @@ mod tests {
         // Redis 7.2 and Valkey 8.1's greeting at maxclients, verbatim.
         let full = reply("-ERR max number of clients reached");
         assert_eq!(code(&full).as_deref(), Some("MAXCLIENTS"));
+        let node = reply("-ERR max number of clients + cluster connections reached");
+        assert_eq!(code(&node).as_deref(), Some("MAXCLIENTS"));
         let io = redis::RedisError::from((redis::ErrorKind::Io, "Connection refused"));
         assert!(!is_unknown_command(&io));
         assert_eq!(code(&io).as_deref(), None);

@@ -5,10 +5,13 @@
 //! reports only a broken pipe or a reset, and the reason is lost with its
 //! socket. Then lockrun opens one more connection that sends nothing and
 //! reads what the server says unasked: the same refusal, if that was it
-//! (a server with room says nothing, and the look ends after `LOOK`).
+//! (a server with room says nothing, and the look ends after `LOOK`). The
+//! cluster client reports any failure of its first connections as one I/O
+//! error, without its cause: then the nodes the URL lists are looked at.
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use redis::ConnectionAddr;
 use tokio::net::{TcpStream, UnixStream};
 
@@ -33,15 +36,17 @@ impl Session {
         err: &redis::RedisError,
         timeout: Duration,
     ) -> RedisError {
+        let clustered_io = self.target.is_cluster() && err.kind() == redis::ErrorKind::Io;
         let error = if err.is_timeout() {
             self.target.timed_out(timeout)
-        } else if !is_closed(err) {
-            self.error(err)
-        } else {
+        } else if is_closed(err) || clustered_io {
             match self.unasked(LOOK.min(timeout)).await {
                 Some(reason) => self.target.error(&reason),
+                None if clustered_io => self.error(err),
                 None => self.target.closed_on_open(err, self.at_limit),
             }
+        } else {
+            self.error(err)
         };
         if error.kind == ErrorKind::Transient(Unready::MaxClients) {
             self.at_limit = true;
@@ -49,12 +54,17 @@ impl Session {
         error
     }
 
-    /// What the one server in the URL says unasked, within `within`. Not
-    /// behind Sentinel or in a cluster, whose servers the URL does not name.
+    /// What the one server in the URL, or the first of the cluster nodes it
+    /// lists, says unasked, within `within`. Not behind Sentinel, whose
+    /// servers the URL does not name.
     async fn unasked(&self, within: Duration) -> Option<redis::RedisError> {
-        match self.target.topology {
+        match &self.target.topology {
             Topology::Single => unasked(self.target.info.addr(), within).await,
-            _ => None,
+            Topology::Cluster(seeds) => {
+                let looks = seeds.addrs().iter().map(|addr| unasked(addr, within));
+                join_all(looks).await.into_iter().flatten().next()
+            }
+            Topology::Sentinel(_) => None,
         }
     }
 }
