@@ -34,6 +34,7 @@ mod queue;
 mod quorum;
 mod reference;
 mod repeated_flags;
+mod resharding;
 mod rotation;
 mod shared;
 mod signals;

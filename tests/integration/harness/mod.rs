@@ -4,6 +4,7 @@
 //! - `keys`: what lockrun left in a `Server`: lease, fence, wait queue.
 //! - `topology`: groups of `Server`s: a quorum, and what the others share.
 //! - `sentinel`, `cluster`: a Sentinel set and a Redis Cluster.
+//! - `reshard`: a real `redis-cli --cluster reshard` moving a cluster slot.
 //! - `command`: `Lockrun`, the one builder, and `Ran`, a run to its end.
 //! - `expect`: `Expect`, the status, stdout and stderr a run must end with,
 //!   checked together by `Ran::assert`.
@@ -22,6 +23,7 @@ mod holder;
 mod keys;
 mod postgres;
 mod process;
+mod reshard;
 mod sentinel;
 mod server;
 mod slots;
@@ -35,6 +37,7 @@ pub use expect::Expect;
 pub use holder::*;
 pub use postgres::PostgresServer;
 pub use process::*;
+pub use reshard::*;
 pub use sentinel::*;
 pub use server::*;
 pub use slots::*;
