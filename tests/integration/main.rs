@@ -35,6 +35,7 @@ mod queue;
 mod quorum;
 mod reference;
 mod repeated_flags;
+mod resharding;
 mod rotation;
 mod shared;
 mod signals;

@@ -193,7 +193,7 @@ impl Cluster {
 /// unlike `CLUSTER SLOTS`, lists a replica before it reported its
 /// replication offset); empty if it does not answer. Each line reads
 /// `<id> <ip:port@cport> <flags> <primary id or -> … <link> <slots…>`.
-fn shards_seen_by(node: &Server) -> Vec<Shard> {
+pub(super) fn shards_seen_by(node: &Server) -> Vec<Shard> {
     let Ok(text) = node.query::<String>(redis::cmd("CLUSTER").arg("NODES")) else {
         return Vec::new();
     };

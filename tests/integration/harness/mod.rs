@@ -5,6 +5,7 @@
 //! - `topology`: groups of `Server`s: a quorum, and what the others share.
 //! - `sentinel`, `cluster`: a Sentinel set and a Redis Cluster.
 //! - `migration`: `Move`, a cluster slot moved by hand, step by step.
+//! - `reshard`: a real `redis-cli --cluster reshard` moving a cluster slot.
 //! - `command`: `Lockrun`, the one builder, and `Ran`, a run to its end.
 //! - `expect`: `Expect`, the status, stdout and stderr a run must end with,
 //!   checked together by `Ran::assert`.
@@ -24,6 +25,7 @@ mod keys;
 mod migration;
 mod postgres;
 mod process;
+mod reshard;
 mod sentinel;
 mod server;
 mod slots;
@@ -38,6 +40,7 @@ pub use holder::*;
 pub use migration::*;
 pub use postgres::PostgresServer;
 pub use process::*;
+pub use reshard::*;
 pub use sentinel::*;
 pub use server::*;
 pub use slots::*;
