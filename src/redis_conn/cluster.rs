@@ -81,13 +81,19 @@ impl Seeds {
             .collect()
     }
 
-    /// Connects to the cluster and learns its slots.
+    /// Connects to the cluster and learns its slots, each connection within
+    /// `within`; every call on it, retries included, is limited to `calls`.
+    /// The first connection of a run may take longer than a call may (see
+    /// `FIRST_CONNECT_TIMEOUT`), but retry pauses sized from it would let a
+    /// call that Redis keeps refusing (TRYAGAIN while the slot migrates)
+    /// outlast its limit, where it should end with the refusal.
     pub(super) async fn connect(
         &self,
         settings: &RedisConnectionInfo,
-        timeout: Duration,
+        within: Duration,
+        calls: Duration,
     ) -> redis::RedisResult<ClusterConnection> {
-        let (min_wait, max_wait) = retry_waits(timeout);
+        let (min_wait, max_wait) = retry_waits(calls);
         let mut builder = ClusterClientBuilder::new(self.nodes(settings)?);
         // The listed nodes' addresses carry the certificates; the nodes the
         // cluster names (slots, MOVED) are reached with the builder's.
@@ -100,9 +106,9 @@ impl Seeds {
             .retries(RETRIES)
             .min_retry_wait(min_wait)
             .max_retry_wait(max_wait)
-            .connection_timeout(timeout)
-            .response_timeout(timeout)
-            .overall_response_timeout(Some(timeout))
+            .connection_timeout(within)
+            .response_timeout(calls)
+            .overall_response_timeout(Some(calls))
             .build()?
             .get_async_connection()
             .await

@@ -172,7 +172,9 @@ impl Session {
                 self.pushes = found.pushes;
             }
             Topology::Cluster(seeds) => {
-                let opened = seeds.connect(target.info.redis_settings(), timeout).await;
+                let opened = seeds
+                    .connect(target.info.redis_settings(), timeout, self.timeout)
+                    .await;
                 let conn = match opened {
                     Ok(conn) => conn,
                     Err(err) => return Err(self.refused(&err, timeout).await),
