@@ -15,9 +15,8 @@
 --   holder_finish fence keep_ms
 --   holder_pass fence host pid command new_fence ttl
 --   lease_pass token to ttl channel message
---   line_front count       line_leave id          line_keep ttl
---   place_get id           place_refresh id ttl   place_drop id
---   waiter_get id
+--   line_front count       line_drop id           line_keep ttl
+--   place_get id           place_refresh id ttl   waiter_get id
 -- Returns name-value pairs: kind (what was found or done), node (the id of
 -- the node that ran it, or ''), replicas (connected and online, for WAIT),
 -- now_us (server time), and pttl, fence, holder, ids, waiting, deadline or
@@ -116,6 +115,14 @@ local fence_ops = {
   end,
 }
 
+local function set_holder(host, pid, command, fence, ttl)
+  redis.call('DEL', KEY)
+  redis.call('HSET', KEY, 'host', host, 'pid', pid, 'command', command,
+    'acquired_us', int(now_us()), 'fence', fence)
+  redis.call('PEXPIRE', KEY, ttl)
+  return reply('set')
+end
+
 -- The holder record is changed only while it is this run's, told by its
 -- fencing token: the lease is in another call, perhaps on another node.
 local holder_ops = {
@@ -127,13 +134,7 @@ local holder_ops = {
     redis.call('DEL', KEY)
     return reply('found', 'holder', record)
   end,
-  holder_set = function(host, pid, command, fence, ttl)
-    redis.call('DEL', KEY)
-    redis.call('HSET', KEY, 'host', host, 'pid', pid, 'command', command,
-      'acquired_us', int(now_us()), 'fence', fence)
-    redis.call('PEXPIRE', KEY, ttl)
-    return reply('set')
-  end,
+  holder_set = set_holder,
   holder_renew = function(fence, ttl)
     if redis.call('HGET', KEY, 'fence') ~= fence then
       return reply('gone')
@@ -150,15 +151,11 @@ local holder_ops = {
     return reply('kept')
   end,
   -- A release's hand-over: the record of the waiter the lease goes to.
-  holder_pass = function(fence, host, pid, command, new_fence, ttl)
+  holder_pass = function(fence, ...)
     if redis.call('HGET', KEY, 'fence') ~= fence then
       return reply('gone')
     end
-    redis.call('DEL', KEY)
-    redis.call('HSET', KEY, 'host', host, 'pid', pid, 'command', command,
-      'acquired_us', int(now_us()), 'fence', new_fence)
-    redis.call('PEXPIRE', KEY, ttl)
-    return reply('set')
+    return set_holder(...)
   end,
   holder_drop = function(fence)
     if redis.call('HGET', KEY, 'fence') ~= fence then
@@ -184,9 +181,10 @@ local line_ops = {
     return reply('front', 'ids', redis.call('ZRANGE', KEY, 0, tonumber(count) - 1),
       'waiting', redis.call('ZCARD', KEY))
   end,
-  line_leave = function(id)
+  -- QUEUE or PLACES: `id` taken out.
+  line_drop = function(id)
     redis.call('ZREM', KEY, id)
-    return reply('left')
+    return reply('dropped')
   end,
   -- Any key of the line: it stays at least `ttl` ms more, for a place
   -- refreshed meanwhile.
@@ -205,10 +203,6 @@ local line_ops = {
     redis.call('ZADD', KEY, int(math.floor(now_us() / 1000) + tonumber(ttl)), id)
     keep_at_least(ttl)
     return reply('refreshed')
-  end,
-  place_drop = function(id)
-    redis.call('ZREM', KEY, id)
-    return reply('dropped')
   end,
   -- WAITERS: `id`'s record (JSON), '' for none.
   waiter_get = function(id)

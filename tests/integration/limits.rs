@@ -122,32 +122,10 @@ fn a_waiting_quorum_run_keeps_trying_while_its_servers_are_full() {
     let t = Instant::now();
     let held: Vec<_> = servers[..2].iter().map(take_every_client).collect();
     eprintln!("DEBUG took {:?}", t.elapsed());
-    let dir = scratch();
-    let mut waiting = Lockrun::on_all(&servers)
-        .key("job")
-        // A short ttl: servers this new do not vote before they have been
-        // up for one (Redlock's delayed restart).
-        .args(["--wait", "60s", "--ttl", "2s"])
-        .stderr(log_file(&dir.path().join("stderr")))
-        .touch(dir.path().join("ran"))
-        .spawn();
-    let ended = waiting.wait_for(Duration::from_secs(1));
-    assert!(
-        ended.is_none(),
-        "gave up at once: {ended:?} {}",
-        read_log(&dir.path().join("stderr"))
-    );
-    let t = Instant::now();
-    drop(held);
-    eprintln!("DEBUG before {:?}", read_log(&dir.path().join("stderr")));
-    let st = waiting.wait();
-    eprintln!(
-        "DEBUG waited {:?} {}",
-        t.elapsed(),
-        read_log(&dir.path().join("stderr"))
-    );
-    assert!(st.success(), "{}", read_log(&dir.path().join("stderr")));
-    assert!(dir.path().join("ran").exists());
+    // A short ttl: servers this new do not vote before they have been up
+    // for one (Redlock's delayed restart).
+    let waiting = Lockrun::on_all(&servers).args(["--ttl", "2s"]);
+    runs_once_let_in(waiting, held);
 }
 
 /// A cluster whose nodes are all full: a run that does not wait names the
@@ -167,25 +145,29 @@ fn a_full_cluster_is_named_and_waited_for() {
             .stderr_has("max number of clients")
             .stderr_has("maxclients"),
     );
+    runs_once_let_in(Lockrun::via(&url), held);
+}
+
+/// Runs `lockrun` with `--wait` while the test holds `held`, the clients
+/// its servers allow: it must not give up at once, and must run once the
+/// test lets go of them.
+fn runs_once_let_in(lockrun: Lockrun<'_>, held: Vec<Vec<redis::Connection>>) {
     let dir = scratch();
-    let mut waiting = Lockrun::via(&url)
+    let stderr = dir.path().join("stderr");
+    let mut waiting = lockrun
         .key("job")
         .args(["--wait", "60s"])
-        .stderr(log_file(&dir.path().join("stderr")))
+        .stderr(log_file(&stderr))
         .touch(dir.path().join("ran"))
         .spawn();
     let ended = waiting.wait_for(Duration::from_secs(1));
     assert!(
         ended.is_none(),
         "gave up at once: {ended:?} {}",
-        read_log(&dir.path().join("stderr"))
+        read_log(&stderr)
     );
     drop(held);
-    assert!(
-        waiting.wait().success(),
-        "{}",
-        read_log(&dir.path().join("stderr"))
-    );
+    assert!(waiting.wait().success(), "{}", read_log(&stderr));
     assert!(dir.path().join("ran").exists());
 }
 

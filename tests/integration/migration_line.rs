@@ -77,6 +77,18 @@ fn until_ordered(dir: &Path, line: &str) -> Duration {
     began.elapsed()
 }
 
+/// Lets `holder` release, which hands the lock to "first" at once: in a
+/// few seconds at most, where its refresh would take 10 s or more.
+fn released_to_first(holder: &mut Holder, dir: &Path) {
+    holder.go();
+    holder.end().assert(Expect::success());
+    let handed = until_ordered(dir, "first start");
+    assert!(
+        handed < Duration::from_secs(5),
+        "first started after {handed:?}"
+    );
+}
+
 fn assert_busy(url: &str) {
     let busy = Lockrun::via(url)
         .key(NAME)
@@ -86,30 +98,38 @@ fn assert_busy(url: &str) {
     busy.assert(Expect::code(75).stderr_starts("lockrun: job is held by "));
 }
 
+/// The lock held in `cluster`, and runs "first" and "second" in line for
+/// it, in that order, refreshing their places every `refresh`; the node
+/// that owns the lock's slot.
+fn held_with_two_in_line<'c>(
+    cluster: &'c Cluster,
+    dir: &Path,
+    refresh: [&str; 2],
+) -> (Holder, [Running; 2], &'c Server) {
+    let url = cluster.url_via(&cluster.primaries());
+    let holder = Lockrun::via(&url).key(NAME).args(TIMEOUT).hold();
+    let source = cluster.node(cluster.owner(LEASE).0);
+    let first = queue_up(&url, dir, "first", refresh[0]);
+    in_line(source, 1);
+    let second = queue_up(&url, dir, "second", refresh[1]);
+    in_line(source, 2);
+    (holder, [first, second], source)
+}
+
 #[test]
 fn runs_in_line_are_handed_the_lock_in_turn_while_its_keys_are_split() {
     let cluster = Cluster::start();
     let url = cluster.url_via(&cluster.primaries());
     let dir = scratch();
-    let mut holder = Lockrun::via(&url).key(NAME).args(TIMEOUT).hold();
-    let source = cluster.node(cluster.owner(LEASE).0);
-    let mut first = queue_up(&url, dir.path(), "first", "10s");
-    in_line(source, 1);
-    let mut second = queue_up(&url, dir.path(), "second", "10s");
-    in_line(source, 2);
+    let (mut holder, [mut first, mut second], _) =
+        held_with_two_in_line(&cluster, dir.path(), ["10s", "10s"]);
 
     // The lease and the places on the source, the holder record and the
     // queue on the target: no script can name them all.
     let slot = Move::begin(&cluster, LEASE);
     slot.keys(&[HOLDER, QUEUE]);
     assert_busy(&url);
-    holder.go();
-    holder.end().assert(Expect::success());
-    let handed = until_ordered(dir.path(), "first start");
-    assert!(
-        handed < Duration::from_secs(5),
-        "first started after {handed:?}"
-    );
+    released_to_first(&mut holder, dir.path());
     assert_busy(&url);
     assert!(
         first.wait().success(),
@@ -144,12 +164,8 @@ fn a_waiter_is_handed_the_lock_after_its_slot_moved_and_follows_it() {
     let cluster = Cluster::start();
     let url = cluster.url_via(&cluster.primaries());
     let dir = scratch();
-    let mut holder = Lockrun::via(&url).key(NAME).args(TIMEOUT).hold();
-    let source = cluster.node(cluster.owner(LEASE).0);
-    let mut first = queue_up(&url, dir.path(), "first", "20s");
-    in_line(source, 1);
-    let second = queue_up(&url, dir.path(), "second", "300ms");
-    in_line(source, 2);
+    let (mut holder, [mut first, second], source) =
+        held_with_two_in_line(&cluster, dir.path(), ["20s", "300ms"]);
     assert_eq!(source.wake_channels(NAME), 2);
 
     let slot = Move::begin(&cluster, LEASE);
@@ -161,13 +177,7 @@ fn a_waiter_is_handed_the_lock_after_its_slot_moved_and_follows_it() {
     second.signal(Signal::SIGKILL);
     assert!(eventually(PATIENCE, || slot.target.wake_channels(NAME) == 0));
 
-    holder.go();
-    holder.end().assert(Expect::success());
-    let handed = until_ordered(dir.path(), "first start");
-    assert!(
-        handed < Duration::from_secs(5),
-        "first started after {handed:?}"
-    );
+    released_to_first(&mut holder, dir.path());
     assert!(
         first.wait().success(),
         "{}",

@@ -72,8 +72,9 @@ impl Server {
     /// Takes the run `id` out of line once it holds the lock. Only tidies:
     /// a place left behind is skipped once its time runs out.
     pub(super) async fn leave_line(&mut self, id: &str) {
-        let _ = self.piece(Part::Places, "place_drop", &[id]).await;
-        let _ = self.piece(Part::Queue, "line_leave", &[id]).await;
+        for part in [Part::Places, Part::Queue] {
+            let _ = self.piece(part, "line_drop", &[id]).await;
+        }
     }
 
     /// Hands the lease this run holds with fencing token `fence` to
