@@ -40,8 +40,10 @@
 //!     `build.rs`): the atomic scripts, sent by hash;
 //!   - `lock/reply`: one typed reply per script, decoded by field name;
 //!   - `lock/server`: one server's part in a lock: scripts, replicas, what
-//!     this run may have left there; `lock/server/one_key`: the same one key
-//!     at a time, while the lock's cluster slot is being migrated;
+//!     this run may have left there; `lock/server/wakes`: its wake-up
+//!     subscription, which follows the lock's cluster slot;
+//!     `lock/server/one_key`: the same one key at a time, while the lock's
+//!     cluster slot is being migrated, and `one_key/line`, its line;
 //!   - `lock/tally`: the majority rule;
 //!   - `lock/status`: each server's view and what a majority agrees on;
 //!   - `lock/wake`: the wake-up messages of a waiting run;

@@ -223,7 +223,7 @@ impl Server {
                 if first.id != token
                     && waiter.ttl_ms > 0
                     && !waiter.shared
-                    && waiter.slots <= Some(1)
+                    && waiter.slots.unwrap_or(1) == 1
                 {
                     return self.pass_to(&first, fence).await;
                 }
