@@ -171,11 +171,13 @@ fn a_waiter_is_handed_the_lock_after_its_slot_moved_and_follows_it() {
     let slot = Move::begin(&cluster, LEASE);
     slot.keys(&[LEASE, HOLDER, FENCE, QUEUE, PLACES, WAITERS]);
     slot.finish();
-    let followed = eventually(PATIENCE, || slot.target.wake_channels(NAME) == 1);
+    let followed = eventually(PATIENCE, || slot.target.wake_channels_now(NAME) == Some(1));
     assert!(followed, "{}", read_log(&dir.path().join("second.stderr")));
     assert_eq!(source.wake_channels(NAME), 1, "the first moved too soon");
     second.signal(Signal::SIGKILL);
-    assert!(eventually(PATIENCE, || slot.target.wake_channels(NAME) == 0));
+    assert!(eventually(PATIENCE, || {
+        slot.target.wake_channels_now(NAME) == Some(0)
+    }));
 
     released_to_first(&mut holder, dir.path());
     assert!(

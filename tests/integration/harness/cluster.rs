@@ -240,3 +240,26 @@ pub fn cluster_info(node: &Server, field: &str) -> Option<String> {
         .find_map(|line| line.strip_prefix(&format!("{field}:")))
         .map(|value| value.trim().to_string())
 }
+
+/// The node id of `node` (`CLUSTER MYID`).
+pub fn node_id(node: &Server) -> String {
+    node.query(redis::cmd("CLUSTER").arg("MYID"))
+        .expect("CLUSTER MYID")
+}
+
+/// `cmd` on `node` as a client that followed an ASK there: the target of a
+/// migrating slot answers for it, the source only for a key it still has
+/// (`None` for an ASK or MOVED elsewhere).
+pub fn ask(node: &Server, cmd: &redis::Cmd) -> Option<i64> {
+    let mut conn = node.client();
+    redis::cmd("ASKING").query::<()>(&mut conn).ok()?;
+    cmd.query(&mut conn).ok()
+}
+
+/// Which of `keys` `node` has, as a client that follows an ASK sees them.
+pub fn keys_held_by(node: &Server, keys: &[&str]) -> Vec<String> {
+    keys.iter()
+        .filter(|key| ask(node, redis::cmd("EXISTS").arg(**key)) == Some(1))
+        .map(|key| (*key).to_owned())
+        .collect()
+}

@@ -74,14 +74,17 @@ impl Server {
     /// How many wake-up channels of lock `name` have subscribers here: one
     /// per waiting run whose connection this server has not seen close.
     pub fn wake_channels(&self, name: &str) -> usize {
-        let channels: Vec<String> = self
-            .query(
-                redis::cmd("PUBSUB")
-                    .arg("CHANNELS")
-                    .arg(key(name, "wake:*")),
-            )
-            .expect("PUBSUB CHANNELS");
-        channels.len()
+        self.wake_channels_now(name).expect("PUBSUB CHANNELS")
+    }
+
+    /// `wake_channels`, or `None` when the server did not answer: for a
+    /// poll, which asks again.
+    pub fn wake_channels_now(&self, name: &str) -> Option<usize> {
+        let channels = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg(key(name, "wake:*"))
+            .clone();
+        self.query::<Vec<String>>(&channels).ok().map(|c| c.len())
     }
 
     /// Asserts that all this server holds is the fencing counter of lock

@@ -2,7 +2,7 @@
 //! `redis-cli --cluster reshard` moves it: opened for migration, its keys
 //! moved a few at a time, then given to the target.
 
-use super::{eventually, Cluster, Server, TOPOLOGY_PATIENCE};
+use super::{eventually, keys_held_by, node_id, Cluster, Server, TOPOLOGY_PATIENCE};
 
 /// The slot's two nodes: it leaves `source` for `target`.
 pub struct Move<'c> {
@@ -12,11 +12,6 @@ pub struct Move<'c> {
     pub slot: u16,
     pub source: &'c Server,
     pub target: &'c Server,
-}
-
-pub fn node_id(node: &Server) -> String {
-    node.query(redis::cmd("CLUSTER").arg("MYID"))
-        .expect("CLUSTER MYID")
 }
 
 fn ok(node: &Server, cmd: &mut redis::Cmd) {
@@ -84,21 +79,9 @@ impl<'c> Move<'c> {
 
     /// Which of `keys` each node holds, source then target.
     pub fn where_are(&self, keys: &[&str]) -> (Vec<String>, Vec<String>) {
-        let on = |node: &Server| {
-            keys.iter()
-                .filter(|key| ask(node, redis::cmd("EXISTS").arg(**key)) == Some(1))
-                .map(|key| (*key).to_owned())
-                .collect()
-        };
-        (on(self.source), on(self.target))
+        (
+            keys_held_by(self.source, keys),
+            keys_held_by(self.target, keys),
+        )
     }
-}
-
-/// `cmd` on `node` as a client that followed an ASK there: the target
-/// answers for an importing slot, the source only for a key it still has
-/// (`None` for an ASK or MOVED elsewhere).
-pub fn ask(node: &Server, cmd: &redis::Cmd) -> Option<i64> {
-    let mut conn = node.client();
-    redis::cmd("ASKING").query::<()>(&mut conn).expect("ASKING");
-    cmd.query(&mut conn).ok()
 }

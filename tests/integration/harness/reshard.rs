@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use super::cluster::shards_seen_by;
-use super::{eventually, log_file, read_log, redis_cli, scratch, Cluster, Running, Server};
+use super::{
+    eventually, keys_held_by, log_file, node_id, read_log, redis_cli, scratch, Cluster, Running,
+};
 use super::{PATIENCE, TOPOLOGY_PATIENCE};
 
 /// How many filler keys one pipelined write sends.
@@ -26,12 +28,6 @@ pub struct Reshard<'c> {
     began: Instant,
     // Declared last so that it is removed after `cli` is stopped.
     dir: TempDir,
-}
-
-/// The node id of `node` (`CLUSTER MYID`).
-pub fn node_id(node: &Server) -> String {
-    node.query(redis::cmd("CLUSTER").arg("MYID"))
-        .expect("CLUSTER MYID")
 }
 
 /// The hash tag of `key`: what its slot is computed from.
@@ -179,13 +175,7 @@ impl Reshard<'_> {
     /// Which of `keys` each node holds, source then target, as a client
     /// that follows an ASK sees them.
     pub fn where_are(&self, keys: &[&str]) -> (Vec<String>, Vec<String>) {
-        let on = |port: u16| -> Vec<String> {
-            let node = self.cluster.node(port);
-            keys.iter()
-                .filter(|key| asking(node, redis::cmd("EXISTS").arg(**key)) == Some(1))
-                .map(|key| (*key).to_owned())
-                .collect()
-        };
+        let on = |port: u16| keys_held_by(self.cluster.node(port), keys);
         (on(self.source), on(self.target))
     }
 
@@ -195,13 +185,4 @@ impl Reshard<'_> {
         let out = read_log(&path("reshard.log")).replace('.', "");
         format!("{out}\n{}", read_log(&path("reshard.stderr")))
     }
-}
-
-/// `cmd` on `node` as a client that followed an ASK there: the target
-/// answers for an importing slot, the source only for a key it still has
-/// (`None` for an ASK or MOVED elsewhere).
-pub fn asking(node: &Server, cmd: &redis::Cmd) -> Option<i64> {
-    let mut conn = node.client();
-    redis::cmd("ASKING").query::<()>(&mut conn).ok()?;
-    cmd.query(&mut conn).ok()
 }
