@@ -164,6 +164,14 @@ impl Target {
         match code::code(err).as_deref() {
             Some("LOADING") => ErrorKind::Transient(Unready::Loading),
             Some("TRYAGAIN") => ErrorKind::Transient(Unready::TryAgain),
+            // ASK comes only from a node that has the slot MIGRATING and
+            // none of the keys named, and that ran nothing. The cluster
+            // client follows it unless its retries ran out first: the last
+            // of the keys left the source between the retries of a call
+            // that got TRYAGAIN (Valkey 8 moves a slot's keys in hash
+            // order, throughout the move). The slot is being migrated
+            // either way, and the one-key path takes it so.
+            Some("ASK") if self.is_cluster() => ErrorKind::Transient(Unready::TryAgain),
             Some("MASTERDOWN") => ErrorKind::Transient(Unready::MasterDown),
             // The cluster is healing: a later call may succeed.
             Some("CLUSTERDOWN") => ErrorKind::Transient(Unready::ClusterDown),
@@ -447,5 +455,30 @@ mod tests {
         assert!(!sentinel
             .error(&server_error(ServerErrorKind::ResponseError, "x"))
             .is_transient());
+    }
+
+    /// The reply that a call's last retry got from a source whose last key
+    /// of the lock had just moved: the one-key path takes it as it takes
+    /// TRYAGAIN.
+    #[test]
+    fn an_ask_left_unfollowed_in_a_cluster_is_a_slot_being_migrated() {
+        let ask = match redis::parse_redis_value(b"-ASK 0 127.0.0.1:7001\r\n") {
+            Ok(redis::Value::ServerError(err)) => redis::RedisError::from(err),
+            other => panic!("{other:?}"),
+        };
+        let cluster = Target::parse("redis+cluster://c1:7000", None).expect("valid");
+        let err = cluster.error(&ask);
+        assert_eq!(err.kind, ErrorKind::Transient(Unready::TryAgain));
+        assert!(
+            err.to_string().contains("cluster slot is being migrated"),
+            "{err}"
+        );
+        let sentinel = Target::parse("redis+sentinel://s1,s2/svc", None).expect("valid");
+        assert_eq!(
+            sentinel.error(&ask).kind,
+            ErrorKind::Transient(Unready::Failover)
+        );
+        let single = Target::parse("redis://h:1", None).expect("valid");
+        assert_eq!(single.error(&ask).kind, ErrorKind::Server);
     }
 }

@@ -47,7 +47,8 @@ pub(super) struct OneKey<'a> {
 impl<'a> OneKey<'a> {
     /// The one-key-at-a-time path on `server` after `err`, when `err` is the
     /// cluster refusing a call that names keys of a slot being migrated, not
-    /// all of them on the node asked (TRYAGAIN); any other `err` as it is.
+    /// all of them on the node asked (TRYAGAIN, or an ASK that the cluster
+    /// client had no retry left to follow); any other `err` as it is.
     pub(super) fn after(err: LockError, server: &'a mut Server) -> Result<Self, LockError> {
         match &err {
             LockError::Redis(redis) if redis.kind == ErrorKind::Transient(Unready::TryAgain) => {

@@ -138,8 +138,9 @@ impl RedisError {
                 return write!(
                     f,
                     "Redis at {target} cannot serve the lock while its cluster slot is being \
-                     migrated with the lock's keys split between two nodes (TRYAGAIN); nothing \
-                     was read or changed"
+                     migrated with the lock's keys split between two nodes (TRYAGAIN, or an \
+                     ASK the cluster client had no retry left to follow); nothing was read or \
+                     changed"
                 );
             }
             Unready::MasterDown => {
