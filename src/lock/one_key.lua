@@ -17,6 +17,7 @@
 --   lease_pass token to ttl channel message
 --   line_front count       line_drop id           line_keep ttl
 --   place_get id           place_refresh id ttl   waiter_get id
+--   waiter_drop id
 -- Returns name-value pairs: kind (what was found or done), node (the id of
 -- the node that ran it, or ''), replicas (connected and online, for WAIT),
 -- now_us (server time), and pttl, fence, holder, ids, waiting, deadline or
@@ -207,6 +208,11 @@ local line_ops = {
   -- WAITERS: `id`'s record (JSON), '' for none.
   waiter_get = function(id)
     return reply('found', 'record', redis.call('HGET', KEY, id) or '')
+  end,
+  -- WAITERS: `id`'s record taken out, once its place and arrival are.
+  waiter_drop = function(id)
+    redis.call('HDEL', KEY, id)
+    return reply('dropped')
   end,
 }
 

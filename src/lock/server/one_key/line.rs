@@ -69,11 +69,19 @@ impl Server {
         Ok(true)
     }
 
-    /// Takes the run `id` out of line once it holds the lock. Only tidies:
-    /// a place left behind is skipped once its time runs out.
+    /// Takes the run `id` out of line once it holds the lock: its place,
+    /// its arrival, then its record, as queue.lua's `forget` does, so that
+    /// nothing of it outlasts the migration. Only tidies: a place left
+    /// behind is skipped once its time runs out. The record goes only after
+    /// both, for a run without one is taken to be in none of the line's
+    /// keys.
     pub(super) async fn leave_line(&mut self, id: &str) {
+        let mut left = true;
         for part in [Part::Places, Part::Queue] {
-            let _ = self.piece(part, "line_drop", &[id]).await;
+            left &= self.piece(part, "line_drop", &[id]).await.is_ok();
+        }
+        if left {
+            let _ = self.piece(Part::Waiters, "waiter_drop", &[id]).await;
         }
     }
 
