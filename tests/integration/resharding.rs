@@ -73,8 +73,9 @@ const PROMPT: Duration = Duration::from_secs(1);
 const NOTE: &str = r#"echo "$2 start" >> "$1/order"; sleep 0.3; echo "$2 end" >> "$1/order""#;
 
 /// When the filler keys are written into the lock's slot: before the lock's
-/// keys, which then move first (a slot's newest keys move first), or after
-/// them.
+/// keys, which then move first (Redis lists a slot's newest keys first), or
+/// after them. Valkey 8 lists them in hash order, so that there the lock's
+/// keys move one by one at random points of the move.
 #[derive(Clone, Copy, PartialEq)]
 enum Fill {
     Before,

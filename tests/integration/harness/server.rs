@@ -190,7 +190,19 @@ impl Server {
             .expect("a connection to the test's own redis")
     }
 
+    /// `connect_once`, again after a signal to the test process interrupted
+    /// the connect (EINTR), which says nothing about the server.
     fn try_client(&self) -> redis::RedisResult<redis::Connection> {
+        let mut interrupted = 0;
+        loop {
+            match self.connect_once() {
+                Err(err) if is_interrupted(&err) && interrupted < 5 => interrupted += 1,
+                connected => return connected,
+            }
+        }
+    }
+
+    fn connect_once(&self) -> redis::RedisResult<redis::Connection> {
         let pass = self.password.as_deref();
         let url = match (&self.socket, pass) {
             (Some(socket), Some(pass)) => format!("redis+unix://{}?pass={pass}", socket.display()),
@@ -278,4 +290,22 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Whether `err` is a system call that a signal interrupted.
+fn is_interrupted(err: &redis::RedisError) -> bool {
+    use std::error::Error;
+    use std::sync::Arc;
+    // The crate keeps the I/O error behind an `Arc`.
+    err.source()
+        .and_then(|source| source.downcast_ref::<Arc<dyn Error + Send + Sync>>())
+        .and_then(|shared| shared.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
+}
+
+/// The I/O error inside the crate's error is found.
+#[test]
+fn an_interrupted_connect_is_told_apart() {
+    let err = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::Interrupted));
+    assert!(is_interrupted(&err));
 }
