@@ -1,6 +1,6 @@
 //! A waiting run's wake-up subscription, and in a cluster the node it is
 //! on: a resharding may move the lock's slot away from that node, and the
-//! subscription follows it (docs/design.md, "A slot being migrated").
+//! subscription follows it (docs/design.md, "Sentinel and Cluster", wake-ups).
 
 use futures_util::StreamExt;
 use tokio::sync::oneshot;
