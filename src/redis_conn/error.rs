@@ -297,6 +297,12 @@ pub(super) fn is_read_only(err: &redis::RedisError) -> bool {
     code::code(err).as_deref() == Some("READONLY")
 }
 
+/// Whether `err` is a cluster node's redirection (MOVED, ASK) left over
+/// when the cluster client's retries ran out: the node ran nothing.
+pub(super) fn is_redirection(err: &redis::RedisError) -> bool {
+    matches!(code::code(err).as_deref(), Some("MOVED" | "ASK"))
+}
+
 /// `err` as text on one line. Some errors span lines (a parser's report of
 /// what it got instead of a reply); every lockrun message is one line.
 pub(super) fn one_line(err: &redis::RedisError) -> String {
@@ -480,5 +486,13 @@ mod tests {
         );
         let single = Target::parse("redis://h:1", None).expect("valid");
         assert_eq!(single.error(&ask).kind, ErrorKind::Server);
+        assert!(is_redirection(&ask));
+        let moved = match redis::parse_redis_value(b"-MOVED 0 127.0.0.1:7002\r\n") {
+            Ok(redis::Value::ServerError(err)) => redis::RedisError::from(err),
+            other => panic!("{other:?}"),
+        };
+        assert!(is_redirection(&moved));
+        let again = redis::make_extension_error("TRYAGAIN".into(), Some("x".into()));
+        assert!(!is_redirection(&again));
     }
 }

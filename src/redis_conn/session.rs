@@ -13,7 +13,7 @@ use redis::{AsyncConnectionConfig, Client, ConnectionInfo, Value};
 use tokio::time::Instant;
 
 use super::cluster;
-use super::error::{is_read_only, is_unknown_command};
+use super::error::{is_read_only, is_redirection, is_unknown_command};
 use super::pushes::{self, Pushes};
 use super::target::{show_addr, Topology};
 use super::{ErrorKind, RedisError, Target, Unready};
@@ -23,6 +23,11 @@ use crate::clock::show;
 /// trip, and no call holds up the server for long (`KEYS` would, for as
 /// long as the whole database takes).
 const SCAN_COUNT: u32 = 1000;
+
+/// The pause before a call that a redirection left unserved is sent again,
+/// for the cluster's nodes to agree on the slot's new owner: they tell
+/// each other within a few gossip rounds of 100 ms.
+const REDIRECTION_PAUSE: Duration = Duration::from_millis(20);
 
 /// One request to Redis, sent on a session's connection: a script call. It
 /// returns the raw reply, which the session decodes.
@@ -219,6 +224,17 @@ impl Session {
                         .map_err(|err| self.target.unexpected_reply(&err.to_string()));
                 }
                 // The crate's response timer races ours; either way, it is ours.
+                // A redirection that the cluster client had no retry left
+                // to follow ran nothing: the slot changed hands during the
+                // call, and the nodes did not all say so yet. Its map of
+                // the slots is fresher now: try again, within the same
+                // time limit.
+                Ok(Err(err))
+                    if is_redirection(&err)
+                        && started.elapsed() + REDIRECTION_PAUSE < self.timeout =>
+                {
+                    tokio::time::sleep(REDIRECTION_PAUSE).await;
+                }
                 Ok(Err(err)) if !err.is_timeout() => {
                     let error = if self.answered {
                         self.error(&err)

@@ -171,7 +171,16 @@ fn a_waiter_is_handed_the_lock_after_its_slot_moved_and_follows_it() {
     let slot = Move::begin(&cluster, LEASE);
     slot.keys(&[LEASE, HOLDER, FENCE, QUEUE, PLACES, WAITERS]);
     slot.finish();
-    let followed = eventually(PATIENCE, || slot.target.wake_channels_now(NAME) == Some(1));
+    // Subscribed on the new owner, and said so in its place.
+    let listens_there = format!(r#""node":"{}""#, node_id(slot.target));
+    let followed = eventually(PATIENCE, || {
+        slot.target.wake_channels_now(NAME) == Some(1)
+            && slot
+                .target
+                .waiter_records(NAME)
+                .iter()
+                .any(|record| record.contains(&listens_there))
+    });
     assert!(followed, "{}", read_log(&dir.path().join("second.stderr")));
     assert_eq!(source.wake_channels(NAME), 1, "the first moved too soon");
     second.signal(Signal::SIGKILL);
