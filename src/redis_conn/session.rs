@@ -223,7 +223,6 @@ impl Session {
                     return T::from_redis_value(value)
                         .map_err(|err| self.target.unexpected_reply(&err.to_string()));
                 }
-                // The crate's response timer races ours; either way, it is ours.
                 // A redirection that the cluster client had no retry left
                 // to follow ran nothing: the slot changed hands during the
                 // call, and the nodes did not all say so yet. Its map of
@@ -235,6 +234,7 @@ impl Session {
                 {
                     tokio::time::sleep(REDIRECTION_PAUSE).await;
                 }
+                // The crate's response timer races ours; either way, it is ours.
                 Ok(Err(err)) if !err.is_timeout() => {
                     let error = if self.answered {
                         self.error(&err)

@@ -18,8 +18,9 @@
 //! - A server at its `maxclients` limit greets a new connection with `ERR
 //!   max number of clients reached` (Redis 6.2 to 8, Valkey 8; a cluster
 //!   node of Redis 7 and later says `max number of clients + cluster
-//!   connections reached`) and closes it: here it is MAXCLIENTS, a code of lockrun's own, since waiting
-//!   helps there and not after other ERR replies.
+//!   connections reached`) and closes it: here it is MAXCLIENTS, a code of
+//!   lockrun's own, since waiting helps there and not after other ERR
+//!   replies.
 //!
 //! A script sent behind `TIME` (`Call::reply_last`) fails as a pipeline,
 //! which the redis crate reports with neither code nor detail of its own:
