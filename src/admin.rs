@@ -13,7 +13,9 @@ use serde::Serialize;
 use crate::clock::show;
 use crate::config::LockConfig;
 use crate::error::Error;
-use crate::lock::{Holder, Keys, Lock, Occupancy, Removed, Status, View, Views, Waiter};
+use crate::lock::{
+    Holder, Keys, Lock, Occupancy, Removed, Servers, Status, View, Views, Waiter,
+};
 
 use self::holders::{holders_json, latest_left_ms, together_text, HoldingJson};
 pub(crate) use self::list::list;
@@ -38,6 +40,10 @@ pub(crate) struct StatusJson {
     pub(crate) last_fencing_token: Option<u64>,
     /// The runs waiting in line, first come first (empty when none).
     pub(crate) waiters: Vec<WaiterJson>,
+    /// Where lockrun asked: the URL without its credentials
+    /// (`redis://host:port`, `unix:///path`, or the Sentinel or Cluster URL);
+    /// null for a quorum, whose `members` each name theirs.
+    pub(crate) server: Option<String>,
     /// The server that answered: `host:port` or a socket path; behind
     /// Sentinel the primary it named, in a cluster the node owning the key's
     /// slot. Null when it cannot be told.
@@ -190,7 +196,7 @@ pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
     let views = Lock::for_operator(&lock.servers, CALL_TIMEOUT, lock.keys.clone())
         .status()
         .await?;
-    let state = status_json(&lock.keys, &views);
+    let state = status_json(&lock.keys, &lock.servers, &views);
     print_status(&state, json)?;
     Ok(if state.held { 0 } else { FREE })
 }
@@ -198,7 +204,7 @@ pub(crate) async fn status(lock: LockConfig, json: bool) -> Result<u8, Error> {
 /// The lock as a majority of its servers show it. One server is a quorum of
 /// one; only a quorum lists its members' own views, and only one server
 /// keeps a line of waiters (a quorum does not queue).
-fn status_json(keys: &Keys, views: &Views) -> StatusJson {
+fn status_json(keys: &Keys, servers: &Servers, views: &Views) -> StatusJson {
     let held = views.held();
     let one = match views.0.as_slice() {
         [View { seen: Ok(one), .. }] => Some(one),
@@ -219,6 +225,10 @@ fn status_json(keys: &Keys, views: &Views) -> StatusJson {
                 .map(|w| WaiterJson::new(w, now_us))
                 .collect()
         }),
+        server: match servers {
+            Servers::One(target) => Some(target.to_string()),
+            Servers::Quorum(_) => None,
+        },
         redis_node: one.and_then(|one| one.node.clone()),
         replicas_acknowledged: held
             .and_then(|held| held.holder.as_ref())
@@ -375,6 +385,9 @@ fn status_text(json: &StatusJson) -> String {
             },
             w.command
         );
+    }
+    if let Some(server) = &json.server {
+        let _ = write!(text, "\n  server: {server}");
     }
     text
 }

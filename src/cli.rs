@@ -18,7 +18,8 @@ use crate::wait::Wait;
 mod usage;
 mod values;
 
-use values::{log_format_parser, parse_duration, parse_replica_acks, parse_wait};
+use values::{log_format_parser, parse_wait};
+pub(crate) use values::{parse_duration, parse_log_format, parse_replica_acks};
 
 pub(crate) use usage::log_format_hint;
 
@@ -42,7 +43,8 @@ A flag given twice takes its last value, except --redis: three or more \
 // Each line fits an 80-column terminal.
 const EXAMPLES: &str = "\
 Examples:
-  lockrun --key billing -- ./invoice.sh
+  lockrun --redis redis://10.0.0.5:6379 --key billing -- ./invoice.sh
+  # with the server in /etc/lockrun.conf or LOCKRUN_REDIS_URL:
   # cron: skip silently when another host runs it
   lockrun --key billing --busy-exit-code 0 -- ./invoice.sh
   # CI: queue behind the running deploy for at most 15 minutes
@@ -50,18 +52,31 @@ Examples:
   # who holds it
   lockrun status --key billing";
 
+/// Where `-h` sends the reader for what it leaves out.
+const MORE: &str = "\
+Every option (TLS, passwords, slots, metrics...) and the exit statuses: lockrun --help.
+The manual, with the configuration file: man lockrun.";
+
 const EXIT_STATUS: &str = "\
 Exit status:
   N        the command's own exit status
   128+N    the command died of signal N, or lockrun got signal N while waiting
   75       the lock is busy (see --busy-exit-code); the command did not run
+  79       superseded in line by a newer --supersede run; the command did not run
   76       the lease was lost while the command ran; lockrun stopped it
   69       Redis unreachable, failing or loading before the command started,
            or a lock key holds another type
-  64       usage error
+  64       usage error, bad configuration file, or no Redis server named
   70       internal error
   124      --timeout elapsed; lockrun stopped the command
   126/127  command not executable / not found";
+
+/// Where the settings come from, in `--help`.
+const SETTINGS: &str = "\
+Settings:
+  An option wins over its environment variable, which wins over the
+  configuration file: /etc/lockrun.conf, or the file LOCKRUN_CONFIG names
+  (LOCKRUN_CONFIG= reads none). See FILES in lockrun(1).";
 
 /// Everything lockrun accepts on its command line.
 #[derive(Debug, Parser)]
@@ -70,11 +85,10 @@ Exit status:
     version,
     about = ABOUT,
     long_about = LONG_ABOUT,
-    after_help = EXAMPLES,
-    after_long_help = format!("{EXAMPLES}\n\n{EXIT_STATUS}"),
+    after_help = format!("{EXAMPLES}\n\n{MORE}"),
+    after_long_help = format!("{EXAMPLES}\n\n{EXIT_STATUS}\n\n{SETTINGS}"),
     subcommand_value_name = "SUBCOMMAND",
     subcommand_help_heading = "Subcommands",
-    args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     // -h and --help cover every form; a `help` subcommand would be a third
     // spelling to document and to complete next to status and release.
@@ -88,6 +102,11 @@ Exit status:
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) action: Option<Action>,
+
+    /// Where the lock lives: global, so that it goes before or after a
+    /// subcommand alike (`lockrun --redis URL status --key K`).
+    #[command(flatten)]
+    pub(crate) redis: RedisArgs,
 
     #[command(flatten)]
     pub(crate) run: RunArgs,
@@ -133,9 +152,6 @@ pub(crate) struct RunArgs {
     #[arg(short, long, value_name = "NAME", required = true, value_hint = ValueHint::Other)]
     pub(crate) key: Option<String>,
 
-    #[command(flatten)]
-    pub(crate) redis: RedisArgs,
-
     /// Lease length written to Redis
     ///
     /// A run that dies holds the lock at most this long. One renewal period,
@@ -147,13 +163,13 @@ pub(crate) struct RunArgs {
     /// Heartbeat period [default: ttl/3]
     ///
     /// Must fit inside the ttl (see --ttl).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
+    #[arg(hide_short_help = true, long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) renew_every: Option<Duration>,
 
     /// Time limit of each Redis call [default: ttl/10, at most 2s]
     ///
     /// Must fit inside the ttl (see --ttl).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
+    #[arg(hide_short_help = true, long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) redis_timeout: Option<Duration>,
 
     /// Replicas that must have the lease before it counts: N, or all
@@ -165,7 +181,7 @@ pub(crate) struct RunArgs {
     /// With too few, the command does not start (the lock is given back and
     /// lockrun exits 69, or keeps waiting under --wait), and a renewal counts
     /// as failed.
-    #[arg(long, value_name = "N|all", value_parser = parse_replica_acks)]
+    #[arg(hide_short_help = true, long, value_name = "N|all", value_parser = parse_replica_acks)]
     pub(crate) replica_acks: Option<ReplicaAcks>,
 
     /// Grace between SIGTERM and SIGKILL [default: ttl/4, at most 5s]
@@ -173,7 +189,7 @@ pub(crate) struct RunArgs {
     /// Used when lockrun itself must stop the command: the lease is lost or
     /// --timeout elapsed. 0 means no grace: SIGKILL right after SIGTERM.
     /// Must fit inside the ttl (see --ttl).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
+    #[arg(hide_short_help = true, long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) kill_grace: Option<Duration>,
 
     /// Wait this long for a held lock, or "forever" [default: no wait]
@@ -188,11 +204,11 @@ pub(crate) struct RunArgs {
 
     /// Give up the place in line to a newer run with --supersede
     ///
-    /// For deploys: a waiting run with this flag ends (busy status, "superseded
+    /// For deploys: a waiting run with this flag ends (exit 79, "superseded
     /// by HOST pid N") as soon as a newer run with it starts waiting for the
     /// same key. Three pushes in quick succession deploy the first and the
     /// last. The run holding the lock is never touched.
-    #[arg(long, requires = "wait")]
+    #[arg(hide_short_help = true, long, requires = "wait")]
     pub(crate) supersede: bool,
 
     /// Let up to N runs of the key hold it at once, each in its own slot
@@ -201,7 +217,7 @@ pub(crate) struct RunArgs {
     /// free one), in LOCKRUN_SLOT; fencing tokens come from the key's one
     /// counter. Runs of one key must agree on N while any holds or waits (a
     /// run without --slots counts as 1); another N exits 64. At most 1000.
-    #[arg(long, value_name = "N", env = "LOCKRUN_SLOTS", value_parser = clap::value_parser!(u32).range(1..=1000), value_hint = ValueHint::Other)]
+    #[arg(hide_short_help = true, long, value_name = "N", env = "LOCKRUN_SLOTS", hide_env_values = true, value_parser = clap::value_parser!(u32).range(1..=1000), value_hint = ValueHint::Other)]
     pub(crate) slots: Option<u32>,
 
     /// Hold the lock together with other --shared runs, as readers do
@@ -210,7 +226,7 @@ pub(crate) struct RunArgs {
     /// The line stays first come, first served across both: a shared run
     /// behind a waiting exclusive one waits behind it, and shared runs first
     /// in line are let in together.
-    #[arg(long)]
+    #[arg(hide_short_help = true, long)]
     pub(crate) shared: bool,
 
     /// Exit status when the lock is busy; 0 skips silently
@@ -226,7 +242,7 @@ pub(crate) struct RunArgs {
     /// When the command ends sooner, the lock is kept until then, so that a
     /// host whose cron fires a little later (clock skew) does not run the same
     /// job again. At most 1y.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
+    #[arg(hide_short_help = true, long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) min_hold: Option<Duration>,
 
     /// Run the command at most once per this period: skip it after a success
@@ -235,7 +251,7 @@ pub(crate) struct RunArgs {
     /// this long, counted on Redis's clock from when the run got the lock.
     /// A run that gets the lock meanwhile exits 0 without running the
     /// command. A failed run records nothing. For exclusive runs; at most 1y.
-    #[arg(long, value_name = "DURATION", env = "LOCKRUN_ONCE_PER", value_parser = parse_duration, value_hint = ValueHint::Other)]
+    #[arg(hide_short_help = true, long, value_name = "DURATION", env = "LOCKRUN_ONCE_PER", hide_env_values = true, value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) once_per: Option<Duration>,
 
     /// Stop the command after this long and exit 124
@@ -254,7 +270,7 @@ pub(crate) struct RunArgs {
     /// rename under a lock on PATH.lock, so every lockrun on the host may
     /// share one file. A file that cannot be written costs one warning; the
     /// run goes on.
-    #[arg(long, value_name = "PATH", env = "LOCKRUN_METRICS_FILE", value_hint = ValueHint::FilePath)]
+    #[arg(hide_short_help = true, long, value_name = "PATH", env = "LOCKRUN_METRICS_FILE", hide_env_values = true, value_hint = ValueHint::FilePath)]
     pub(crate) metrics_file: Option<PathBuf>,
 
     /// Print nothing when the lock is busy
@@ -265,7 +281,7 @@ pub(crate) struct RunArgs {
     #[arg(short, long)]
     pub(crate) verbose: bool,
 
-    /// How lockrun writes its lines on stderr: text or json
+    /// How lockrun writes its lines on stderr: text or json [default: text]
     ///
     /// json writes each line as one JSON object: ts, level, event, key, host,
     /// pid, message (the text line) and the event's own fields (see LOG
@@ -275,10 +291,11 @@ pub(crate) struct RunArgs {
         long,
         value_name = "FORMAT",
         env = "LOCKRUN_LOG_FORMAT",
-        default_value = "text",
+        hide_env_values = true,
+        hide_short_help = true,
         value_parser = log_format_parser()
     )]
-    pub(crate) log_format: Format,
+    pub(crate) log_format: Option<Format>,
 
     /// The command to run and its arguments, after `--`
     ///
@@ -293,11 +310,16 @@ pub(crate) struct RunArgs {
     pub(crate) command: Vec<OsString>,
 }
 
-/// Where the lock lives. Shared by the run and every subcommand.
+/// Where the lock lives and how to reach it: the run's and every
+/// subcommand's, given before or after the subcommand. Each may come from
+/// the configuration file too (`config/file`), so none has a default here.
 #[derive(Debug, Args)]
 pub(crate) struct RedisArgs {
-    /// Redis URL
+    /// Where Redis is: redis://HOST[:PORT], rediss://... (TLS), unix:///PATH
     ///
+    /// Required: from this option, LOCKRUN_REDIS_URL or the configuration
+    /// file (see FILES in lockrun(1)), in that order; with none, lockrun
+    /// exits 64 and sends nothing anywhere.
     /// redis://[USER[:PASSWORD]@]HOST[:PORT][/DB], rediss://... (TLS,
     /// certificate verified), unix:///PATH or redis+unix:///PATH. Behind
     /// Sentinel: redis+sentinel://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]
@@ -314,8 +336,8 @@ pub(crate) struct RedisArgs {
         long = "redis",
         value_name = "URL",
         env = "LOCKRUN_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379",
         hide_env_values = true,
+        global = true,
         action = clap::ArgAction::Append,
         value_hint = ValueHint::Other
     )]
@@ -332,6 +354,9 @@ pub(crate) struct RedisArgs {
         long = "redis-password-file",
         value_name = "PATH",
         env = "LOCKRUN_REDIS_PASSWORD_FILE",
+        hide_env_values = true,
+        hide_short_help = true,
+        global = true,
         value_hint = clap::ValueHint::FilePath
     )]
     pub(crate) password_file: Option<PathBuf>,
@@ -348,6 +373,9 @@ pub(crate) struct RedisArgs {
         long = "redis-ca-file",
         value_name = "PATH",
         env = "LOCKRUN_REDIS_CA_FILE",
+        hide_env_values = true,
+        hide_short_help = true,
+        global = true,
         value_hint = clap::ValueHint::FilePath
     )]
     pub(crate) ca_file: Option<PathBuf>,
@@ -362,6 +390,9 @@ pub(crate) struct RedisArgs {
         long = "redis-cert-file",
         value_name = "PATH",
         env = "LOCKRUN_REDIS_CERT_FILE",
+        hide_env_values = true,
+        hide_short_help = true,
+        global = true,
         value_hint = clap::ValueHint::FilePath
     )]
     pub(crate) cert_file: Option<PathBuf>,
@@ -374,22 +405,31 @@ pub(crate) struct RedisArgs {
         long = "redis-key-file",
         value_name = "PATH",
         env = "LOCKRUN_REDIS_KEY_FILE",
+        hide_env_values = true,
+        hide_short_help = true,
+        global = true,
         value_hint = clap::ValueHint::FilePath
     )]
     pub(crate) key_file: Option<PathBuf>,
 
-    /// Prefix of every Redis key
+    /// Prefix of every Redis key [default: lockrun:]
     ///
     /// Runs see each other's locks only under the same prefix.
     #[arg(
         long,
         value_name = "P",
         env = "LOCKRUN_PREFIX",
-        default_value = "lockrun:",
         hide_env_values = true,
+        hide_short_help = true,
+        global = true,
         value_hint = ValueHint::Other
     )]
-    pub(crate) prefix: String,
+    pub(crate) prefix: Option<String>,
+
+    /// Whether the URLs came from LOCKRUN_REDIS_URL rather than `--redis`,
+    /// for messages: set by `parse`, from clap's own record.
+    #[arg(skip)]
+    pub(crate) url_from_env: bool,
 }
 
 /// Flags of `lockrun status`.
@@ -398,9 +438,6 @@ pub(crate) struct StatusArgs {
     /// Lock name
     #[arg(short, long, value_name = "NAME", value_hint = ValueHint::Other)]
     pub(crate) key: String,
-
-    #[command(flatten)]
-    pub(crate) redis: RedisArgs,
 
     /// Print one JSON object on stdout instead of text
     #[arg(long)]
@@ -413,9 +450,6 @@ pub(crate) struct ReleaseArgs {
     /// Lock name
     #[arg(short, long, value_name = "NAME", value_hint = ValueHint::Other)]
     pub(crate) key: String,
-
-    #[command(flatten)]
-    pub(crate) redis: RedisArgs,
 
     /// Really remove a lock that another run may hold
     #[arg(long)]
@@ -436,9 +470,6 @@ pub(crate) struct ListArgs {
     #[arg(value_name = "GLOB", default_value = "*", value_hint = ValueHint::Other)]
     pub(crate) glob: String,
 
-    #[command(flatten)]
-    pub(crate) redis: RedisArgs,
-
     /// Print one JSON array on stdout instead of text
     #[arg(long)]
     pub(crate) json: bool,
@@ -451,18 +482,45 @@ pub(crate) struct ListArgs {
 /// Parses lockrun's own command line. `Ok(None)` means clap already printed
 /// what was asked for (`--help`, `--version`): nothing is left to do.
 pub(crate) fn parse() -> Result<Option<Cli>, Error> {
-    match Cli::try_parse() {
+    let args: Vec<_> = std::env::args_os().collect();
+    match parse_from(&args) {
         Ok(cli) => Ok(Some(cli)),
         // --help and --version are not errors.
         Err(err) if !err.use_stderr() => {
             let _ = err.print();
             Ok(None)
         }
-        Err(err) => {
-            let args: Vec<_> = std::env::args_os().collect();
-            Err(Error::Usage(usage::one_line(&err, &args)))
+        Err(err) => Err(Error::Usage(usage::one_line(&err, &args))),
+    }
+}
+
+/// `args` (program name first) as lockrun's command line, with where the
+/// URLs came from.
+pub(crate) fn parse_from(args: &[OsString]) -> Result<Cli, clap::Error> {
+    let cmd = command();
+    let matches = cmd.clone().try_get_matches_from(args)?;
+    if let Some((name, _)) = matches.subcommand() {
+        // The Redis options are global and go before a subcommand too;
+        // a run's own options do not apply to a subcommand.
+        let given = cmd.get_arguments().filter(|arg| !arg.is_global_set()).find(|arg| {
+            matches.value_source(arg.get_id().as_str())
+                == Some(clap::parser::ValueSource::CommandLine)
+        });
+        if let Some(arg) = given {
+            let flag = arg.get_long().map_or_else(String::new, |long| format!("--{long}"));
+            return Err(cmd.clone().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!("{flag} is an option of a run, not of 'lockrun {name}'"),
+            ));
         }
     }
+    let mut cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)?;
+    // A global option's value is recorded where it was given; clap copies
+    // it into the subcommand's matches, so the deepest level has it.
+    let level = matches.subcommand().map_or(&matches, |(_, sub)| sub);
+    cli.redis.url_from_env =
+        level.value_source("url") == Some(clap::parser::ValueSource::EnvVariable);
+    Ok(cli)
 }
 
 /// The clap definition, for generating the man page and completions.

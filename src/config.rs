@@ -1,7 +1,9 @@
 //! Validated settings: the timing rules and scaled defaults that clap cannot
 //! express, checked once so the rest of lockrun can rely on them. This is
-//! where the command line (`cli`) and the environment become the domain's
-//! types; nothing below this module sees clap.
+//! where the command line (`cli`), the environment and the configuration
+//! file (`config/file`) become the domain's types, an option or its
+//! environment variable winning over the file; nothing below this module
+//! sees clap.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -13,19 +15,24 @@ use crate::clock::show;
 use crate::error::Error;
 use crate::lease::Timing;
 use crate::lock::{Keys, ReplicaAcks, Servers, Share};
-use crate::redis_conn::Target;
+use crate::redis_conn::{url_refusal, Target, UrlSource};
+use crate::report::Format;
 use crate::report::Verbosity;
 use crate::secrets;
 use crate::wait::Wait;
 
+pub(crate) mod file;
 mod tls_files;
 
+pub(crate) use file::FileSettings;
 pub(crate) use tls_files::ExposedKey;
 
 /// The longest default kill grace; shorter ttls scale it down.
 const MAX_DEFAULT_KILL_GRACE: Duration = Duration::from_secs(5);
 /// The longest default Redis call timeout; shorter ttls scale it down.
 const MAX_DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_secs(2);
+/// `--prefix` when neither an option nor the file gives one.
+const DEFAULT_PREFIX: &str = "lockrun:";
 
 /// The longest value any duration flag takes: one year as humantime counts
 /// it (365.25 days, written `1y`). No lease or job needs more, and with every
@@ -110,27 +117,98 @@ pub(crate) struct ListConfig {
     pub(crate) all: bool,
 }
 
+/// Where the lock lives and how to reach it, each setting from its option,
+/// its environment variable or the configuration file, in that order.
+#[derive(Debug)]
+pub(crate) struct RedisSettings {
+    /// The URLs, each with where it was given.
+    pub(crate) urls: Vec<(String, UrlSource)>,
+    pub(crate) password_file: Option<PathBuf>,
+    pub(crate) ca_file: Option<PathBuf>,
+    pub(crate) cert_file: Option<PathBuf>,
+    pub(crate) key_file: Option<PathBuf>,
+    pub(crate) prefix: String,
+    /// The configuration file read, to name in the line that asks for a
+    /// server.
+    file: Option<PathBuf>,
+}
+
+impl RedisSettings {
+    fn new(args: RedisArgs, file: Option<&FileSettings>) -> Self {
+        let source = if args.url_from_env {
+            UrlSource::Env
+        } else {
+            UrlSource::Option
+        };
+        let urls = if args.url.is_empty() {
+            file.map(|file| file.redis.clone()).unwrap_or_default()
+        } else {
+            args.url.into_iter().map(|url| (url, source.clone())).collect()
+        };
+        let from_file = |pick: fn(&FileSettings) -> Option<PathBuf>| file.and_then(pick);
+        RedisSettings {
+            urls,
+            password_file: args
+                .password_file
+                .or_else(|| from_file(|f| f.password_file.clone())),
+            ca_file: args.ca_file.or_else(|| from_file(|f| f.ca_file.clone())),
+            cert_file: args.cert_file.or_else(|| from_file(|f| f.cert_file.clone())),
+            key_file: args.key_file.or_else(|| from_file(|f| f.key_file.clone())),
+            prefix: args
+                .prefix
+                .or_else(|| file.and_then(|f| f.prefix.clone()))
+                .unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+            file: file.map(|file| file.path.clone()),
+        }
+    }
+
+    /// The line for a run or subcommand that names no server: lockrun
+    /// never guesses one (a local Redis nobody named would give each host
+    /// a lock of its own).
+    fn none_named(&self) -> Error {
+        let file = self
+            .file
+            .as_deref()
+            .unwrap_or_else(|| std::path::Path::new(file::DEFAULT_PATH));
+        Error::Usage(format!(
+            "no Redis server named, so nothing was sent anywhere; give --redis URL, set \
+             LOCKRUN_REDIS_URL, or write redis = URL in {} (e.g. redis://10.0.0.5:6379)",
+            file.display()
+        ))
+    }
+}
+
+/// The log format a run asked for: `--log-format` or LOCKRUN_LOG_FORMAT,
+/// else the configuration file's, else text.
+pub(crate) fn log_format(cli: &Cli, file: Option<&FileSettings>) -> Format {
+    cli.run
+        .log_format
+        .or_else(|| file.and_then(|file| file.log_format))
+        .unwrap_or(Format::Text)
+}
+
 impl Invocation {
     /// Validates the parsed command line; `passwords` come from the
-    /// environment.
-    pub(crate) fn from_cli(cli: Cli, passwords: Passwords) -> Result<Self, Error> {
+    /// environment, `file` is the configuration file's settings, if one was
+    /// read.
+    pub(crate) fn from_cli(
+        cli: Cli,
+        passwords: Passwords,
+        file: Option<&FileSettings>,
+    ) -> Result<Self, Error> {
+        let redis = RedisSettings::new(cli.redis, file);
         Ok(match cli.action {
-            None => Invocation::Run(RunConfig::from_args(cli.run, passwords)?),
+            None => Invocation::Run(RunConfig::from_args(cli.run, redis, passwords, file)?),
             Some(Action::Status(args)) => Invocation::Status {
-                lock: LockConfig::new(args.key, &args.redis, passwords)?,
+                lock: LockConfig::new(args.key, &redis, passwords)?,
                 json: args.json,
             },
             Some(Action::Release(args)) => Invocation::Release {
-                lock: LockConfig::new(args.key, &args.redis, passwords)?,
+                lock: LockConfig::new(args.key, &redis, passwords)?,
                 force: args.force,
                 holder: args.holder,
             },
-            Some(Action::List(ListArgs {
-                glob,
-                redis,
-                json,
-                all,
-            })) => {
+            Some(Action::List(ListArgs { glob, json, all })) => {
                 let (servers, exposed_key) = LockConfig::servers(&redis, passwords)?;
                 Invocation::List(ListConfig {
                     servers,
@@ -167,9 +245,23 @@ impl Invocation {
 }
 
 impl RunConfig {
-    fn from_args(mut args: RunArgs, passwords: Passwords) -> Result<Self, Error> {
+    fn from_args(
+        mut args: RunArgs,
+        redis: RedisSettings,
+        passwords: Passwords,
+        file: Option<&FileSettings>,
+    ) -> Result<Self, Error> {
         let key = args.key.take().unwrap_or_default();
-        let lock = LockConfig::new(key, &args.redis, passwords)?;
+        let lock = LockConfig::new(key, &redis, passwords)?;
+        args.redis_timeout = args
+            .redis_timeout
+            .or_else(|| file.and_then(|file| file.redis_timeout));
+        args.replica_acks = args
+            .replica_acks
+            .or_else(|| file.and_then(|file| file.replica_acks));
+        args.metrics_file = args
+            .metrics_file
+            .or_else(|| file.and_then(|file| file.metrics_file.clone()));
         // Sentinel and Cluster exist to survive a failover; without
         // acknowledgement a failover can lose the lease.
         let replicated = lock
@@ -224,7 +316,7 @@ impl RunConfig {
 }
 
 impl LockConfig {
-    fn new(name: String, redis: &RedisArgs, passwords: Passwords) -> Result<Self, Error> {
+    fn new(name: String, redis: &RedisSettings, passwords: Passwords) -> Result<Self, Error> {
         if name.is_empty() {
             return Err(Error::Usage("--key must not be empty".into()));
         }
@@ -240,18 +332,25 @@ impl LockConfig {
     /// The servers that `--redis` names, with their passwords and TLS; and
     /// the key file, if others may read it.
     fn servers(
-        redis: &RedisArgs,
+        redis: &RedisSettings,
         passwords: Passwords,
     ) -> Result<(Servers, Option<ExposedKey>), Error> {
+        if redis.urls.is_empty() {
+            return Err(redis.none_named());
+        }
         let password = secrets::password(passwords.redis, redis.password_file.as_deref())?;
         let mut targets = redis
-            .url
+            .urls
             .iter()
-            .map(|url| {
+            .map(|(url, source)| {
                 Target::parse(url, password.clone())
-                    .map(|target| target.with_sentinel_password(passwords.sentinel.clone()))
-                    .map(|target| target.with_password_file(redis.password_file.clone()))
-                    .map_err(|err| Error::Usage(err.to_string()))
+                    .map(|target| {
+                        target
+                            .with_source(source.clone())
+                            .with_sentinel_password(passwords.sentinel.clone())
+                            .with_password_file(redis.password_file.clone())
+                    })
+                    .map_err(|_| Error::Usage(url_refusal(url, source)))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let (tls, exposed_key) = tls_files::read(redis, targets.iter().any(Target::is_tls))?;
@@ -259,7 +358,7 @@ impl LockConfig {
             targets = tls_files::using(targets, &tls)?;
         }
         let servers = match targets.len() {
-            0 => return Err(Error::Usage("--redis needs a URL".into())),
+            0 => return Err(redis.none_named()),
             1 => Servers::One(Box::new(targets.remove(0))),
             2 => {
                 return Err(Error::Usage(

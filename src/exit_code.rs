@@ -2,7 +2,9 @@
 //!
 //! The numbers follow the conventions operators already know: sysexits(3) for
 //! lockrun's own failures (64 usage, 69 unavailable, 75 temporary failure),
-//! timeout(1) for 124, and the shell's 126/127/128+N for the child.
+//! timeout(1) for 124, and the shell's 126/127/128+N for the child. The two
+//! outcomes sysexits has no name for sit right next to its range: 76 for a
+//! lost lease, 79 for a run superseded in line.
 
 use std::process::ExitStatus;
 
@@ -22,6 +24,13 @@ pub const INTERNAL: u8 = 70;
 pub const BUSY_DEFAULT: u8 = 75;
 /// The lease was lost while the child ran; lockrun stopped the child.
 pub const LEASE_LOST: u8 = 76;
+/// A newer `--supersede` run took this waiting run's place in line; the
+/// command did not run, and the newer run will. Not 75: a deploy script
+/// must tell this harmless outcome from a lock still held after `--wait`
+/// (a stuck deploy); not 0: the command did not run here. 79 is the first
+/// status past sysexits(3)'s last (78), so no tool reads it as one of
+/// theirs, and lockrun's own statuses stay together.
+pub const SUPERSEDED: u8 = 79;
 /// `--timeout` elapsed; lockrun stopped the child (as timeout(1) does).
 pub const TIMED_OUT: u8 = 124;
 /// The command was found but could not be executed.
@@ -74,6 +83,7 @@ mod tests {
             REDIS_UNAVAILABLE,
             BUSY_DEFAULT,
             LEASE_LOST,
+            SUPERSEDED,
             INTERNAL,
             TIMED_OUT,
             NOT_EXECUTABLE,

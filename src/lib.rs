@@ -89,7 +89,7 @@ pub use crate::secrets::{PASSWORD_ENV, SENTINEL_PASSWORD_ENV};
 use std::io;
 use std::process::ExitCode;
 
-use crate::config::{Invocation, Passwords};
+use crate::config::{FileSettings, Invocation, Passwords};
 use crate::error::Error;
 use crate::lock::Token;
 use crate::report::{Event, Report};
@@ -119,19 +119,31 @@ fn start(blocked: io::Result<Blocked>) -> u8 {
         }
     };
     // --log-format is a run's: status and release write for people.
-    let report = match &cli.action {
-        None => Report::default().in_format(cli.run.log_format, cli.run.key.clone()),
+    let report = |file: Option<&FileSettings>| match &cli.action {
+        None => Report::default().in_format(config::log_format(&cli, file), cli.run.key.clone()),
         Some(_) => Report::default(),
     };
+    let file = match config::file::load(std::env::var_os(config::file::CONFIG_ENV)) {
+        Ok(file) => file,
+        Err(err) => return exit(report(None), Err(err)),
+    };
+    let report = report(file.as_ref());
     let passwords = Passwords {
         redis: std::env::var(PASSWORD_ENV).ok(),
         sentinel: std::env::var(SENTINEL_PASSWORD_ENV).ok(),
     };
-    let invocation = match Invocation::from_cli(cli, passwords) {
+    let invocation = match Invocation::from_cli(cli, passwords, file.as_ref()) {
         Ok(invocation) => invocation,
         Err(err) => return exit(report, Err(err)),
     };
     let report = report.as_loud_as(invocation.verbosity());
+    if let Some(file) = &file {
+        let path = file.path.display().to_string();
+        report.verbose(
+            Event::info("config").with("path", path.clone()),
+            format_args!("read the settings in {path}"),
+        );
+    }
     if let Some(key) = invocation.exposed_key() {
         let event = Event::warning("key_file_readable")
             .with("path", key.path.display().to_string())

@@ -77,7 +77,8 @@ async fn run_steps(
         }
     };
     let slot = config.share.slot(grant.slot);
-    say_acquired(&lock, grant.fence, slot, &child, asked.elapsed(), report);
+    let on = &config.lock.servers;
+    say_acquired(&lock, on, grant.fence, slot, &child, asked.elapsed(), report);
     systemd.holding(&config.lock.name, grant.fence, std::time::SystemTime::now());
     let mut held = Held {
         lease: Lease::new(config.timing.deadline_after(grant.sent)),
@@ -103,16 +104,26 @@ async fn run_steps(
     exit_status(ended, &held.lock, unreleased, report)
 }
 
-/// Says, with --verbose, that the lock is taken and the command started.
+/// Says, with --verbose, that the lock is taken on which servers and the
+/// command started.
 fn say_acquired(
     lock: &Lock,
+    on: &Servers,
     fence: u64,
     slot: Option<u32>,
     child: &Child,
     waited: Duration,
     report: Report,
 ) {
+    let server = match on {
+        Servers::One(target) => format!("{target} (from {})", target.source()),
+        Servers::Quorum(targets) => {
+            let all: Vec<String> = targets.iter().map(ToString::to_string).collect();
+            format!("a quorum of {}: {}", all.len(), all.join(", "))
+        }
+    };
     let acquired = Event::info("acquired")
+        .with("server", server.clone())
         .with("fencing_token", fence)
         .with("slot", slot)
         .with_ms("waited_ms", waited)
@@ -120,7 +131,7 @@ fn say_acquired(
     report.verbose(
         acquired,
         format_args!(
-            "acquired {} with fencing token {fence}; started pid {}",
+            "acquired {} on {server} with fencing token {fence}; started pid {}",
             lock.keys().lock,
             child.group()
         ),
@@ -263,10 +274,16 @@ async fn acquire(
             holder: taken.holder,
             waiting: taken.waiting,
             holding: taken.holding,
-            superseded_by,
             command: config.program(),
             waited: config.wait.and_then(wait::Wait::limit),
-            exit: config.busy_exit_code,
+            // Superseded is no busy lock: its own status, whatever
+            // --busy-exit-code says.
+            exit: if superseded_by.is_some() {
+                exit_code::SUPERSEDED
+            } else {
+                config.busy_exit_code
+            },
+            superseded_by,
         }))
     };
     let err = match outcome {

@@ -127,6 +127,19 @@ fn hide(url: Option<&OsStr>) -> Vec<(&'static str, Option<OsString>)> {
     changes
 }
 
+/// Whether `url` holds a password: in the user-info (`user:PASSWORD@`, of a
+/// one-host URL or a Sentinel or Cluster host list) or the query
+/// (`pass=PASSWORD`).
+pub(crate) fn url_has_password(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let in_userinfo = authority
+        .rsplit_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'));
+    let query = rest.split_once('?').map_or("", |(_, query)| query);
+    in_userinfo || query.split('&').any(|pair| pair.starts_with("pass="))
+}
+
 /// `url` without its password, in the user-info (`redis://user:pw@host`) or
 /// the query (`redis+unix:///path?pass=pw`), or None if it is no URL that
 /// lockrun accepts.
@@ -182,6 +195,22 @@ mod tests {
         }
         for unusable in ["not a url", "app:pw@h:6379"] {
             assert_eq!(without_password(unusable), None, "{unusable}");
+        }
+    }
+
+    #[test]
+    fn a_password_in_a_url_is_found() {
+        for url in [
+            "redis://:pw@h",
+            "redis://app:pw@h:6379/2",
+            "redis+sentinel://u:pw@a,b:26380/svc",
+            "unix:///run/r.sock?db=1&pass=pw",
+            "redis://h?pass=pw",
+        ] {
+            assert!(url_has_password(url), "{url}");
+        }
+        for url in ["redis://app@h", "redis://h:6379", "unix:///run/r.sock?db=1"] {
+            assert!(!url_has_password(url), "{url}");
         }
     }
 

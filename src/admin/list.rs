@@ -22,7 +22,7 @@ pub(crate) async fn list(config: ListConfig) -> Result<u8, Error> {
     for name in names {
         lock.look_at(Keys::new(&config.prefix, &name));
         let views = lock.status().await?;
-        let state = status_json(lock.keys(), &views);
+        let state = status_json(lock.keys(), &config.servers, &views);
         if config.all || in_use(&state) {
             listed.push(state);
         }

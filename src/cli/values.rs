@@ -7,12 +7,12 @@ use crate::lock::ReplicaAcks;
 use crate::report::Format;
 use crate::wait::Wait;
 
-pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text)
         .map_err(|err| format!("{err}; write a number with a unit, like 500ms, 30s, 2m or 1h30m"))
 }
 
-pub(super) fn parse_replica_acks(text: &str) -> Result<ReplicaAcks, String> {
+pub(crate) fn parse_replica_acks(text: &str) -> Result<ReplicaAcks, String> {
     if text.eq_ignore_ascii_case("all") {
         return Ok(ReplicaAcks::All);
     }
@@ -34,5 +34,14 @@ pub(super) fn parse_wait(text: &str) -> Result<Wait, String> {
         Ok(Wait::Forever)
     } else {
         parse_duration(text).map(Wait::Up)
+    }
+}
+
+/// `--log-format`'s value as the configuration file gives it.
+pub(crate) fn parse_log_format(text: &str) -> Result<Format, String> {
+    match text {
+        "text" => Ok(Format::Text),
+        "json" => Ok(Format::Json),
+        _ => Err("write text or json".to_owned()),
     }
 }

@@ -13,7 +13,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::cli::RedisArgs;
+use super::RedisSettings;
 use crate::error::Error;
 use crate::redis_conn::{Ca, Identity, IdentityError, Target, Tls};
 use crate::secrets;
@@ -43,7 +43,7 @@ impl fmt::Display for ExposedKey {
 /// The TLS setup the flags ask for, if `tls` (some URL is `rediss…://`);
 /// and the key file, if others may read it.
 pub(super) fn read(
-    redis: &RedisArgs,
+    redis: &RedisSettings,
     tls: bool,
 ) -> Result<(Option<Tls>, Option<ExposedKey>), Error> {
     let identity =

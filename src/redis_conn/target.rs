@@ -1,10 +1,11 @@
 //! Where Redis is: the `--redis` URL parsed into a `Target` (one server, the
 //! primary that Sentinel names, or a Cluster), kept with its credentials but
-//! shown without them. A bad URL is an `InvalidUrl`, which never echoes the
-//! URL either: it may hold a password.
+//! shown without them, and with where it was given (`UrlSource`). A bad URL
+//! is an `InvalidUrl`; `refusal` says why in one line, quoting the URL with
+//! its password masked.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
@@ -33,6 +34,108 @@ impl fmt::Display for InvalidUrl {
 
 impl std::error::Error for InvalidUrl {}
 
+/// Where a Redis URL was given, for messages: the option, the environment
+/// variable, or a line of the configuration file. Shown as `--redis`,
+/// `LOCKRUN_REDIS_URL` or `/etc/lockrun.conf line 3`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum UrlSource {
+    /// `--redis URL` on the command line.
+    Option,
+    /// LOCKRUN_REDIS_URL.
+    Env,
+    /// `redis = URL` in the configuration file at `path`, on `line`
+    /// (counted from 1).
+    File { path: PathBuf, line: usize },
+}
+
+impl fmt::Display for UrlSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UrlSource::Option => f.write_str("--redis"),
+            UrlSource::Env => f.write_str("LOCKRUN_REDIS_URL"),
+            UrlSource::File { path, line } => write!(f, "{} line {line}", path.display()),
+        }
+    }
+}
+
+/// Why `url`, given at `source`, is no URL lockrun takes, and the URL meant
+/// when that is plain: one line that quotes the URL with its password
+/// masked.
+pub(crate) fn refusal(url: &str, source: &UrlSource) -> String {
+    let shown = masked(url);
+    let quoted = format!("{source} '{shown}'");
+    if url.trim().is_empty() {
+        return format!(
+            "{source} is empty; give the URL of your Redis, e.g. redis://HOST:6379"
+        );
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        if url.starts_with('/') {
+            return format!("{quoted} has no scheme; for a socket write unix://{shown}");
+        }
+        if !url.contains(['/', ' ', '@']) {
+            return format!(
+                "{quoted} has no scheme; write redis://{shown} (rediss://{shown} for TLS)"
+            );
+        }
+        return format!("{quoted} is not a Redis URL; {FORMS}");
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "http" | "tcp" | "redis-cli" => {
+            let rest = masked(rest);
+            format!("{quoted}: lockrun speaks Redis, not {scheme}; write redis://{rest}")
+        }
+        "https" | "tls" => {
+            let rest = masked(rest);
+            format!("{quoted}: lockrun speaks Redis, not {scheme}; write rediss://{rest} (TLS)")
+        }
+        "unix" | "redis+unix" if !rest.starts_with('/') => {
+            let path = rest.split(['?', '#']).next().unwrap_or(rest);
+            let absolute = if path.contains('/') {
+                // unix://run/redis.sock: the third slash forgotten.
+                Path::new("/").join(path)
+            } else {
+                std::env::current_dir().unwrap_or_else(|_| "/".into()).join(path)
+            };
+            format!(
+                "{quoted}: a socket path must be absolute, after three slashes; write \
+                 {scheme}://{}",
+                absolute.display()
+            )
+        }
+        _ => format!("{quoted} is not a Redis URL; {FORMS}"),
+    }
+}
+
+/// The URL forms lockrun takes, for a refusal that has no better advice.
+const FORMS: &str = "write redis://[USER@]HOST[:PORT][/DB], rediss://... (TLS), unix:///PATH, \
+                     redis+sentinel://HOST[:PORT][,...]/SERVICE or \
+                     redis+cluster://HOST[:PORT][,...] (see lockrun --help)";
+
+/// `url` as typed, but with any password (`user:PASSWORD@`, `pass=PASSWORD`)
+/// shown as `***`.
+fn masked(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let rest = match rest.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => rest.to_owned(),
+        },
+        None => rest.to_owned(),
+    };
+    let rest = match rest.split_once("pass=") {
+        Some((before, after)) => {
+            let end = after.find('&').unwrap_or(after.len());
+            format!("{before}pass=***{}", &after[end..])
+        }
+        None => rest,
+    };
+    scheme + &rest
+}
+
 /// A parsed Redis address plus credentials.
 #[derive(Clone)]
 pub(crate) struct Target {
@@ -43,6 +146,8 @@ pub(crate) struct Target {
     /// `--redis-password-file`, read again at each connection
     /// (`password.rs`).
     pub(super) password_file: Option<PathBuf>,
+    /// Where the URL was given.
+    source: UrlSource,
 }
 
 /// How lockrun finds the server that holds a lock.
@@ -129,7 +234,21 @@ impl Target {
             info,
             topology,
             password_file: None,
+            source: UrlSource::Option,
         })
+    }
+
+    /// Notes where the URL was given (`--redis` unless said otherwise).
+    #[must_use]
+    pub(crate) fn with_source(mut self, source: UrlSource) -> Self {
+        self.source = source;
+        self
+    }
+
+    /// Where the URL was given: `--redis`, LOCKRUN_REDIS_URL or a line of
+    /// the configuration file.
+    pub(crate) fn source(&self) -> &UrlSource {
+        &self.source
     }
 
     /// Sets the password the sentinels themselves want (from
@@ -234,6 +353,45 @@ mod tests {
         assert!(!Target::parse("redis://h", None)
             .expect("valid")
             .is_replicated());
+    }
+
+    #[test]
+    fn a_refused_url_is_quoted_with_its_source_and_what_was_meant() {
+        let file = UrlSource::File {
+            path: "/etc/lockrun.conf".into(),
+            line: 3,
+        };
+        for (url, source, want) in [
+            (
+                "127.0.0.1:6379",
+                &UrlSource::Option,
+                "--redis '127.0.0.1:6379' has no scheme; write redis://127.0.0.1:6379 \
+                 (rediss://127.0.0.1:6379 for TLS)",
+            ),
+            (
+                "db.internal",
+                &UrlSource::Env,
+                "LOCKRUN_REDIS_URL 'db.internal' has no scheme; write redis://db.internal \
+                 (rediss://db.internal for TLS)",
+            ),
+            (
+                "http://u:s3cret@db:6379",
+                &file,
+                "/etc/lockrun.conf line 3 'http://u:***@db:6379': lockrun speaks Redis, not \
+                 http; write redis://u:***@db:6379",
+            ),
+            (
+                "unix://run/redis.sock",
+                &UrlSource::Option,
+                "--redis 'unix://run/redis.sock': a socket path must be absolute, after three \
+                 slashes; write unix:///run/redis.sock",
+            ),
+            ("", &UrlSource::Env, "LOCKRUN_REDIS_URL is empty; give the URL of your Redis, e.g. redis://HOST:6379"),
+        ] {
+            assert_eq!(refusal(url, source), want, "{url}");
+        }
+        let line = refusal("redis://:pw@h:1?pass=pw2&db=1 x", &UrlSource::Option);
+        assert!(!line.contains("pw"), "{line}");
     }
 
     #[test]
