@@ -13,9 +13,7 @@ use serde::Serialize;
 use crate::clock::show;
 use crate::config::LockConfig;
 use crate::error::Error;
-use crate::lock::{
-    Holder, Keys, Lock, Occupancy, Removed, Servers, Status, View, Views, Waiter,
-};
+use crate::lock::{Holder, Keys, Lock, Occupancy, Removed, Servers, Status, View, Views, Waiter};
 
 use self::holders::{holders_json, latest_left_ms, together_text, HoldingJson};
 pub(crate) use self::list::list;

@@ -502,12 +502,17 @@ pub(crate) fn parse_from(args: &[OsString]) -> Result<Cli, clap::Error> {
     if let Some((name, _)) = matches.subcommand() {
         // The Redis options are global and go before a subcommand too;
         // a run's own options do not apply to a subcommand.
-        let given = cmd.get_arguments().filter(|arg| !arg.is_global_set()).find(|arg| {
-            matches.value_source(arg.get_id().as_str())
-                == Some(clap::parser::ValueSource::CommandLine)
-        });
+        let given = cmd
+            .get_arguments()
+            .filter(|arg| !arg.is_global_set())
+            .find(|arg| {
+                matches.value_source(arg.get_id().as_str())
+                    == Some(clap::parser::ValueSource::CommandLine)
+            });
         if let Some(arg) = given {
-            let flag = arg.get_long().map_or_else(String::new, |long| format!("--{long}"));
+            let flag = arg
+                .get_long()
+                .map_or_else(String::new, |long| format!("--{long}"));
             return Err(cmd.clone().error(
                 clap::error::ErrorKind::ArgumentConflict,
                 format!("{flag} is an option of a run, not of 'lockrun {name}'"),

@@ -143,7 +143,10 @@ impl RedisSettings {
         let urls = if args.url.is_empty() {
             file.map(|file| file.redis.clone()).unwrap_or_default()
         } else {
-            args.url.into_iter().map(|url| (url, source.clone())).collect()
+            args.url
+                .into_iter()
+                .map(|url| (url, source.clone()))
+                .collect()
         };
         let from_file = |pick: fn(&FileSettings) -> Option<PathBuf>| file.and_then(pick);
         RedisSettings {
@@ -152,7 +155,9 @@ impl RedisSettings {
                 .password_file
                 .or_else(|| from_file(|f| f.password_file.clone())),
             ca_file: args.ca_file.or_else(|| from_file(|f| f.ca_file.clone())),
-            cert_file: args.cert_file.or_else(|| from_file(|f| f.cert_file.clone())),
+            cert_file: args
+                .cert_file
+                .or_else(|| from_file(|f| f.cert_file.clone())),
             key_file: args.key_file.or_else(|| from_file(|f| f.key_file.clone())),
             prefix: args
                 .prefix
@@ -198,7 +203,7 @@ impl Invocation {
     ) -> Result<Self, Error> {
         let redis = RedisSettings::new(cli.redis, file);
         Ok(match cli.action {
-            None => Invocation::Run(RunConfig::from_args(cli.run, redis, passwords, file)?),
+            None => Invocation::Run(RunConfig::from_args(cli.run, &redis, passwords, file)?),
             Some(Action::Status(args)) => Invocation::Status {
                 lock: LockConfig::new(args.key, &redis, passwords)?,
                 json: args.json,
@@ -247,12 +252,12 @@ impl Invocation {
 impl RunConfig {
     fn from_args(
         mut args: RunArgs,
-        redis: RedisSettings,
+        redis: &RedisSettings,
         passwords: Passwords,
         file: Option<&FileSettings>,
     ) -> Result<Self, Error> {
         let key = args.key.take().unwrap_or_default();
-        let lock = LockConfig::new(key, &redis, passwords)?;
+        let lock = LockConfig::new(key, redis, passwords)?;
         args.redis_timeout = args
             .redis_timeout
             .or_else(|| file.and_then(|file| file.redis_timeout));

@@ -78,7 +78,15 @@ async fn run_steps(
     };
     let slot = config.share.slot(grant.slot);
     let on = &config.lock.servers;
-    say_acquired(&lock, on, grant.fence, slot, &child, asked.elapsed(), report);
+    say_acquired(
+        &lock,
+        on,
+        grant.fence,
+        slot,
+        &child,
+        asked.elapsed(),
+        report,
+    );
     systemd.holding(&config.lock.name, grant.fence, std::time::SystemTime::now());
     let mut held = Held {
         lease: Lease::new(config.timing.deadline_after(grant.sent)),

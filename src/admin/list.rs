@@ -90,6 +90,7 @@ mod tests {
             holder: None,
             last_fencing_token: Some(7),
             waiters: Vec::new(),
+            server: None,
             redis_node: None,
             replicas_acknowledged: None,
             members: Vec::new(),

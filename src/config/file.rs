@@ -313,7 +313,10 @@ mod tests {
         let open = file(with_password, 0o640);
         let err = load(Some(open.path().into())).expect_err("group may read it");
         let line = err.to_string();
-        assert!(line.contains("mode 0640") && line.contains("line 1"), "{line}");
+        assert!(
+            line.contains("mode 0640") && line.contains("line 1"),
+            "{line}"
+        );
         assert!(!line.contains("s3cret"), "{line}");
         let private = file(with_password, 0o600);
         assert!(load(Some(private.path().into())).is_ok());

@@ -3,6 +3,8 @@ use clap::Parser as _;
 use super::*;
 
 const S: Duration = Duration::from_secs(1);
+/// A server named, never asked: validation sends nothing.
+const SERVER: &str = "--redis=redis://127.0.0.1:1";
 
 #[test]
 fn defaults_scale_with_the_ttl() {
@@ -52,31 +54,93 @@ const DURATION_FLAGS: [&str; 8] = [
 #[test]
 fn every_duration_flag_has_an_upper_bound() {
     for flag in DURATION_FLAGS {
-        let err = run_config(&[&format!("{flag}=1y1s")]).expect_err("past the bound");
+        let err = run_config(&[SERVER, &format!("{flag}=1y1s")]).expect_err("past the bound");
         assert_eq!(err.exit_code(), 64, "{flag}: {err}");
         assert_eq!(
             err.to_string(),
             format!("{flag} 1year1s is too long; use 1y (365.25 days) or less")
         );
     }
-    let config = run_config(&["--ttl=1y", "--wait=1y", "--min-hold=1y", "--timeout=1y"])
-        .expect("1y is allowed");
+    let config = run_config(&[
+        SERVER,
+        "--ttl=1y",
+        "--wait=1y",
+        "--min-hold=1y",
+        "--timeout=1y",
+    ])
+    .expect("1y is allowed");
     assert_eq!(config.timing.ttl, MAX_DURATION);
-    assert!(run_config(&["--wait=forever"]).is_ok());
+    assert!(run_config(&[SERVER, "--wait=forever"]).is_ok());
 }
 
 /// The run a command line asks for, through clap and validation as
 /// `lib::main` does it; a clap error is a usage error too.
 fn run_config(flags: &[&str]) -> Result<RunConfig, Error> {
+    run_with_file(flags, None)
+}
+
+fn run_with_file(flags: &[&str], file: Option<&FileSettings>) -> Result<RunConfig, Error> {
     let args = ["lockrun", "--key", "k"]
         .into_iter()
         .chain(flags.iter().copied())
         .chain(["--", "true"]);
     let cli = Cli::try_parse_from(args).map_err(|err| Error::Usage(err.to_string()))?;
-    match Invocation::from_cli(cli, Passwords::default())? {
+    match Invocation::from_cli(cli, Passwords::default(), file)? {
         Invocation::Run(config) => Ok(config),
         other => panic!("not a run: {other:?}"),
     }
+}
+
+#[test]
+fn no_server_named_is_a_usage_error_naming_the_three_ways() {
+    let err = run_config(&[]).expect_err("no server");
+    assert_eq!(err.exit_code(), 64);
+    assert_eq!(
+        err.to_string(),
+        "no Redis server named, so nothing was sent anywhere; give --redis URL, set \
+         LOCKRUN_REDIS_URL, or write redis = URL in /etc/lockrun.conf (e.g. \
+         redis://10.0.0.5:6379)"
+    );
+}
+
+#[test]
+fn an_option_wins_over_the_file() {
+    let file = FileSettings {
+        path: "/etc/lockrun.conf".into(),
+        redis: vec![(
+            "redis://from-file:6379".into(),
+            UrlSource::File {
+                path: "/etc/lockrun.conf".into(),
+                line: 2,
+            },
+        )],
+        prefix: Some("file:".into()),
+        redis_timeout: Some(Duration::from_millis(700)),
+        ..FileSettings::default()
+    };
+    let config = run_with_file(&[], Some(&file)).expect("the file names a server");
+    let target = &config.lock.servers.targets()[0];
+    assert_eq!(target.to_string(), "redis://from-file:6379");
+    assert_eq!(target.source().to_string(), "/etc/lockrun.conf line 2");
+    assert_eq!(config.lock.keys.lock, "file:{k}");
+    assert_eq!(config.timing.redis_timeout, Duration::from_millis(700));
+    let config = run_with_file(
+        &[
+            "--redis",
+            "redis://given:1",
+            "--prefix",
+            "p:",
+            "--redis-timeout",
+            "1s",
+        ],
+        Some(&file),
+    )
+    .expect("valid");
+    let target = &config.lock.servers.targets()[0];
+    assert_eq!(target.to_string(), "redis://given:1");
+    assert_eq!(*target.source(), UrlSource::Option);
+    assert_eq!(config.lock.keys.lock, "p:{k}");
+    assert_eq!(config.timing.redis_timeout, S);
 }
 
 mod any_text {
@@ -130,7 +194,8 @@ mod any_text {
         ) {
             let given: Vec<String> =
                 given.iter().map(|(flag, value)| format!("{flag}={value}")).collect();
-            let given: Vec<&str> = given.iter().map(String::as_str).collect();
+            let given: Vec<&str> =
+                std::iter::once(SERVER).chain(given.iter().map(String::as_str)).collect();
             match run_config(&given) {
                 Err(err) => prop_assert_eq!(err.exit_code(), 64, "{}", err),
                 Ok(config) => {

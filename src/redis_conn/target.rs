@@ -65,9 +65,7 @@ pub(crate) fn refusal(url: &str, source: &UrlSource) -> String {
     let shown = masked(url);
     let quoted = format!("{source} '{shown}'");
     if url.trim().is_empty() {
-        return format!(
-            "{source} is empty; give the URL of your Redis, e.g. redis://HOST:6379"
-        );
+        return format!("{source} is empty; give the URL of your Redis, e.g. redis://HOST:6379");
     }
     let Some((scheme, rest)) = url.split_once("://") else {
         if url.starts_with('/') {
@@ -95,7 +93,9 @@ pub(crate) fn refusal(url: &str, source: &UrlSource) -> String {
                 // unix://run/redis.sock: the third slash forgotten.
                 Path::new("/").join(path)
             } else {
-                std::env::current_dir().unwrap_or_else(|_| "/".into()).join(path)
+                std::env::current_dir()
+                    .unwrap_or_else(|_| "/".into())
+                    .join(path)
             };
             format!(
                 "{quoted}: a socket path must be absolute, after three slashes; write \
@@ -386,7 +386,11 @@ mod tests {
                 "--redis 'unix://run/redis.sock': a socket path must be absolute, after three \
                  slashes; write unix:///run/redis.sock",
             ),
-            ("", &UrlSource::Env, "LOCKRUN_REDIS_URL is empty; give the URL of your Redis, e.g. redis://HOST:6379"),
+            (
+                "",
+                &UrlSource::Env,
+                "LOCKRUN_REDIS_URL is empty; give the URL of your Redis, e.g. redis://HOST:6379",
+            ),
         ] {
             assert_eq!(refusal(url, source), want, "{url}");
         }
