@@ -25,11 +25,18 @@ fn tcp_url_and_environment_url_both_work() {
 
 #[test]
 fn invalid_url_is_a_usage_error() {
-    for url in ["localhost:6379", "http://example.com", ""] {
+    // Each refusal's wording is in `settings`.
+    for url in [
+        "localhost:6379",
+        "http://example.com",
+        "",
+        "redis+sentinel://s1",
+    ] {
         let ran = Lockrun::via(url).key("job").command(["true"]).run();
         ran.assert(
             Expect::code(64)
-                .stderr_starts("lockrun: invalid Redis URL")
+                .stderr_starts("lockrun: --redis ")
+                .stderr_one_line()
                 .context(format!("{url:?}")),
         );
     }

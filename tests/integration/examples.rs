@@ -13,7 +13,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use wait_timeout::ChildExt;
 
-use crate::harness::{alive, eventually, parent, scratch, Server, PATIENCE};
+use crate::harness::{alive, eventually, parent, scratch, Server, NO_CONFIG, PATIENCE};
 
 /// Stands in for the project's own deploy script, which deploy.sh runs as
 /// `./scripts/deploy.sh ENV ARG...`: it writes its pid, then either hangs
@@ -55,6 +55,7 @@ impl Deploy {
             .current_dir(dir.path())
             .env("PATH", path)
             .env("LOCKRUN_REDIS_URL", url)
+            .env(NO_CONFIG.0, NO_CONFIG.1)
             .env_remove("LOCKRUN_REDIS_PASSWORD")
             .env_remove("LOCKRUN_PREFIX")
             .stdin(Stdio::null())
@@ -145,4 +146,28 @@ fn sigterm_to_deploy_sh_alone_stops_the_deploy_and_frees_the_lock() {
     assert!(!alive(deploy_pid), "the deploy is still running");
     assert!(!alive(lockrun_pid), "lockrun is still running");
     assert!(!redis.is_locked(LOCK), "the lock is still held");
+}
+
+/// A pipeline waiting for the lock that a newer push supersedes exits 79,
+/// which deploy.sh tells apart from 75 (a deploy still held after the wait);
+/// the newer push deploys once the running one ends.
+#[test]
+fn deploy_sh_superseded_in_line_exits_79() {
+    let redis = Server::start();
+    let mut running = Deploy::start(&redis.url(), "hang");
+    running.deploy_pid();
+    let mut older = Deploy::start(&redis.url(), "0");
+    assert!(
+        eventually(PATIENCE, || redis.in_line(LOCK) == 1),
+        "no run waits in line"
+    );
+    let mut newer = Deploy::start(&redis.url(), "0");
+    assert_eq!(
+        older.wait().code(),
+        Some(i32::from(lockrun::exit_code::SUPERSEDED))
+    );
+    assert!(!older.dir.path().join("deploy.pid").exists());
+    kill(Pid::from_raw(running.script.id() as i32), Signal::SIGTERM).expect("SIGTERM deploy.sh");
+    assert_eq!(running.wait().code(), Some(128 + Signal::SIGTERM as i32));
+    assert_eq!(newer.wait().code(), Some(0), "the newer push deploys");
 }

@@ -37,6 +37,7 @@ mod reference;
 mod repeated_flags;
 mod resharding;
 mod rotation;
+mod settings;
 mod shared;
 mod signals;
 mod slots;

@@ -361,6 +361,7 @@ fn run_from_sh(redis: &Server, prelude: &str, dir: &Path) -> (String, Vec<u32>, 
             .args(["--", "sh", "-c", &command, "sh"])
             .arg(dir)
             .env("DIR", dir)
+            .env(NO_CONFIG.0, NO_CONFIG.1)
             .env_remove("NOTIFY_SOCKET"),
     );
     assert!(run.wait().success());

@@ -228,7 +228,13 @@ fn supersede_ends_older_waiting_runs_but_never_the_holder() {
 
     let status = second.wait();
     let said = stderr_of(dir.path(), "second");
-    assert_eq!(status.code(), Some(75), "{said}");
+    // Its own status, not the busy one: nothing is stuck.
+    assert_eq!(
+        status.code(),
+        Some(i32::from(lockrun::exit_code::SUPERSEDED)),
+        "{said}"
+    );
+    assert!(said.ends_with("(exit 79)\n"), "{said}");
     assert!(
         said.contains("superseded by ") && said.contains(&format!(" pid {}", third.pid())),
         "{said}"

@@ -120,6 +120,11 @@ impl<'a> Lockrun<'a> {
         self.command(["sh", "-c", script, "sh"]).command([dir])
     }
 
+    /// LOCKRUN_CONFIG=`path`: this configuration file instead of none.
+    pub fn config(self, path: impl AsRef<OsStr>) -> Self {
+        self.env("LOCKRUN_CONFIG", path)
+    }
+
     pub fn env(mut self, name: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
         self.env
             .push((name.as_ref().to_owned(), value.as_ref().to_owned()));
@@ -262,14 +267,20 @@ impl Server {
     }
 }
 
-/// Keeps the caller's LOCKRUN_* settings from reaching a test's lockrun.
+/// Keeps the caller's LOCKRUN_* settings from reaching a test's lockrun,
+/// and the host's /etc/lockrun.conf too: LOCKRUN_CONFIG set to nothing
+/// reads no file. A test of the file names its own with `config`.
 pub(super) fn clear_lockrun_env(command: &mut Command) {
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("LOCKRUN_") {
             command.env_remove(name);
         }
     }
+    command.env(NO_CONFIG.0, NO_CONFIG.1);
 }
+
+/// LOCKRUN_CONFIG set to nothing: lockrun reads no configuration file.
+pub const NO_CONFIG: (&str, &str) = ("LOCKRUN_CONFIG", "");
 
 /// Reads `pipe` to its end on a thread of its own, so that neither pipe can
 /// fill up and stall the process while the other is read.
