@@ -49,26 +49,12 @@ _lockrun() {
 
     case "${cmd}" in
         lockrun)
-            opts="-k -w -q -v -h -V --key --redis --redis-password-file --redis-ca-file --redis-cert-file --redis-key-file --prefix --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --supersede --slots --shared --busy-exit-code --min-hold --once-per --timeout --metrics-file --quiet --verbose --log-format --help --version status release list"
+            opts="-k -w -q -v -h -V --redis --redis-password-file --redis-ca-file --redis-cert-file --redis-key-file --prefix --key --ttl --renew-every --redis-timeout --replica-acks --kill-grace --wait --supersede --slots --shared --busy-exit-code --min-hold --once-per --timeout --metrics-file --quiet --verbose --log-format --help --version status release list"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --key)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
-                    return 0
-                    ;;
-                -k)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
-                    return 0
-                    ;;
                 --redis)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -137,6 +123,20 @@ _lockrun() {
                     return 0
                     ;;
                 --prefix)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --key)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                -k)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -251,7 +251,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__list)
-            opts="-h --redis --redis-password-file --redis-ca-file --redis-cert-file --redis-key-file --prefix --json --all --help"
+            opts="-h --json --all --redis --redis-password-file --redis-ca-file --redis-cert-file --redis-key-file --prefix --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -339,7 +339,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__release)
-            opts="-k -h --key --redis --redis-password-file --redis-ca-file --redis-cert-file --redis-key-file --prefix --force --holder --help"
+            opts="-k -h --key --force --holder --redis --redis-password-file --redis-ca-file --redis-cert-file --redis-key-file --prefix --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -353,6 +353,13 @@ _lockrun() {
                     return 0
                     ;;
                 -k)
+                    COMPREPLY=("${cur}")
+                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
+                        compopt -o nospace
+                    fi
+                    return 0
+                    ;;
+                --holder)
                     COMPREPLY=("${cur}")
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o nospace
@@ -433,13 +440,6 @@ _lockrun() {
                     fi
                     return 0
                     ;;
-                --holder)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
-                    return 0
-                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -448,7 +448,7 @@ _lockrun() {
             return 0
             ;;
         lockrun__subcmd__status)
-            opts="-k -h --key --redis --redis-password-file --redis-ca-file --redis-cert-file --redis-key-file --prefix --json --help"
+            opts="-k -h --key --json --redis --redis-password-file --redis-ca-file --redis-cert-file --redis-key-file --prefix --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

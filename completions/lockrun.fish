@@ -2,7 +2,7 @@
 # Regenerate with: LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n k/key= redis= redis-password-file= redis-ca-file= redis-cert-file= redis-key-file= prefix= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede slots= shared busy-exit-code= min-hold= once-per= timeout= metrics-file= q/quiet v/verbose log-format= h/help V/version
+    string join \n redis= redis-password-file= redis-ca-file= redis-cert-file= redis-key-file= prefix= k/key= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede slots= shared busy-exit-code= min-hold= once-per= timeout= metrics-file= q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -28,13 +28,13 @@ function __fish_lockrun_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c lockrun -n "__fish_lockrun_needs_command" -s k -l key -d 'Lock name; runs that share it never overlap' -r -f
-complete -c lockrun -n "__fish_lockrun_needs_command" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l redis -d 'Where Redis is: redis://HOST[:PORT], rediss://... (TLS), unix:///PATH' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-cert-file -d 'Client certificate (PEM) to show Redis over TLS' -r -F
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-key-file -d 'Private key (PEM) of --redis-cert-file' -r -F
-complete -c lockrun -n "__fish_lockrun_needs_command" -l prefix -d 'Prefix of every Redis key' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -l prefix -d 'Prefix of every Redis key [default: lockrun:]' -r -f
+complete -c lockrun -n "__fish_lockrun_needs_command" -s k -l key -d 'Lock name; runs that share it never overlap' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l ttl -d 'Lease length written to Redis' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l renew-every -d 'Heartbeat period [default: ttl/3]' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l redis-timeout -d 'Time limit of each Redis call [default: ttl/10, at most 2s]' -r -f
@@ -47,7 +47,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the l
 complete -c lockrun -n "__fish_lockrun_needs_command" -l once-per -d 'Run the command at most once per this period: skip it after a success' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l timeout -d 'Stop the command after this long and exit 124' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l metrics-file -d 'Keep Prometheus metrics of the runs in this file' -r -F
-complete -c lockrun -n "__fish_lockrun_needs_command" -l log-format -d 'How lockrun writes its lines on stderr: text or json' -r -f -a "text\t''
+complete -c lockrun -n "__fish_lockrun_needs_command" -l log-format -d 'How lockrun writes its lines on stderr: text or json [default: text]' -r -f -a "text\t''
 json\t''"
 complete -c lockrun -n "__fish_lockrun_needs_command" -l supersede -d 'Give up the place in line to a newer run with --supersede'
 complete -c lockrun -n "__fish_lockrun_needs_command" -l shared -d 'Hold the lock together with other --shared runs, as readers do'
@@ -59,30 +59,30 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -a "status" -d 'Show who h
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "release" -d 'Remove a lock whoever holds it (needs --force)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "list" -d 'List the locks that are held or have runs waiting, one line each'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s k -l key -d 'Lock name' -r -f
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis -d 'Where Redis is: redis://HOST[:PORT], rediss://... (TLS), unix:///PATH' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-cert-file -d 'Client certificate (PEM) to show Redis over TLS' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-key-file -d 'Private key (PEM) of --redis-cert-file' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l prefix -d 'Prefix of every Redis key' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l prefix -d 'Prefix of every Redis key [default: lockrun:]' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l json -d 'Print one JSON object on stdout instead of text'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s k -l key -d 'Lock name' -r -f
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l holder -d 'Remove only the holder with this token (from lockrun status)' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis -d 'Where Redis is: redis://HOST[:PORT], rediss://... (TLS), unix:///PATH' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-cert-file -d 'Client certificate (PEM) to show Redis over TLS' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l redis-key-file -d 'Private key (PEM) of --redis-cert-file' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l prefix -d 'Prefix of every Redis key' -r -f
-complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l holder -d 'Remove only the holder with this token (from lockrun status)' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l prefix -d 'Prefix of every Redis key [default: lockrun:]' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -l force -d 'Really remove a lock that another run may hold'
 complete -c lockrun -n "__fish_lockrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis -d 'Redis URL' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis -d 'Where Redis is: redis://HOST[:PORT], rediss://... (TLS), unix:///PATH' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-cert-file -d 'Client certificate (PEM) to show Redis over TLS' -r -F
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l redis-key-file -d 'Private key (PEM) of --redis-cert-file' -r -F
-complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l prefix -d 'Prefix of every Redis key' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l prefix -d 'Prefix of every Redis key [default: lockrun:]' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'Print one JSON array on stdout instead of text'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l all -d 'Also list free locks, of which only the fencing counter is left'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'

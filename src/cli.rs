@@ -36,6 +36,11 @@ process group before the lease can expire for anyone else, and exits 76. The com
 gets a fencing token in LOCKRUN_FENCING_TOKEN that grows with every acquisition, so \
 the resource it writes to can reject a stale holder.
 
+Name the Redis server on every host: --redis URL, LOCKRUN_REDIS_URL, or the line \
+`redis = URL` in /etc/lockrun.conf (LOCKRUN_CONFIG names another file), in that \
+order. With none, lockrun exits 64 and sends nothing: it never guesses a local \
+server, which would give each host a lock of its own.
+
 Durations take a unit: 500ms, 30s, 2m, 1h30m; none may be longer than 1y (365.25 days). \
 A flag given twice takes its last value, except --redis: three or more \
 --redis make a quorum, a lock held on a majority of independent servers.";
@@ -317,9 +322,9 @@ pub(crate) struct RunArgs {
 pub(crate) struct RedisArgs {
     /// Where Redis is: redis://HOST[:PORT], rediss://... (TLS), unix:///PATH
     ///
-    /// Required: from this option, LOCKRUN_REDIS_URL or the configuration
-    /// file (see FILES in lockrun(1)), in that order; with none, lockrun
-    /// exits 64 and sends nothing anywhere.
+    /// Required, from this option, LOCKRUN_REDIS_URL or the configuration
+    /// file, in that order (see FILES in lockrun(1)); with none, lockrun
+    /// exits 64 and sends nothing anywhere. The forms:
     /// redis://[USER[:PASSWORD]@]HOST[:PORT][/DB], rediss://... (TLS,
     /// certificate verified), unix:///PATH or redis+unix:///PATH. Behind
     /// Sentinel: redis+sentinel://[USER[:PASSWORD]@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]

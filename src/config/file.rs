@@ -324,6 +324,39 @@ mod tests {
         assert!(load(Some(no_password.path().into())).is_ok());
     }
 
+    /// The template the Debian package installs as /etc/lockrun.conf sets
+    /// nothing, and every setting it shows, uncommented, is one lockrun
+    /// takes.
+    #[test]
+    fn the_packaged_template_is_all_comments_and_knows_each_setting() {
+        let template = include_str!("../../etc/lockrun.conf");
+        let none = settings(template).expect("the template parses");
+        assert!(none.redis.is_empty() && none.prefix.is_none());
+        let uncommented: String = template
+            .lines()
+            .map(|line| match line.strip_prefix("# ") {
+                Some(setting)
+                    if setting.split_once(" = ").is_some_and(|(name, _)| {
+                        name.chars().all(|c| c.is_ascii_lowercase() || c == '-')
+                    }) =>
+                {
+                    format!("{setting}\n")
+                }
+                _ => format!("{line}\n"),
+            })
+            .collect();
+        let all = settings(&uncommented).expect("every shown setting parses");
+        assert_eq!(all.redis.len(), 1);
+        for name in NAMES {
+            assert!(
+                uncommented
+                    .lines()
+                    .any(|line| line.starts_with(&format!("{name} = "))),
+                "the template shows {name}"
+            );
+        }
+    }
+
     #[test]
     fn which_file() {
         assert!(load(Some(OsString::new())).expect("none").is_none());

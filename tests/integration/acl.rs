@@ -1,5 +1,5 @@
 //! lockrun as a Redis user with only the rules `man lockrun` gives each use
-//! (REDIS PERMISSIONS), read from `man/sections.roff` so that the page and
+//! (REDIS PERMISSIONS), read from `man/lockrun-redis.roff` so that the page and
 //! the test cannot drift: every use works with exactly those rules, and
 //! each rule taken away breaks a step that the refusal's one line names.
 
@@ -12,12 +12,12 @@ pub(crate) const PASSWORD: &str = "acl-test-password";
 /// The rules the man page gives `use_`: every word after `ACL SETUSER
 /// USER` on the lines under its `# use_:` comment.
 pub(crate) fn rules(use_: &str) -> Vec<String> {
-    let roff = include_str!("../../man/sections.roff");
+    let roff = include_str!("../../man/lockrun-redis.roff");
     let section = roff
         .split(".SH \"REDIS PERMISSIONS\"")
         .nth(1)
         .and_then(|rest| rest.split("\n.SH ").next())
-        .expect("man/sections.roff has REDIS PERMISSIONS");
+        .expect("man/lockrun-redis.roff has REDIS PERMISSIONS");
     let mut current = "";
     let mut rules = Vec::new();
     for line in section.lines() {

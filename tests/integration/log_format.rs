@@ -307,7 +307,10 @@ fn a_verbose_run_writes_each_acquire_renewal_and_release() {
     assert!(acquired["message"]
         .as_str()
         .unwrap_or("")
-        .starts_with("acquired lockrun:{job} with fencing token "));
+        .starts_with("acquired lockrun:{job} on "));
+    assert!(acquired["server"]
+        .as_str()
+        .is_some_and(|server| server.ends_with(" (from --redis)")));
     assert!(events.iter().all(|event| event["pid"] == events[0]["pid"]));
     let released = find(&events, "released");
     assert_eq!(released["exit_status"], 3);

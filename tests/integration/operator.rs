@@ -44,6 +44,7 @@ fn status_reports_holder_and_free_lock() {
             "redis_key",
             "redis_node",
             "replicas_acknowledged",
+            "server",
             "slots",
             "ttl_left_ms",
             "waiters"

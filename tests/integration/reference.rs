@@ -1,6 +1,7 @@
-//! The man page is the reference: it names every flag, subcommand,
-//! environment variable, exit status, `status --json` field and Redis key
-//! (the fields and keys as a live run shows them).
+//! The man pages are the reference: lockrun(1) names every flag,
+//! subcommand, environment variable, exit status and `status --json` field,
+//! lockrun-redis(7) every Redis key (the fields and keys as a live run shows
+//! them).
 
 use std::collections::BTreeSet;
 
@@ -42,7 +43,7 @@ fn flags_and_variables() -> (BTreeSet<String>, BTreeSet<String>) {
     (flags, vars)
 }
 
-const EXIT_CODES: [u8; 8] = {
+const EXIT_CODES: [u8; 9] = {
     use lockrun::exit_code::*;
     [
         USAGE,
@@ -50,6 +51,7 @@ const EXIT_CODES: [u8; 8] = {
         INTERNAL,
         BUSY_DEFAULT,
         LEASE_LOST,
+        SUPERSEDED,
         TIMED_OUT,
         NOT_EXECUTABLE,
         NOT_FOUND,
@@ -217,7 +219,7 @@ fn man_page_names_every_status_json_field_and_redis_key() {
         forms.len() >= 8,
         "the lease, its holder, the fence, the line's keys and a channel: {forms:?}"
     );
-    let section = man_section(&page, "REDIS KEYS");
+    let section = man_section(&read("man/lockrun-redis.7"), "REDIS KEYS");
     for suffix in &forms {
         let tag = format!("\\fIP\\fR{{\\fIname\\fR}}{}", roff_escaped(suffix));
         if !has_entry(&section, &tag) {

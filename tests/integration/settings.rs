@@ -372,3 +372,26 @@ fn short_help_fits_a_screen_and_says_where_the_rest_is() {
     assert!(!long.stdout.contains("=]"), "{}", long.stdout);
     assert!(long.stdout.contains("[env: LOCKRUN_REDIS_URL]"));
 }
+
+#[test]
+fn the_package_ships_both_man_pages_and_the_template_as_a_conffile() {
+    let manifest = crate::generated::read("Cargo.toml");
+    for asset in [
+        r#"["man/lockrun.1", "usr/share/man/man1/lockrun.1", "644"]"#,
+        r#"["man/lockrun-redis.7", "usr/share/man/man7/lockrun-redis.7", "644"]"#,
+        r#"["etc/lockrun.conf", "etc/lockrun.conf", "644"]"#,
+        r#"conf-files = ["/etc/lockrun.conf"]"#,
+    ] {
+        assert!(manifest.contains(asset), "Cargo.toml lacks {asset}");
+    }
+    // The template names no server: a run reading it is told where to add one.
+    let template = crate::generated::repo().join("etc/lockrun.conf");
+    let ran = Lockrun::new()
+        .config(&template)
+        .key("job")
+        .command(["true"])
+        .run();
+    ran.assert(Expect::code(64).stderr_has(format!("write redis = URL in {}", template.display())));
+    let page = crate::generated::read("man/lockrun.1");
+    assert!(page.contains(".SH FILES\n") && page.contains(".BR lockrun\\-redis (7)"));
+}

@@ -62,14 +62,12 @@ fn verbose_success() -> Expect {
     // acknowledge it, as on a loaded machine: then it waits and tries again.
     Expect::success()
         .stderr_where(
-            "first \"lockrun: acquired lockrun:{job} with fencing token \", after any line \
+            "first \"lockrun: acquired lockrun:{job} on \", after any line \
              about replicas slow to acknowledge",
             |text| {
                 text.lines()
                     .find(|line| !line.contains("replicas acknowledged the write"))
-                    .is_some_and(|line| {
-                        line.starts_with("lockrun: acquired lockrun:{job} with fencing token ")
-                    })
+                    .is_some_and(|line| line.starts_with("lockrun: acquired lockrun:{job} on "))
             },
         )
         .stderr_has("\nlockrun: released lockrun:{job}\n")
