@@ -8,8 +8,10 @@
 //! - `run`: one run, step by step: acquire, start, supervise, finish;
 //!   - `run/metrics_file`: what a run writes to the metrics file, and when,
 //!     off the runtime's thread;
-//! - `config`: turns `cli` and the environment into validated settings;
-//!   nothing after it sees clap;
+//! - `config`: turns `cli`, the environment and the configuration file
+//!   (`config/file`: /etc/lockrun.conf or LOCKRUN_CONFIG's) into validated
+//!   settings, an option or its variable winning over the file; nothing
+//!   after it sees clap;
 //! - `cli`: the command line (clap): flags, help text, one-line usage errors;
 //! - `supervise`: the running command under its lease: renewals, signals,
 //!   terminal stops, stopping the command when the lease cannot be proven;
@@ -53,7 +55,7 @@
 //!     script's keys and arguments, declared once for Rust and Lua;
 //! - `redis_conn`: where Redis is and how to talk to it: `target` (URLs,
 //!   one server, the primary Sentinel names, or a cluster; credentials kept
-//!   out of messages), `error` (what a failure means), `session` (one
+//!   out of messages; where each URL was given, `UrlSource`), `error` (what a failure means), `session` (one
 //!   connection, time limits, `WAIT` for replicas, subscriptions, `SCAN`),
 //!   `sentinel`, `cluster`, `hosts`;
 //! - `lease`: the lease deadline and renewal timing;
