@@ -131,6 +131,8 @@ pub(crate) struct RedisSettings {
     /// The configuration file read, to name in the line that asks for a
     /// server.
     file: Option<PathBuf>,
+    /// The settings above that the file gave, with their lines.
+    from_file: Vec<(&'static str, usize)>,
 }
 
 impl RedisSettings {
@@ -149,6 +151,19 @@ impl RedisSettings {
                 .collect()
         };
         let from_file = |pick: fn(&FileSettings) -> Option<PathBuf>| file.and_then(pick);
+        let given = [
+            ("redis-password-file", args.password_file.is_some()),
+            ("redis-ca-file", args.ca_file.is_some()),
+            ("redis-cert-file", args.cert_file.is_some()),
+            ("redis-key-file", args.key_file.is_some()),
+        ];
+        let taken = file.map_or_else(Vec::new, |file| {
+            file.lines
+                .iter()
+                .filter(|(name, _)| given.iter().any(|(option, set)| option == name && !set))
+                .copied()
+                .collect()
+        });
         RedisSettings {
             urls,
             password_file: args
@@ -164,6 +179,17 @@ impl RedisSettings {
                 .or_else(|| file.and_then(|f| f.prefix.clone()))
                 .unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
             file: file.map(|file| file.path.clone()),
+            from_file: taken,
+        }
+    }
+
+    /// How a message names the setting of `option` (`--redis-ca-file`):
+    /// the option, or the configuration file's line when the file gave it.
+    pub(crate) fn named(&self, option: &str) -> String {
+        let name = option.trim_start_matches('-');
+        match (&self.file, self.from_file.iter().find(|(n, _)| *n == name)) {
+            (Some(path), Some((_, line))) => format!("{} line {line}: {name}", path.display()),
+            _ => option.to_owned(),
         }
     }
 
@@ -343,7 +369,11 @@ impl LockConfig {
         if redis.urls.is_empty() {
             return Err(redis.none_named());
         }
-        let password = secrets::password(passwords.redis, redis.password_file.as_deref())?;
+        let password = secrets::password(
+            passwords.redis,
+            redis.password_file.as_deref(),
+            &redis.named("--redis-password-file"),
+        )?;
         let mut targets = redis
             .urls
             .iter()

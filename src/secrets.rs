@@ -44,10 +44,13 @@ const URL_ENV: &str = "LOCKRUN_REDIS_URL";
 const MAX_PASSWORD_FILE: u64 = 4096;
 
 /// The password to use in place of the URL's, if one was given:
-/// `from_env` from LOCKRUN_REDIS_PASSWORD, or the contents of `file`.
+/// `from_env` from LOCKRUN_REDIS_PASSWORD, or the contents of `file`, which
+/// messages name as `label` (`--redis-password-file`, or the configuration
+/// file's line).
 pub(crate) fn password(
     from_env: Option<String>,
     file: Option<&Path>,
+    label: &str,
 ) -> Result<Option<String>, Error> {
     let from_env = from_env.filter(|p| !p.is_empty());
     match (from_env, file) {
@@ -56,9 +59,9 @@ pub(crate) fn password(
              set; give the Redis password one way only"
         ))),
         (from_env, None) => Ok(from_env),
-        (None, Some(path)) => read_password_file(path).map(Some).map_err(|why| {
-            Error::Usage(format!("--redis-password-file {}: {why}", path.display()))
-        }),
+        (None, Some(path)) => read_password_file(path)
+            .map(Some)
+            .map_err(|why| Error::Usage(format!("{label} {}: {why}", path.display()))),
     }
 }
 
@@ -271,18 +274,19 @@ mod tests {
     #[test]
     fn one_source_of_password_at_a_time() {
         let f = file("from-file\n", 0o600);
-        assert!(password(Some("env".into()), Some(f.path())).is_err());
+        let label = "--redis-password-file";
+        assert!(password(Some("env".into()), Some(f.path()), label).is_err());
         assert_eq!(
-            password(None, Some(f.path())).expect("file"),
+            password(None, Some(f.path()), label).expect("file"),
             Some("from-file".into())
         );
         assert_eq!(
-            password(Some("env".into()), None).expect("env"),
+            password(Some("env".into()), None, label).expect("env"),
             Some("env".into())
         );
         // An empty variable is as good as none, as before.
         assert_eq!(
-            password(Some(String::new()), Some(f.path())).expect("file"),
+            password(Some(String::new()), Some(f.path()), label).expect("file"),
             Some("from-file".into())
         );
     }

@@ -73,6 +73,8 @@ pub(crate) struct FileSettings {
     pub(crate) replica_acks: Option<ReplicaAcks>,
     pub(crate) log_format: Option<Format>,
     pub(crate) metrics_file: Option<PathBuf>,
+    /// The line of each setting given, by name.
+    pub(crate) lines: Vec<(&'static str, usize)>,
 }
 
 /// Which file to read: `named` is LOCKRUN_CONFIG's value, if set.
@@ -160,7 +162,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<FileSettings, Why> {
         path: path.to_owned(),
         ..FileSettings::default()
     };
-    let mut seen: Vec<(&str, usize)> = Vec::new();
+    let mut seen: Vec<(&'static str, usize)> = Vec::new();
     for (index, raw) in bytes.split(|&b| b == b'\n').enumerate() {
         let number = index + 1;
         let at = |why: String| Why::Line(number, why);
@@ -227,6 +229,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<FileSettings, Why> {
             _ => unreachable!("every name in NAMES is handled"),
         }
     }
+    settings.lines = seen;
     Ok(settings)
 }
 

@@ -68,7 +68,7 @@ pub(super) fn read(
         ];
         if let Some((flag, Some(path))) = given.into_iter().find(|(_, path)| path.is_some()) {
             return Err(refused(
-                flag,
+                &redis.named(flag),
                 path,
                 "it is for TLS, but --redis names no rediss:// URL (nor rediss+sentinel://, \
                  rediss+cluster://)",
@@ -78,14 +78,15 @@ pub(super) fn read(
     }
     let ca = match &redis.ca_file {
         Some(path) => {
-            let (pem, _) = read_pem(path).map_err(|why| refused("--redis-ca-file", path, why))?;
-            Some(Ca::from_pem(pem).map_err(|why| refused("--redis-ca-file", path, why))?)
+            let flag = redis.named("--redis-ca-file");
+            let (pem, _) = read_pem(path).map_err(|why| refused(&flag, path, why))?;
+            Some(Ca::from_pem(pem).map_err(|why| refused(&flag, path, why))?)
         }
         None => None,
     };
     let (identity, exposed) = match identity {
         Some((cert, key)) => {
-            let (identity, exposed) = read_identity(cert, key)?;
+            let (identity, exposed) = read_identity(redis, cert, key)?;
             (Some(identity), exposed)
         }
         None => (None, None),
@@ -95,12 +96,20 @@ pub(super) fn read(
 }
 
 /// The certificate and key, and the key file if others may read it.
-fn read_identity(cert: &Path, key: &Path) -> Result<(Identity, Option<ExposedKey>), Error> {
-    let (cert_pem, _) = read_pem(cert).map_err(|why| refused("--redis-cert-file", cert, why))?;
-    let (key_pem, mode) = read_pem(key).map_err(|why| refused("--redis-key-file", key, why))?;
+fn read_identity(
+    redis: &RedisSettings,
+    cert: &Path,
+    key: &Path,
+) -> Result<(Identity, Option<ExposedKey>), Error> {
+    let (cert_flag, key_flag) = (
+        redis.named("--redis-cert-file"),
+        redis.named("--redis-key-file"),
+    );
+    let (cert_pem, _) = read_pem(cert).map_err(|why| refused(&cert_flag, cert, why))?;
+    let (key_pem, mode) = read_pem(key).map_err(|why| refused(&key_flag, key, why))?;
     let identity = Identity::from_pem(cert_pem, key_pem).map_err(|err| match err {
-        IdentityError::Cert(why) => refused("--redis-cert-file", cert, why),
-        IdentityError::Key(why) => refused("--redis-key-file", key, why),
+        IdentityError::Cert(why) => refused(&cert_flag, cert, why),
+        IdentityError::Key(why) => refused(&key_flag, key, why),
     })?;
     let exposed = (mode & 0o077 != 0).then(|| ExposedKey {
         path: key.to_owned(),
