@@ -173,7 +173,7 @@ fn without_password(url: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
@@ -236,7 +236,8 @@ mod tests {
         assert_eq!(unparsable[2], (URL_ENV, None));
     }
 
-    fn file(contents: &str, mode: u32) -> tempfile::NamedTempFile {
+    /// A temporary file holding `contents`, with `mode`.
+    pub(crate) fn file(contents: &str, mode: u32) -> tempfile::NamedTempFile {
         let file = tempfile::NamedTempFile::new().expect("temp file");
         std::fs::write(file.path(), contents).expect("write");
         std::fs::set_permissions(file.path(), std::fs::Permissions::from_mode(mode))

@@ -254,9 +254,8 @@ fn unknown(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
     use super::*;
+    use crate::secrets::tests::file;
 
     fn settings(text: &str) -> Result<FileSettings, String> {
         parse(Path::new("/etc/lockrun.conf"), text.as_bytes()).map_err(|why| why.to_string())
@@ -300,14 +299,6 @@ mod tests {
         }
         let err = parse(Path::new("f"), b"prefix = a\nprefix = \xff\n").expect_err("not UTF-8");
         assert_eq!(err.to_string(), "line 2: it is not UTF-8 text");
-    }
-
-    fn file(text: &str, mode: u32) -> tempfile::NamedTempFile {
-        let file = tempfile::NamedTempFile::new().expect("temp file");
-        std::fs::write(file.path(), text).expect("write");
-        std::fs::set_permissions(file.path(), std::fs::Permissions::from_mode(mode))
-            .expect("chmod");
-        file
     }
 
     #[test]

@@ -396,72 +396,52 @@ fn the_package_ships_both_man_pages_and_the_template_as_a_conffile() {
     assert!(page.contains(".SH FILES\n") && page.contains(".BR lockrun\\-redis (7)"));
 }
 
+/// `lockrun` run with `-k job -- true` refuses it in one line starting with
+/// `prefix`, and exits 64.
+fn refused(lockrun: Lockrun<'_>, prefix: String) {
+    let ran = lockrun.key("job").command(["true"]).run();
+    ran.assert(
+        Expect::code(64)
+            .stderr_starts(format!("lockrun: {prefix}"))
+            .stderr_one_line(),
+    );
+}
+
 #[test]
 fn a_file_setting_lockrun_cannot_use_is_named_by_file_and_line() {
     let redis = Server::start();
     let dir = scratch();
     let missing = dir.path().join("missing-password");
-    let file = config(
-        dir.path(),
-        &format!(
-            "redis = {}\nredis-password-file = {}\n",
-            redis.url(),
+    let setting = |line: String| {
+        let text = format!("redis = {}\n{line}\n", redis.url());
+        config(dir.path(), &text, 0o644)
+    };
+    let file = setting(format!("redis-password-file = {}", missing.display()));
+    refused(
+        Lockrun::new().config(&file),
+        format!(
+            "{} line 2: redis-password-file {}: cannot open it: ",
+            file.display(),
             missing.display()
         ),
-        0o644,
-    );
-    let ran = Lockrun::new()
-        .config(&file)
-        .key("job")
-        .command(["true"])
-        .run();
-    ran.assert(
-        Expect::code(64)
-            .stderr_starts(format!(
-                "lockrun: {} line 2: redis-password-file {}: cannot open it: ",
-                file.display(),
-                missing.display()
-            ))
-            .stderr_one_line(),
     );
     // Given as an option, the option is named.
-    let ran = Lockrun::new()
-        .config(&file)
-        .args(["--redis-password-file", &missing.display().to_string()])
-        .key("job")
-        .command(["true"])
-        .run();
-    ran.assert(
-        Expect::code(64)
-            .stderr_starts(format!(
-                "lockrun: --redis-password-file {}: cannot open it: ",
-                missing.display()
-            ))
-            .stderr_one_line(),
+    let option = ["--redis-password-file", &missing.display().to_string()].map(String::from);
+    refused(
+        Lockrun::new().config(&file).args(option),
+        format!(
+            "--redis-password-file {}: cannot open it: ",
+            missing.display()
+        ),
     );
     let ca = dir.path().join("ca.pem");
-    let file = config(
-        dir.path(),
-        &format!(
-            "redis = {}\nredis-ca-file = {}\n",
-            redis.url(),
+    let file = setting(format!("redis-ca-file = {}", ca.display()));
+    refused(
+        Lockrun::new().config(&file),
+        format!(
+            "{} line 2: redis-ca-file {}: it is for TLS, but --redis names no rediss:// URL",
+            file.display(),
             ca.display()
         ),
-        0o644,
-    );
-    let ran = Lockrun::new()
-        .config(&file)
-        .key("job")
-        .command(["true"])
-        .run();
-    ran.assert(
-        Expect::code(64)
-            .stderr_starts(format!(
-                "lockrun: {} line 2: redis-ca-file {}: it is for TLS, but --redis names no \
-                 rediss:// URL",
-                file.display(),
-                ca.display()
-            ))
-            .stderr_one_line(),
     );
 }
