@@ -348,6 +348,16 @@ fn the_redis_options_go_before_a_subcommand_too() {
     ran.assert(Expect::code(64).stderr(
         "lockrun: --ttl is an option of a run, not of 'lockrun status'; see 'lockrun --help'\n",
     ));
+    // A subcommand tells the environment's URL from the option's too.
+    let ran = Lockrun::new()
+        .env("LOCKRUN_REDIS_URL", "127.0.0.1:6379")
+        .subcommand("status")
+        .key("job")
+        .run();
+    ran.assert(Expect::code(64).stderr(
+        "lockrun: LOCKRUN_REDIS_URL '127.0.0.1:6379' has no scheme; write \
+         redis://127.0.0.1:6379 (rediss://127.0.0.1:6379 for TLS)\n",
+    ));
 }
 
 #[test]
