@@ -18,7 +18,7 @@ pub(crate) use tls::TlsRefusal;
 
 use super::target::show_addr;
 use super::Target;
-use crate::clock::show;
+use crate::clock::show_exact;
 
 /// What a failed call means for lockrun: which message the operator gets,
 /// and whether waiting may help.
@@ -100,7 +100,7 @@ impl RedisError {
             self.detail = format!(
                 "{}, nor within {} more to giving back a lock that call may have taken",
                 self.detail,
-                show(waited)
+                show_exact(waited)
             );
         }
         self
@@ -219,7 +219,7 @@ impl Target {
             timed_out: Some(after),
             ..self.failure(
                 ErrorKind::Unreachable,
-                &format!("no answer within {}", show(after)),
+                &format!("no answer within {}", show_exact(after)),
                 None,
             )
         }

@@ -17,7 +17,7 @@ use super::error::{is_read_only, is_redirection, is_unknown_command};
 use super::pushes::{self, Pushes};
 use super::target::{show_addr, Topology};
 use super::{ErrorKind, RedisError, Target, Unready};
-use crate::clock::show;
+use crate::clock::show_exact;
 
 /// How many keys one `SCAN` call looks at: a thousand keys take one round
 /// trip, and no call holds up the server for long (`KEYS` would, for as
@@ -342,7 +342,7 @@ impl Session {
     pub(crate) fn unacknowledged(&self, acked: u32, wanted: u32) -> RedisError {
         let detail = format!(
             "only {acked} of {wanted} replicas acknowledged the write within --redis-timeout {}",
-            show(self.timeout)
+            show_exact(self.timeout)
         );
         self.target.failure(
             ErrorKind::Transient(Unready::Replicas),
