@@ -123,7 +123,9 @@ pub(crate) fn show(d: Duration) -> String {
     // Rounded half up; 59m59s600ms becomes 1h, which is right at either
     // precision.
     let rounded = (ms + unit / 2) / unit * unit;
-    show_exact(Duration::from_millis(u64::try_from(rounded).unwrap_or(u64::MAX)))
+    show_exact(Duration::from_millis(
+        u64::try_from(rounded).unwrap_or(u64::MAX),
+    ))
 }
 
 /// A duration to the millisecond, as an operator would write it: for

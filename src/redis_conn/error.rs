@@ -117,11 +117,16 @@ impl Target {
     /// `err` from the server `node` (when lockrun knows which), classified,
     /// with a hint when the URL looks like the cause.
     pub(super) fn error_at(&self, err: &redis::RedisError, node: Option<&str>) -> RedisError {
-        let mut detail = one_line(err);
+        let kind = self.classify(err);
+        let mut detail = match kind {
+            // The crate's words for WRONGPASS name no one.
+            ErrorKind::Auth => self.whose_password(),
+            _ => one_line(err),
+        };
         if let Some(hint) = self.hint(err) {
             detail = format!("{detail}; {hint}");
         }
-        self.failure(self.classify(err), &detail, node)
+        self.failure(kind, &detail, node)
     }
 
     /// A failure described by lockrun itself, at `node` if known. Every

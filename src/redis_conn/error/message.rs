@@ -19,8 +19,9 @@ impl fmt::Display for RedisError {
             ),
             ErrorKind::Auth => write!(
                 f,
-                "Redis at {target} refused authentication: {}; give the password in \
-                 LOCKRUN_REDIS_PASSWORD, --redis-password-file or the URL",
+                "Redis at {target} refused {} (WRONGPASS: a wrong password, or no such user, or \
+                 the user is off); check that this user exists on the server, is on, and has \
+                 that password",
                 self.detail
             ),
             ErrorKind::NotRedis => write!(
