@@ -118,14 +118,12 @@ impl Target {
     /// with a hint when the URL looks like the cause.
     pub(super) fn error_at(&self, err: &redis::RedisError, node: Option<&str>) -> RedisError {
         let kind = self.classify(err);
-        let mut detail = match kind {
+        let detail = match (kind, self.cluster_hint(err)) {
+            (_, Some(hint)) => hint,
             // The crate's words for WRONGPASS name no one.
-            ErrorKind::Auth => self.whose_password(),
-            _ => one_line(err),
+            (ErrorKind::Auth, None) => self.whose_password(),
+            (_, None) => one_line(err),
         };
-        if let Some(hint) = self.hint(err) {
-            detail = format!("{detail}; {hint}");
-        }
         self.failure(kind, &detail, node)
     }
 
@@ -198,21 +196,24 @@ impl Target {
         }
     }
 
-    /// What to change when a one-server URL reaches a server that is part of
-    /// a replicated setup.
-    fn hint(&self, err: &redis::RedisError) -> Option<String> {
+    /// What is wrong, and what to change, when a one-server URL reaches a
+    /// cluster node that sends the lock's keys elsewhere.
+    fn cluster_hint(&self, err: &redis::RedisError) -> Option<String> {
         if self.is_replicated() {
             return None;
         }
         match code::code(err).as_deref() {
-            Some("MOVED" | "ASK") => {
+            Some(code @ ("MOVED" | "ASK")) => {
                 let (scheme, at) = match self.info.addr() {
                     ConnectionAddr::TcpTls { .. } => ("rediss", show_addr(self.info.addr(), false)),
                     ConnectionAddr::Tcp(..) => ("redis", show_addr(self.info.addr(), false)),
                     _ => ("redis", "HOST:PORT".to_owned()),
                 };
+                let to = err.detail().map_or(String::new(), |to| format!(" {to}"));
                 Some(format!(
-                    "this is a Redis Cluster node; use --redis {scheme}+cluster://{at}"
+                    "this is a Redis Cluster node, and the lock's keys are on another node \
+                     ({code}{to}), which a one-server URL never follows; use --redis \
+                     {scheme}+cluster://{at}"
                 ))
             }
             _ => None,
@@ -428,7 +429,9 @@ mod tests {
         assert_eq!(moved.kind, ErrorKind::Server);
         assert!(
             moved.to_string().ends_with(
-                "; this is a Redis Cluster node; use --redis redis+cluster://10.0.0.5:7000"
+                "failed: this is a Redis Cluster node, and the lock's keys are on another node \
+                 (MOVED 5597 10.0.0.6:7001), which a one-server URL never follows; use --redis \
+                 redis+cluster://10.0.0.5:7000"
             ),
             "{moved}"
         );

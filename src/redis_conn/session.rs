@@ -227,9 +227,11 @@ impl Session {
                 // to follow ran nothing: the slot changed hands during the
                 // call, and the nodes did not all say so yet. Its map of
                 // the slots is fresher now: try again, within the same
-                // time limit.
+                // time limit. A one-server URL never follows one: it fails
+                // at once, naming the cluster URL.
                 Ok(Err(err))
                     if is_redirection(&err)
+                        && self.target.is_cluster()
                         && started.elapsed() + REDIRECTION_PAUSE < self.timeout =>
                 {
                     tokio::time::sleep(REDIRECTION_PAUSE).await;
