@@ -12,7 +12,7 @@ use crate::child::SpawnError;
 use crate::clock::{show, show_exact, unix_now_us};
 use crate::exit_code;
 use crate::lease::Loss;
-use crate::lock::{Holder, LockError};
+use crate::lock::{is_gone_from_here, Holder, LockError};
 
 #[derive(Debug)]
 pub(crate) enum Error {
@@ -283,6 +283,17 @@ impl Busy {
                 h.pid,
                 since(*finished)
             )?,
+            Some(h) if is_gone_from_here(&h.host, h.pid) => {
+                return write!(
+                    f,
+                    "{} is held by {} pid {}, which is gone (no such process on this host): the \
+                     lock is free when its lease expires{}",
+                    self.lock,
+                    h.host,
+                    h.pid,
+                    left.map_or_else(String::new, |left| format!(" in {left}"))
+                );
+            }
             Some(h) => write!(
                 f,
                 "{} is held by {} pid {} for {}",

@@ -31,7 +31,7 @@ use futures_util::future::join_all;
 pub(crate) use self::attempt::{Attempt, Grant, Mode};
 pub(crate) use self::error::LockError;
 pub(crate) use self::keys::{Keys, Token};
-pub(crate) use self::records::{DoneRecord, Holder, Me, Share, Taken, Waiter};
+pub(crate) use self::records::{is_gone_from_here, DoneRecord, Holder, Me, Share, Taken, Waiter};
 pub(crate) use self::reply::Released;
 pub(crate) use self::role::{Hold, ReplicaAcks, Role};
 pub(crate) use self::status::{Occupancy, Status, View, Views};
