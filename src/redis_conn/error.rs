@@ -28,6 +28,9 @@ pub(crate) enum ErrorKind {
     Unreachable,
     /// The TLS handshake failed on a certificate: no retry will help.
     Tls(TlsRefusal),
+    /// The URL's scheme does not match the port: `redis://` at a port that
+    /// speaks only TLS, or `rediss://` at a plain one.
+    Scheme,
     /// The server wants a password and was given none.
     NoPassword,
     /// The server refused the password it was given.

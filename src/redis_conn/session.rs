@@ -73,6 +73,7 @@ impl ConnectionLike for Conn {
 }
 
 mod refused;
+mod scheme;
 mod subscribe;
 
 /// One lazily (re)opened connection. After any failure the connection is
@@ -159,7 +160,10 @@ impl Session {
         let target = &self.target;
         match &target.topology {
             Topology::Single => {
-                let opened = connect_carrying(&target.info, timeout, self.carries_pushes).await;
+                let opened = tokio::select! {
+                    opened = connect_carrying(&target.info, timeout, self.carries_pushes) => opened,
+                    mismatch = self.plain_at_tls_url(timeout) => return Err(mismatch),
+                };
                 let (conn, pushes) = match opened {
                     Ok(opened) => opened,
                     Err(err) => return Err(self.refused(&err, timeout).await),

@@ -12,6 +12,7 @@ impl fmt::Display for RedisError {
         match self.kind {
             ErrorKind::Unreachable => self.fmt_unreachable(f),
             ErrorKind::Tls(why) => self.fmt_tls(f, why),
+            ErrorKind::Scheme => write!(f, "cannot reach Redis at {target}: {}", self.detail),
             ErrorKind::NoPassword => write!(
                 f,
                 "Redis at {target} requires a password; give it in LOCKRUN_REDIS_PASSWORD, \
