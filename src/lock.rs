@@ -385,6 +385,15 @@ impl Lock {
         })
     }
 
+    /// The refusal that kept the last release from telling the runs in line
+    /// on some server, once; that release was done all the same.
+    pub(crate) fn take_unheard(&mut self) -> Option<LockError> {
+        self.servers
+            .iter_mut()
+            .find_map(Server::take_unheard)
+            .map(LockError::from)
+    }
+
     /// Gives back, on every server at once, whatever a failed or given-up
     /// attempt may have left there.
     pub(crate) async fn abandon(&mut self) -> Result<(), LockError> {
