@@ -3,7 +3,6 @@
 //! servers set up the wrong way.
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -139,53 +138,23 @@ fn a_refused_password_names_the_user_and_where_it_came_from() {
         );
 }
 
-/// Runs `openssl ARGS` in `dir`.
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let status = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("openssl");
-    assert!(status.success(), "openssl {args:?}");
-}
-
 #[test]
 fn a_version_1_client_certificate_is_named_with_how_to_make_a_version_3_one() {
     let certs = Certificates::mutual();
     let port = free_port();
     let _redis = tls_server(&certs, port, &[]);
-    let dir = certs.dir();
     // The usual way, which makes a version 1 certificate: no extensions.
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "client.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            "v1.pem",
-        ],
-    );
-    let with_cert = |cert: &str| {
+    let v1 = certs.sign_client("v1.pem", None);
+    let with_cert = |cert: &std::path::Path| {
         Lockrun::via(&format!("rediss://localhost:{port}"))
             .key("job")
             .args(["--redis-ca-file".as_ref(), certs.ca().as_os_str()])
-            .args(["--redis-cert-file".as_ref(), dir.join(cert).as_os_str()])
+            .args(["--redis-cert-file".as_ref(), cert.as_os_str()])
             .args(["--redis-key-file".as_ref(), certs.client_key().as_os_str()])
             .command(["true"])
             .run()
     };
-    with_cert("v1.pem").assert(no_debug_text(
+    with_cert(&v1).assert(no_debug_text(
         Expect::code(64)
             .stderr(format!(
                 "lockrun: --redis-cert-file {}: is an X.509 version 1 certificate (openssl x509 \
@@ -193,37 +162,17 @@ fn a_version_1_client_certificate_is_named_with_how_to_make_a_version_3_one() {
                  make a version 3 one: give openssl x509 -req an -extfile with \
                  basicConstraints=CA:FALSE and keyUsage=digitalSignature, or make it with \
                  openssl req -x509\n",
-                dir.join("v1.pem").display()
+                v1.display()
             ))
             .stderr_lacks("UnsupportedCertVersion"),
     ));
     // What the line says to do works.
     std::fs::write(
-        dir.join("v3.ext"),
+        certs.dir().join("v3.ext"),
         "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n",
     )
     .expect("write the extension file");
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "client.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "v3.ext",
-            "-out",
-            "v3.pem",
-        ],
-    );
-    with_cert("v3.pem").assert(Expect::success());
+    with_cert(&certs.sign_client("v3.pem", Some("v3.ext"))).assert(Expect::success());
 }
 
 /// A user with every rule the man page gives a run, but `taken` taken
