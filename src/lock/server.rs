@@ -447,7 +447,10 @@ impl Server {
             // release.lua publishes only after it gave the lease up (or
             // kept it for `keep_for`): a refused PUBLISH ends the script
             // there, the release done, and the runs in line find the lock
-            // at their next look instead of being told.
+            // at their next look instead of being told. (A lease no longer
+            // ours is said as given up then: the script also publishes
+            // after taking this run out of line, and the refusal does not
+            // say which it was.)
             Err(LockError::Redis(err)) if err.is_channel_refusal() => {
                 self.unheard = Some(err);
                 if keep_for.is_some() {

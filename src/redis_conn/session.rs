@@ -29,8 +29,9 @@ const SCAN_COUNT: u32 = 1000;
 /// each other within a few gossip rounds of 100 ms.
 const REDIRECTION_PAUSE: Duration = Duration::from_millis(20);
 
-/// One request to Redis, sent on a session's connection: a script call. It
-/// returns the raw reply, which the session decodes.
+/// One request to Redis, sent on a session's connection: a script call (or
+/// the PUBLISH that looks whether a channel is allowed). It returns the raw
+/// reply, which the session decodes.
 pub(crate) trait Request {
     async fn send(&self, conn: &mut impl ConnectionLike) -> redis::RedisResult<redis::Value>;
 }

@@ -102,7 +102,7 @@ fn a_rotated_password_that_is_refused_loses_the_lease_and_says_so() {
         Expect::code(76)
             .stderr_has("cannot renew job (Redis at ")
             .stderr_has(format!(
-                "refused user 'default' with the password from the password file {}",
+                "refused user 'rotated' with the password from the password file {}",
                 file.display()
             ))
             .stderr_has("lost the lock job")
