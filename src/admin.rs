@@ -13,7 +13,9 @@ use serde::Serialize;
 use crate::clock::show;
 use crate::config::LockConfig;
 use crate::error::Error;
-use crate::lock::{Holder, Keys, Lock, Occupancy, Removed, Servers, Status, View, Views, Waiter};
+use crate::lock::{
+    is_gone_from_here, Holder, Keys, Lock, Occupancy, Removed, Servers, Status, View, Views, Waiter,
+};
 
 use self::holders::{holders_json, latest_left_ms, together_text, HoldingJson};
 pub(crate) use self::list::list;
@@ -471,6 +473,23 @@ fn holder_text(json: &StatusJson) -> String {
                 h.command
             )
         }
+        Some(h) if is_gone_from_here(&h.host, h.pid) => format!(
+            "{}: held by {} pid {}, which is gone (no such process on this host): the lock is \
+             free when its lease expires{}; fencing token {}\n  command: {}",
+            json.key,
+            h.host,
+            h.pid,
+            json.ttl_left_ms.map_or_else(
+                || " (it has no expiry: set outside lockrun?)".into(),
+                |ms| {
+                    let at = std::time::SystemTime::now() + Duration::from_millis(ms);
+                    let at = humantime::format_rfc3339_seconds(at);
+                    format!(" in {}, at {at}", show(Duration::from_millis(ms)))
+                }
+            ),
+            h.fencing_token,
+            h.command
+        ),
         Some(h) => format!(
             "{}: held by {} pid {} for {}, {left}, fencing token {}\n  command: {}",
             json.key,

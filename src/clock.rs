@@ -106,8 +106,31 @@ pub(crate) async fn sleep_until_some(when: Option<BootInstant>) {
     }
 }
 
-/// A duration as an operator would write it, to the millisecond.
+/// A duration at the precision a person reads it: milliseconds under a
+/// second, whole seconds under an hour, whole minutes above, each rounded
+/// to the nearest (`49m59s972ms` is `50m`). Every time lockrun measured (a
+/// lease's time left, how long a run held or waited) is shown this way.
 pub(crate) fn show(d: Duration) -> String {
+    const SECOND: u128 = 1_000;
+    const MINUTE: u128 = 60 * SECOND;
+    const HOUR: u128 = 60 * MINUTE;
+    let ms = d.as_millis();
+    let unit = match ms {
+        ..SECOND => 1,
+        SECOND..HOUR => SECOND,
+        _ => MINUTE,
+    };
+    // Rounded half up; 59m59s600ms becomes 1h, which is right at either
+    // precision.
+    let rounded = (ms + unit / 2) / unit * unit;
+    show_exact(Duration::from_millis(
+        u64::try_from(rounded).unwrap_or(u64::MAX),
+    ))
+}
+
+/// A duration to the millisecond, as an operator would write it: for
+/// values the operator gave and sums of them, which must add up as typed.
+pub(crate) fn show_exact(d: Duration) -> String {
     let whole_ms = Duration::new(d.as_secs(), d.subsec_millis() * 1_000_000);
     if whole_ms.is_zero() {
         return "0s".into();
@@ -192,9 +215,30 @@ mod tests {
 
     #[test]
     fn durations_show_compactly() {
-        assert_eq!(show(Duration::from_millis(1500)), "1s500ms");
-        assert_eq!(show(Duration::from_secs(90)), "1m30s");
-        assert_eq!(show(Duration::from_micros(2_999_999)), "2s999ms");
-        assert_eq!(show(Duration::ZERO), "0s");
+        assert_eq!(show_exact(Duration::from_millis(1500)), "1s500ms");
+        assert_eq!(show_exact(Duration::from_micros(2_999_999)), "2s999ms");
+        assert_eq!(show_exact(Duration::ZERO), "0s");
+    }
+
+    #[test]
+    fn durations_show_at_the_precision_a_person_reads() {
+        let ms = Duration::from_millis;
+        let cases = [
+            (ms(0), "0s"),
+            (ms(250), "250ms"),
+            (ms(999), "999ms"),
+            (ms(1_499), "1s"),
+            (ms(1_500), "2s"),
+            (ms(2_999), "3s"),
+            (ms(90_000), "1m30s"),
+            (ms(29 * 60_000 + 59_412), "29m59s"),
+            (ms(49 * 60_000 + 59_972), "50m"),
+            (ms(3_599_600), "1h"),
+            (ms(3_600_000 + 29 * 60_000 + 40_000), "1h30m"),
+            (ms(26 * 3_600_000 + 10_000), "1day2h"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(show(d), want, "{d:?}");
+        }
     }
 }

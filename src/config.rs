@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{Action, Cli, ListArgs, RedisArgs, RunArgs};
-use crate::clock::show;
+use crate::clock::show_exact;
 use crate::error::Error;
 use crate::lease::Timing;
 use crate::lock::{Keys, ReplicaAcks, Servers, Share};
@@ -415,7 +415,7 @@ fn bounded(flag: &str, value: Duration) -> Result<Duration, Error> {
     }
     Err(Error::Usage(format!(
         "{flag} {} is too long; use {MAX_DURATION_TEXT} (365.25 days) or less",
-        show(value)
+        show_exact(value)
     )))
 }
 
@@ -474,7 +474,7 @@ fn timing(
     if ttl < Duration::from_millis(10) {
         return Err(Error::Usage(format!(
             "--ttl {} is too short; use 10ms or more (Redis keeps leases in whole milliseconds)",
-            show(ttl)
+            show_exact(ttl)
         )));
     }
     let timing = Timing {
@@ -498,20 +498,20 @@ fn unsafe_timing(timing: &Timing) -> String {
     let min_ttl_ms = fixed.as_millis().saturating_add(2).saturating_mul(100) / 99 + 1;
     let min_ttl = Duration::from_millis(u64::try_from(min_ttl_ms).unwrap_or(u64::MAX));
     let grace_room = ttl.saturating_sub(timing.needed().saturating_sub(timing.kill_grace));
-    let mut advice = format!("use --ttl {} or more", show(min_ttl));
+    let mut advice = format!("use --ttl {} or more", show_exact(min_ttl));
     if grace_room > Duration::from_millis(1) {
         let grace = grace_room.saturating_sub(Duration::from_millis(1));
-        let _ = write!(advice, ", or --kill-grace {} or less", show(grace));
+        let _ = write!(advice, ", or --kill-grace {} or less", show_exact(grace));
     }
     format!(
         "unsafe timing: renew every {} + redis timeout {} + kill grace {} + clock-drift \
          allowance {} = {}, which does not fit inside the ttl of {}; {advice}",
-        show(timing.renew_every),
-        show(timing.redis_timeout),
-        show(timing.kill_grace),
-        show(timing.drift()),
-        show(timing.needed()),
-        show(ttl),
+        show_exact(timing.renew_every),
+        show_exact(timing.redis_timeout),
+        show_exact(timing.kill_grace),
+        show_exact(timing.drift()),
+        show_exact(timing.needed()),
+        show_exact(ttl),
     )
 }
 

@@ -9,10 +9,10 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::child::SpawnError;
-use crate::clock::{show, unix_now_us};
+use crate::clock::{show, show_exact, unix_now_us};
 use crate::exit_code;
 use crate::lease::Loss;
-use crate::lock::{Holder, LockError};
+use crate::lock::{is_gone_from_here, Holder, LockError};
 
 #[derive(Debug)]
 pub(crate) enum Error {
@@ -86,7 +86,7 @@ impl fmt::Display for Unreleased {
             f,
             "could not release {}, it will expire within {}: {}",
             self.lock,
-            show(self.within),
+            show_exact(self.within),
             self.cause
         )
     }
@@ -145,6 +145,14 @@ impl fmt::Display for Error {
                 unreleased,
             } => {
                 write!(f, "{program}: {cause}")?;
+                if matches!(cause, SpawnError::NotFound) && is_shell_line(program) {
+                    write!(
+                        f,
+                        "; lockrun runs a command without a shell: for a shell line, give -- \
+                         sh -c {}",
+                        shell_quoted(program)
+                    )?;
+                }
                 then_unreleased(f, unreleased.as_deref())
             }
             Error::Interrupted(signal) => {
@@ -165,6 +173,19 @@ impl fmt::Display for Error {
             Error::Internal { doing, source } => write!(f, "cannot {doing}: {source}"),
         }
     }
+}
+
+/// Whether a command name that was not found is a shell line given as one
+/// word (`-- 'echo a; echo b'`): no program is named like that.
+fn is_shell_line(program: &str) -> bool {
+    program
+        .chars()
+        .any(|c| c.is_whitespace() || ";|&<>()$`*?{}'\"\\".contains(c))
+}
+
+/// `text` in single quotes, as sh reads it back.
+fn shell_quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
 }
 
 /// What is left to say after why a run ended: the reason comes first.
@@ -262,6 +283,17 @@ impl Busy {
                 h.pid,
                 since(*finished)
             )?,
+            Some(h) if is_gone_from_here(&h.host, h.pid) => {
+                return write!(
+                    f,
+                    "{} is held by {} pid {}, which is gone (no such process on this host): the \
+                     lock is free when its lease expires{}",
+                    self.lock,
+                    h.host,
+                    h.pid,
+                    left.map_or_else(String::new, |left| format!(" in {left}"))
+                );
+            }
             Some(h) => write!(
                 f,
                 "{} is held by {} pid {} for {}",
@@ -318,6 +350,16 @@ mod tests {
         };
         assert_eq!(not_found.exit_code(), 127);
         assert_eq!(not_found.to_string(), "nope: command not found");
+        let shell_line = Error::Spawn {
+            program: "echo 'a'; echo b".into(),
+            cause: SpawnError::NotFound,
+            unreleased: None,
+        };
+        assert_eq!(
+            shell_line.to_string(),
+            "echo 'a'; echo b: command not found; lockrun runs a command without a shell: \
+             for a shell line, give -- sh -c 'echo '\\''a'\\''; echo b'"
+        );
         assert_eq!(Error::Interrupted(Signal::SIGTERM).exit_code(), 143);
         assert_eq!(Error::TimedOut { unreleased: None }.exit_code(), 124);
         let lost = Error::LeaseLost {
@@ -373,7 +415,7 @@ mod tests {
         busy.waiting = 2;
         assert_eq!(
             busy.to_string(),
-            "lockrun:{job} is held by another run, lease expires in 1s500ms, 2 runs waiting in \
+            "lockrun:{job} is held by another run, lease expires in 2s, 2 runs waiting in \
              line; not running true after waiting 2s (exit 75)"
         );
         busy.held = false;
@@ -400,7 +442,7 @@ mod tests {
         assert_eq!(busy(0).loudness(), Loudness::Verbose);
         assert_eq!(
             busy(75).to_string(),
-            "lockrun:{job} is held by another run, lease expires in 1s500ms; not running true \
+            "lockrun:{job} is held by another run, lease expires in 2s; not running true \
              after waiting 2s (exit 75)"
         );
     }

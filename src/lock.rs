@@ -31,7 +31,7 @@ use futures_util::future::join_all;
 pub(crate) use self::attempt::{Attempt, Grant, Mode};
 pub(crate) use self::error::LockError;
 pub(crate) use self::keys::{Keys, Token};
-pub(crate) use self::records::{DoneRecord, Holder, Me, Share, Taken, Waiter};
+pub(crate) use self::records::{is_gone_from_here, DoneRecord, Holder, Me, Share, Taken, Waiter};
 pub(crate) use self::reply::Released;
 pub(crate) use self::role::{Hold, ReplicaAcks, Role};
 pub(crate) use self::status::{Occupancy, Status, View, Views};
@@ -383,6 +383,15 @@ impl Lock {
             (true, true) => Released::Kept,
             (true, false) => Released::Deleted,
         })
+    }
+
+    /// The refusal that kept the last release from telling the runs in line
+    /// on some server, once; that release was done all the same.
+    pub(crate) fn take_unheard(&mut self) -> Option<LockError> {
+        self.servers
+            .iter_mut()
+            .find_map(Server::take_unheard)
+            .map(LockError::from)
     }
 
     /// Gives back, on every server at once, whatever a failed or given-up

@@ -424,6 +424,16 @@ impl Held {
         let succeeded = stop.is_none() && matches!(ended.status, Ok(s) if s.success());
         let done_for = config.once_per.filter(|_| succeeded);
         let released = self.lock.release(keep, done_for).await;
+        if let Some(unheard) = self.lock.take_unheard() {
+            report.error(
+                Event::warning("waiters_not_told").with("error", unheard.to_string()),
+                format_args!(
+                    "{}: could not tell the runs waiting for it how it stands now (they \
+                     find out at their next look): {unheard}",
+                    self.lock.keys().name
+                ),
+            );
+        }
         self.say_released(released, keep, ended, timing.ttl, report)
     }
 

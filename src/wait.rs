@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock::show;
+use crate::clock::show_exact;
 use crate::lease::Timing;
 use crate::lock::{
     Attempt, Grant, Lock, LockError, Me, Mode, NotGivenBack, Subscription, Tried, Wake, Wakes,
@@ -264,7 +264,7 @@ impl<L: Contended> Waiter<'_, L> {
                 format_args!(
                     "could not give back on {server} what this attempt may hold there, \
                      which expires within {}: {cause}",
-                    show(self.timing.ttl)
+                    show_exact(self.timing.ttl)
                 ),
             );
         }

@@ -14,6 +14,14 @@ use crate::report::Format;
 /// journal line cuts apart. `args` is the command line, program name first.
 pub(super) fn one_line(err: &clap::Error, args: &[OsString]) -> String {
     let rendered = err.render().to_string();
+    let subcommand = args
+        .get(1)
+        .and_then(|arg| arg.to_str())
+        .filter(|arg| command().find_subcommand(arg).is_some());
+    let hint = match err.kind() {
+        clap::error::ErrorKind::UnknownArgument => unknown_argument_hint(err, subcommand),
+        _ => None,
+    };
     let mut line = String::new();
     for part in rendered
         .lines()
@@ -23,21 +31,17 @@ pub(super) fn one_line(err: &clap::Error, args: &[OsString]) -> String {
         // clap's "to pass '--ky' as a value, use '-- --ky'" would run the
         // typo as the command.
         .filter(|l| !l.starts_with("tip: to pass"))
+        // Said once, by lockrun's own hint.
+        .filter(|l| hint.is_none() || !l.starts_with("tip: a similar"))
     {
         if !line.is_empty() {
             line += if line.ends_with(':') { " " } else { "; " };
         }
         line += part;
     }
-    let subcommand = args
-        .get(1)
-        .and_then(|arg| arg.to_str())
-        .filter(|arg| command().find_subcommand(arg).is_some());
-    if err.kind() == clap::error::ErrorKind::UnknownArgument {
-        if let Some(hint) = unknown_argument_hint(err, subcommand) {
-            line += "; ";
-            line += &hint;
-        }
+    if let Some(hint) = hint {
+        line += "; ";
+        line += &hint;
     }
     match subcommand {
         Some(name) => line + &format!("; see 'lockrun {name} --help'"),

@@ -56,12 +56,31 @@ impl Share {
     }
 }
 
+/// Whether the holder `host` pid `pid` ran on this host and has ended: a
+/// run killed with SIGKILL leaves its lease until it expires. Only this
+/// host's processes can be looked at; a pid reused since reads as alive,
+/// which says no more than before.
+pub(crate) fn is_gone_from_here(host: &str, pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    pid > 0
+        && this_host() == host
+        && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            == Err(nix::errno::Errno::ESRCH)
+}
+
+/// The name a holder record gives this host.
+fn this_host() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
 impl Me {
     pub(crate) fn new(command: &[OsString], share: Share) -> Self {
-        let host = nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok())
-            .unwrap_or_else(|| "unknown".into());
+        let host = this_host();
         let mut line = command
             .iter()
             .map(|arg| arg.to_string_lossy())

@@ -23,7 +23,7 @@ use super::script::Call;
 use super::status::{Occupancy, Status};
 use super::{millis, Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
 use crate::clock::BootInstant;
-use crate::redis_conn::{ErrorKind, Session, Target};
+use crate::redis_conn::{ErrorKind, RedisError, Request, Session, Target};
 
 /// How long setting up the wake-up subscription may take. Nothing is held
 /// while waiting, so this need not fit any lease; past it, the waiter polls.
@@ -62,6 +62,9 @@ pub(crate) struct Server {
     lacks_wait: bool,
     /// Where this run's wake-up messages come from.
     listening: Listening,
+    /// The server's refusal to let this run tell the runs in line that it
+    /// gave the lock up, when its release was otherwise done.
+    unheard: Option<RedisError>,
 }
 
 /// A write that replicas may have to acknowledge: how many the node that
@@ -103,6 +106,7 @@ impl Server {
             acked: None,
             lacks_wait: false,
             listening: Listening::default(),
+            unheard: None,
         }
     }
 
@@ -117,8 +121,14 @@ impl Server {
     /// Runs a script behind `lock/guard.lua`; a key it found holding
     /// someone else's data is `LockError::Foreign`.
     async fn invoke<R: Reply>(&mut self, call: &Call) -> Result<R, LockError> {
-        let reply = self.session.invoke::<Guarded<R>>(call).await;
-        match reply.map_err(|err| err.under_prefix(self.keys.prefix()))? {
+        let reply = match self.session.invoke::<Guarded<R>>(call).await {
+            Ok(reply) => reply,
+            Err(err) => {
+                let err = err.under_prefix(self.keys.prefix());
+                return Err(self.with_channels_checked(err).await.into());
+            }
+        };
+        match reply {
             Guarded::Ran(reply) => Ok(reply),
             Guarded::Stopped { key, holds } => Err(LockError::Foreign(Foreign {
                 part: self.keys.part_of(&key),
@@ -126,6 +136,29 @@ impl Server {
                 holds,
             })),
         }
+    }
+
+    /// A refusal of the lock's keys, with the channel rule if the user
+    /// lacks that too: the first command of every script is on a key, so
+    /// the missing channel rule would otherwise be named only once the key
+    /// rule is in place, one run later. Asked only after such a refusal.
+    async fn with_channels_checked(&mut self, err: RedisError) -> RedisError {
+        if !err.is_key_refusal() {
+            return err;
+        }
+        let probe = Publish(self.keys.wake_channel("acl-check"));
+        match self.session.invoke::<redis::Value>(&probe).await {
+            Err(refused) if refused.is_channel_refusal() => {
+                err.and_channels_refused(self.keys.prefix())
+            }
+            _ => err,
+        }
+    }
+
+    /// The refusal that kept a release from telling the runs in line, taken
+    /// once: the release itself was done.
+    pub(super) fn take_unheard(&mut self) -> Option<RedisError> {
+        self.unheard.take()
     }
 
     /// One acquisition attempt. With `min_uptime` (a quorum member), a
@@ -411,6 +444,21 @@ impl Server {
             call.reply_last();
         }
         let released = match self.invoke(&call).await {
+            // release.lua publishes only after it gave the lease up (or
+            // kept it for `keep_for`): a refused PUBLISH ends the script
+            // there, the release done, and the runs in line find the lock
+            // at their next look instead of being told. (A lease no longer
+            // ours is said as given up then: the script also publishes
+            // after taking this run out of line, and the refusal does not
+            // say which it was.)
+            Err(LockError::Redis(err)) if err.is_channel_refusal() => {
+                self.unheard = Some(err);
+                if keep_for.is_some() {
+                    Released::Kept
+                } else {
+                    Released::Deleted
+                }
+            }
             Err(err) => OneKey::after(err, self)?.release(keep_for).await?,
             Ok(released) => released,
         };
@@ -490,5 +538,22 @@ impl Server {
                 done_cleared,
             }),
         }
+    }
+}
+
+/// `PUBLISH channel ""`: whether lockrun's user may publish there. Nobody
+/// listens on the channel it is sent to.
+struct Publish(String);
+
+impl Request for Publish {
+    async fn send(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+    ) -> redis::RedisResult<redis::Value> {
+        redis::cmd("PUBLISH")
+            .arg(&self.0)
+            .arg("")
+            .query_async(conn)
+            .await
     }
 }

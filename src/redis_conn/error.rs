@@ -18,7 +18,7 @@ pub(crate) use tls::TlsRefusal;
 
 use super::target::show_addr;
 use super::Target;
-use crate::clock::show;
+use crate::clock::show_exact;
 
 /// What a failed call means for lockrun: which message the operator gets,
 /// and whether waiting may help.
@@ -28,6 +28,9 @@ pub(crate) enum ErrorKind {
     Unreachable,
     /// The TLS handshake failed on a certificate: no retry will help.
     Tls(TlsRefusal),
+    /// The URL's scheme does not match the port: `redis://` at a port that
+    /// speaks only TLS, or `rediss://` at a plain one.
+    Scheme,
     /// The server wants a password and was given none.
     NoPassword,
     /// The server refused the password it was given.
@@ -100,7 +103,7 @@ impl RedisError {
             self.detail = format!(
                 "{}, nor within {} more to giving back a lock that call may have taken",
                 self.detail,
-                show(waited)
+                show_exact(waited)
             );
         }
         self
@@ -117,11 +120,14 @@ impl Target {
     /// `err` from the server `node` (when lockrun knows which), classified,
     /// with a hint when the URL looks like the cause.
     pub(super) fn error_at(&self, err: &redis::RedisError, node: Option<&str>) -> RedisError {
-        let mut detail = one_line(err);
-        if let Some(hint) = self.hint(err) {
-            detail = format!("{detail}; {hint}");
-        }
-        self.failure(self.classify(err), &detail, node)
+        let kind = self.classify(err);
+        let detail = match (kind, self.cluster_hint(err)) {
+            (_, Some(hint)) => hint,
+            // The crate's words for WRONGPASS name no one.
+            (ErrorKind::Auth, None) => self.whose_password(),
+            (_, None) => one_line(err),
+        };
+        self.failure(kind, &detail, node)
     }
 
     /// A failure described by lockrun itself, at `node` if known. Every
@@ -193,21 +199,24 @@ impl Target {
         }
     }
 
-    /// What to change when a one-server URL reaches a server that is part of
-    /// a replicated setup.
-    fn hint(&self, err: &redis::RedisError) -> Option<String> {
+    /// What is wrong, and what to change, when a one-server URL reaches a
+    /// cluster node that sends the lock's keys elsewhere.
+    fn cluster_hint(&self, err: &redis::RedisError) -> Option<String> {
         if self.is_replicated() {
             return None;
         }
         match code::code(err).as_deref() {
-            Some("MOVED" | "ASK") => {
+            Some(code @ ("MOVED" | "ASK")) => {
                 let (scheme, at) = match self.info.addr() {
                     ConnectionAddr::TcpTls { .. } => ("rediss", show_addr(self.info.addr(), false)),
                     ConnectionAddr::Tcp(..) => ("redis", show_addr(self.info.addr(), false)),
                     _ => ("redis", "HOST:PORT".to_owned()),
                 };
+                let to = err.detail().map_or(String::new(), |to| format!(" {to}"));
                 Some(format!(
-                    "this is a Redis Cluster node; use --redis {scheme}+cluster://{at}"
+                    "this is a Redis Cluster node, and the lock's keys are on another node \
+                     ({code}{to}), which a one-server URL never follows; use --redis \
+                     {scheme}+cluster://{at}"
                 ))
             }
             _ => None,
@@ -219,7 +228,7 @@ impl Target {
             timed_out: Some(after),
             ..self.failure(
                 ErrorKind::Unreachable,
-                &format!("no answer within {}", show(after)),
+                &format!("no answer within {}", show_exact(after)),
                 None,
             )
         }
@@ -423,7 +432,9 @@ mod tests {
         assert_eq!(moved.kind, ErrorKind::Server);
         assert!(
             moved.to_string().ends_with(
-                "; this is a Redis Cluster node; use --redis redis+cluster://10.0.0.5:7000"
+                "failed: this is a Redis Cluster node, and the lock's keys are on another node \
+                 (MOVED 5597 10.0.0.6:7001), which a one-server URL never follows; use --redis \
+                 redis+cluster://10.0.0.5:7000"
             ),
             "{moved}"
         );

@@ -20,6 +20,17 @@ impl Target {
         self
     }
 
+    /// Whose password a server refused, and where lockrun took it from.
+    pub(super) fn whose_password(&self) -> String {
+        let user = self.info.redis_settings().username().unwrap_or("default");
+        let source = match &self.password_file {
+            Some(path) => format!("the password file {}", path.display()),
+            None if self.password_given => "LOCKRUN_REDIS_PASSWORD".to_owned(),
+            None => "the URL".to_owned(),
+        };
+        format!("user '{user}' with the password from {source}")
+    }
+
     /// Takes the password the file holds now, before a connection is
     /// opened. A file that cannot be read now (an agent part-way through
     /// rewriting it, say) leaves the password last read: if the server

@@ -78,7 +78,12 @@ enum Rank {
 
 impl Failure {
     pub(super) fn into_error(self, target: &Target) -> RedisError {
-        target.failure(self.kind, &self.detail, self.node.as_deref())
+        // The primary refused the data password: whose, and from where.
+        let detail = match self.kind {
+            ErrorKind::Auth => target.whose_password(),
+            _ => self.detail,
+        };
+        target.failure(self.kind, &detail, self.node.as_deref())
     }
 }
 

@@ -17,7 +17,7 @@ use super::error::{is_read_only, is_redirection, is_unknown_command};
 use super::pushes::{self, Pushes};
 use super::target::{show_addr, Topology};
 use super::{ErrorKind, RedisError, Target, Unready};
-use crate::clock::show;
+use crate::clock::show_exact;
 
 /// How many keys one `SCAN` call looks at: a thousand keys take one round
 /// trip, and no call holds up the server for long (`KEYS` would, for as
@@ -29,8 +29,9 @@ const SCAN_COUNT: u32 = 1000;
 /// each other within a few gossip rounds of 100 ms.
 const REDIRECTION_PAUSE: Duration = Duration::from_millis(20);
 
-/// One request to Redis, sent on a session's connection: a script call. It
-/// returns the raw reply, which the session decodes.
+/// One request to Redis, sent on a session's connection: a script call (or
+/// the PUBLISH that looks whether a channel is allowed). It returns the raw
+/// reply, which the session decodes.
 pub(crate) trait Request {
     async fn send(&self, conn: &mut impl ConnectionLike) -> redis::RedisResult<redis::Value>;
 }
@@ -73,6 +74,7 @@ impl ConnectionLike for Conn {
 }
 
 mod refused;
+mod scheme;
 mod subscribe;
 
 /// One lazily (re)opened connection. After any failure the connection is
@@ -159,7 +161,10 @@ impl Session {
         let target = &self.target;
         match &target.topology {
             Topology::Single => {
-                let opened = connect_carrying(&target.info, timeout, self.carries_pushes).await;
+                let opened = tokio::select! {
+                    opened = connect_carrying(&target.info, timeout, self.carries_pushes) => opened,
+                    mismatch = self.plain_at_tls_url(timeout) => return Err(mismatch),
+                };
                 let (conn, pushes) = match opened {
                     Ok(opened) => opened,
                     Err(err) => return Err(self.refused(&err, timeout).await),
@@ -227,9 +232,11 @@ impl Session {
                 // to follow ran nothing: the slot changed hands during the
                 // call, and the nodes did not all say so yet. Its map of
                 // the slots is fresher now: try again, within the same
-                // time limit.
+                // time limit. A one-server URL never follows one: it fails
+                // at once, naming the cluster URL.
                 Ok(Err(err))
                     if is_redirection(&err)
+                        && self.target.is_cluster()
                         && started.elapsed() + REDIRECTION_PAUSE < self.timeout =>
                 {
                     tokio::time::sleep(REDIRECTION_PAUSE).await;
@@ -342,7 +349,7 @@ impl Session {
     pub(crate) fn unacknowledged(&self, acked: u32, wanted: u32) -> RedisError {
         let detail = format!(
             "only {acked} of {wanted} replicas acknowledged the write within --redis-timeout {}",
-            show(self.timeout)
+            show_exact(self.timeout)
         );
         self.target.failure(
             ErrorKind::Transient(Unready::Replicas),

@@ -148,6 +148,9 @@ pub(crate) struct Target {
     pub(super) password_file: Option<PathBuf>,
     /// Where the URL was given.
     source: UrlSource,
+    /// Whether `parse` was given the password (LOCKRUN_REDIS_PASSWORD, or
+    /// the file's), replacing any in the URL: where a refused one came from.
+    pub(super) password_given: bool,
 }
 
 /// How lockrun finds the server that holds a lock.
@@ -226,7 +229,9 @@ impl Target {
             }
         };
         let mut settings = info.redis_settings().clone().set_skip_set_lib_name();
-        if let Some(password) = password.filter(|p| !p.is_empty()) {
+        let password = password.filter(|p| !p.is_empty());
+        let password_given = password.is_some();
+        if let Some(password) = password {
             settings = settings.set_password(password);
         }
         info = info.set_redis_settings(settings);
@@ -235,6 +240,7 @@ impl Target {
             topology,
             password_file: None,
             source: UrlSource::Option,
+            password_given,
         })
     }
 

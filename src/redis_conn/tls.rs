@@ -123,6 +123,7 @@ impl Identity {
             .with_root_certificates(rustls::RootCertStore::empty())
             .with_client_auth_cert(chain, private)
             .map_err(|err| match err {
+                _ if is_version_1(&err) => IdentityError::Cert(VERSION_1.into()),
                 rustls::Error::InvalidCertificate(_) => {
                     IdentityError::Cert(format!("cannot be used: {err}"))
                 }
@@ -130,6 +131,24 @@ impl Identity {
             })?;
         Ok(Identity { cert, key })
     }
+}
+
+/// What to say of an X.509 version 1 client certificate. `openssl x509
+/// -req` makes one when given no extensions; redis-cli (OpenSSL) shows it,
+/// but rustls refuses to, as the Web PKI has not used version 1 for
+/// decades.
+const VERSION_1: &str = "is an X.509 version 1 certificate (openssl x509 -req without \
+                         extensions makes one), which lockrun's TLS (rustls) cannot use; make a \
+                         version 3 one: give openssl x509 -req an -extfile with \
+                         basicConstraints=CA:FALSE and keyUsage=digitalSignature, or make it with \
+                         openssl req -x509";
+
+/// Whether rustls refused a certificate for being X.509 version 1.
+fn is_version_1(err: &rustls::Error) -> bool {
+    let rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) = err else {
+        return false;
+    };
+    other.0.downcast_ref::<webpki::Error>() == Some(&webpki::Error::UnsupportedCertVersion)
 }
 
 /// Everything lockrun needs for TLS to Redis: whom to trust, and what to

@@ -10,7 +10,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::child::Child;
-use crate::clock::{show, BootInstant};
+use crate::clock::{show_exact, BootInstant};
 use crate::exit_code;
 use crate::lease::{Lease, Loss, Timing};
 use crate::notify::{self, Systemd};
@@ -220,7 +220,7 @@ pub(super) fn stop_said(
         _ if signal == Signal::SIGKILL => format!("stopping the command: {signal}"),
         Some(grace) => format!(
             "stopping the command: {signal} now, SIGKILL in {}",
-            show(grace)
+            show_exact(grace)
         ),
         // The command decides how long it takes: lockrun keeps the lease.
         None => format!("forwarding {signal} to the command"),

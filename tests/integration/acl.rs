@@ -491,7 +491,7 @@ fn a_waiter_that_may_not_subscribe_says_so_once_and_polls() {
     assert!(
         stderr.starts_with("lockrun: Redis at ")
             && stderr.contains(
-                "(NOPERM); add '+subscribe' to its ACL rules (see man lockrun, REDIS \
+                "(NOPERM); add '+subscribe' to its ACL rules (see man lockrun-redis, REDIS \
                  PERMISSIONS); until then this run waits by polling instead of being woken"
             ),
         "{stderr}"

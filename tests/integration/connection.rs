@@ -57,7 +57,7 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
     let ran = Lockrun::via(&wrong).key("job").command(["true"]).run();
     ran.assert(
         Expect::code(69)
-            .stderr_has("refused authentication")
+            .stderr_has("refused user 'default' with the password from the URL")
             .stderr_lacks("wrong-pass")
             .stderr_one_line(),
     );

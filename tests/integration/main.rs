@@ -23,6 +23,7 @@ mod hardening;
 mod limits;
 mod list;
 mod log_format;
+mod messages;
 mod metrics;
 mod migration;
 mod migration_line;

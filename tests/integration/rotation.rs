@@ -101,7 +101,10 @@ fn a_rotated_password_that_is_refused_loses_the_lease_and_says_so() {
     holder.end().assert(
         Expect::code(76)
             .stderr_has("cannot renew job (Redis at ")
-            .stderr_has("refused authentication: ")
+            .stderr_has(format!(
+                "refused user 'rotated' with the password from the password file {}",
+                file.display()
+            ))
             .stderr_has("lost the lock job")
             .stderr_any(),
     );

@@ -42,7 +42,7 @@ fn distrusting<'a>(url: &str, certs: &Certificates) -> Lockrun<'a> {
 /// A TLS-only server on `port` with `certs`, on its unix socket too (where
 /// the harness reads its keys), and `extra` redis-server arguments, which
 /// win over the TLS configuration.
-fn tls_server(certs: &Certificates, port: u16, extra: &[&str]) -> Server {
+pub(crate) fn tls_server(certs: &Certificates, port: u16, extra: &[&str]) -> Server {
     let args: Vec<String> = certs
         .server_config(port)
         .lines()

@@ -329,12 +329,19 @@ fn cluster_follows_moved_from_a_node_that_does_not_own_the_slot() {
     let plain = run_true(&plain_url);
     plain.assert(
         Expect::code(69)
+            .stderr_has(
+                "failed: this is a Redis Cluster node, and the lock's keys are on another node \
+                 (MOVED ",
+            )
             .stderr_has(format!(
-                "this is a Redis Cluster node; use --redis redis+cluster://{}",
+                "), which a one-server URL never follows; use --redis redis+cluster://{}\n",
                 cluster.node(other).addr()
             ))
             .stderr_one_line(),
     );
+    // At once: a redirection that a plain URL can never follow is not sent
+    // again until the call's limit.
+    assert!(plain.took < Duration::from_secs(3), "took {:?}", plain.took);
 
     let url = cluster.url_via(&[other]);
     let mut holder = hold_via(&url, &["--ttl", "3s"]);

@@ -12,6 +12,7 @@ impl fmt::Display for RedisError {
         match self.kind {
             ErrorKind::Unreachable => self.fmt_unreachable(f),
             ErrorKind::Tls(why) => self.fmt_tls(f, why),
+            ErrorKind::Scheme => write!(f, "cannot reach Redis at {target}: {}", self.detail),
             ErrorKind::NoPassword => write!(
                 f,
                 "Redis at {target} requires a password; give it in LOCKRUN_REDIS_PASSWORD, \
@@ -19,8 +20,9 @@ impl fmt::Display for RedisError {
             ),
             ErrorKind::Auth => write!(
                 f,
-                "Redis at {target} refused authentication: {}; give the password in \
-                 LOCKRUN_REDIS_PASSWORD, --redis-password-file or the URL",
+                "Redis at {target} refused {} (WRONGPASS: a wrong password, or no such user, or \
+                 the user is off); check that this user exists on the server, is on, and has \
+                 that password",
                 self.detail
             ),
             ErrorKind::NotRedis => write!(
@@ -40,7 +42,7 @@ impl fmt::Display for RedisError {
                 write!(
                     f,
                     "Redis at {target} refused lockrun's user {what} (NOPERM); add {rule} to its \
-                     ACL rules (see man lockrun, REDIS PERMISSIONS)"
+                     ACL rules (see man lockrun-redis, REDIS PERMISSIONS)"
                 )
             }
             ErrorKind::NoWait => write!(

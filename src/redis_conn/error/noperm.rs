@@ -11,13 +11,7 @@ impl RedisError {
         if self.kind != ErrorKind::NoPerm || self.detail.contains('\'') {
             return self;
         }
-        let mut pattern = String::with_capacity(prefix.len() + 1);
-        for c in prefix.chars() {
-            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-                pattern.push('\\');
-            }
-            pattern.push(c);
-        }
+        let pattern = escaped(prefix);
         let sigil = if self.detail.to_lowercase().contains("channel") {
             '&'
         } else {
@@ -28,15 +22,50 @@ impl RedisError {
     }
 }
 
+impl RedisError {
+    /// Whether the server refused lockrun's user the lock's keys.
+    pub(crate) fn is_key_refusal(&self) -> bool {
+        self.kind == ErrorKind::NoPerm && self.detail.contains("'~")
+    }
+
+    /// Whether the server refused lockrun's user a channel.
+    pub(crate) fn is_channel_refusal(&self) -> bool {
+        self.kind == ErrorKind::NoPerm && self.detail.to_lowercase().contains("channel")
+    }
+
+    /// A refusal of the lock's keys that names the channel rule too, for a
+    /// user that lacks both.
+    pub(crate) fn and_channels_refused(mut self, prefix: &str) -> RedisError {
+        self.detail = format!("{} '&{}*'", self.detail, escaped(prefix));
+        self
+    }
+}
+
+/// `prefix` in an ACL pattern: its glob characters escaped.
+fn escaped(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern
+}
+
 /// What a NOPERM reply's `detail` says was refused, and the rule to add:
 /// the commands it quotes (`'zadd'`), or the key (`~`) or channel (`&`)
 /// pattern that `RedisError::under_prefix` put there.
 pub(super) fn refused(detail: &str) -> (String, String) {
     let quoted: Vec<&str> = detail.split('\'').skip(1).step_by(2).collect();
     match quoted.first() {
-        Some(pattern) if pattern.starts_with('~') => {
-            ("access to the lock's keys".into(), format!("'{pattern}'"))
-        }
+        Some(keys) if keys.starts_with('~') => match quoted.get(1) {
+            Some(channels) if channels.starts_with('&') => (
+                "access to the lock's keys and wake-up channels".into(),
+                format!("'{keys} {channels}'"),
+            ),
+            _ => ("access to the lock's keys".into(), format!("'{keys}'")),
+        },
         Some(pattern) if pattern.starts_with('&') => (
             "access to the lock's wake-up channels".into(),
             format!("'{pattern}'"),
@@ -95,7 +124,7 @@ mod tests {
             assert_eq!(err.kind, ErrorKind::NoPerm);
             let line = err.to_string();
             assert!(
-                line.ends_with("to its ACL rules (see man lockrun, REDIS PERMISSIONS)"),
+                line.ends_with("to its ACL rules (see man lockrun-redis, REDIS PERMISSIONS)"),
                 "{line}"
             );
             line
@@ -107,7 +136,11 @@ mod tests {
             "Redis at redis://h:1 refused lockrun's user the command 'scan' (NOPERM); add '+scan'"
         ));
         let key = target.error(&noperm("No permissions to access a key"));
-        assert!(line(key.under_prefix("jobs[1]:")).contains("keys (NOPERM); add '~jobs\\[1\\]:*'"));
+        let key = key.under_prefix("jobs[1]:");
+        assert!(key.is_key_refusal() && !key.is_channel_refusal());
+        assert!(line(key.clone()).contains("keys (NOPERM); add '~jobs\\[1\\]:*'"));
+        assert!(line(key.and_channels_refused("jobs[1]:"))
+            .contains("keys and wake-up channels (NOPERM); add '~jobs\\[1\\]:* &jobs\\[1\\]:*'"));
         let channel = target.error(&noperm("No permissions to access a channel"));
         assert!(
             line(channel.under_prefix("lockrun:")).contains("channels (NOPERM); add '&lockrun:*'")

@@ -43,7 +43,10 @@ impl Session {
             match self.unasked(LOOK.min(timeout)).await {
                 Some(reason) => self.target.error(&reason),
                 None if clustered_io => self.error(err),
-                None => self.target.closed_on_open(err, self.at_limit),
+                None => match self.tls_at_plain_url().await {
+                    Some(mismatch) => mismatch,
+                    None => self.target.closed_on_open(err, self.at_limit),
+                },
             }
         } else {
             self.error(err)

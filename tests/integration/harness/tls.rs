@@ -115,6 +115,21 @@ impl Certificates {
         self.dir.path().join("client.key")
     }
 
+    /// lockrun's client key signed again by the CA into the file `name`,
+    /// with the extensions in the file `extfile` in `dir`, or none: then
+    /// `openssl x509 -req` makes an X.509 version 1 certificate.
+    pub fn sign_client(&self, name: &str, extfile: Option<&str>) -> PathBuf {
+        let ext = extfile.map_or(String::new(), |file| format!(" -extfile {file}"));
+        openssl(
+            self.dir.path(),
+            &format!(
+                "x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2{ext} \
+                 -out {name}"
+            ),
+        );
+        self.dir.path().join(name)
+    }
+
     /// The server's certificate, expired.
     pub fn expired(&self) -> PathBuf {
         self.dir.path().join("expired.pem")
