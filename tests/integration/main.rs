@@ -26,6 +26,7 @@ mod log_format;
 mod metrics;
 mod migration;
 mod migration_line;
+mod module_map;
 mod notify;
 mod once_per;
 mod operator;
