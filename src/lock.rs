@@ -115,12 +115,6 @@ pub(crate) struct Removed {
     pub(crate) done_cleared: bool,
 }
 
-/// Whole milliseconds, as Redis keeps expiries; rounded up, so that a
-/// sub-millisecond remainder is not turned into "no expiry".
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
-}
-
 /// How an acquisition on a quorum differs from one on one server. This is
 /// the only place where it does.
 struct Rules {

@@ -5,6 +5,9 @@
 //! the same server: `WAIT` for replicas, and the waiter's subscription; and
 //! `SCAN`, which finds the locks that `lockrun list` shows.
 
+mod refused;
+mod subscribe;
+
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -17,7 +20,7 @@ use super::error::{is_read_only, is_redirection, is_unknown_command};
 use super::pushes::{self, Pushes};
 use super::target::{show_addr, Topology};
 use super::{ErrorKind, RedisError, Target, Unready};
-use crate::clock::show;
+use crate::clock::{show, whole, MS};
 
 /// How many keys one `SCAN` call looks at: a thousand keys take one round
 /// trip, and no call holds up the server for long (`KEYS` would, for as
@@ -71,9 +74,6 @@ impl ConnectionLike for Conn {
         }
     }
 }
-
-mod refused;
-mod subscribe;
 
 /// One lazily (re)opened connection. After any failure the connection is
 /// dropped, so the next call starts afresh: after a Redis restart the old
@@ -302,7 +302,7 @@ impl Session {
         // give a count rather than a timeout: Redis notices a blocked
         // client's timeout only at its next event-loop turn, up to 100 ms
         // late (hz 10). WAIT 0 would mean no limit at all.
-        let limit_ms = u64::try_from((left / 2).as_millis()).unwrap_or(u64::MAX);
+        let limit_ms = whole(left / 2, MS);
         let Some(conn) = self.conn.as_mut().filter(|_| limit_ms > 0) else {
             return Ok(0);
         };

@@ -7,7 +7,7 @@
 //! one key (`lock/one_key.lua`), which the cluster client follows to wherever
 //! the key is. The three steps are not one atomic change, but the lease, the
 //! one key that decides who holds the lock, is only ever changed on its
-//! own. The line is read and kept one key at a time too (`line.rs`): runs
+//! own. The line is read and kept one key at a time too (below): runs
 //! already in line keep their places and get the lock in turn, but nobody
 //! new takes a place; such a run polls until the slot settles.
 //!
@@ -15,24 +15,21 @@
 //! refusal to it, and it decides, in one place, which operations have a
 //! one-key-at-a-time form for which runs.
 
-mod line;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::ParsingError;
 use tokio::time::Instant;
 
-use self::line::Line;
 use super::{Server, Written};
-use crate::clock::BootInstant;
+use crate::clock::{whole_up, BootInstant, MS};
 use crate::lock::error::LockError;
 use crate::lock::keys::Part;
 use crate::lock::protocol::OneKeyArgs;
-use crate::lock::records::{Holder, Me, Taken};
+use crate::lock::records::{Holder, Me, Taken, Waiter};
 use crate::lock::reply::{self, Fields, Released, Reply};
 use crate::lock::script::Call;
-use crate::lock::{millis, Attempt, Grant, Hold, Renewal, ReplicaAcks};
+use crate::lock::{Attempt, Grant, Hold, Renewal, ReplicaAcks};
 use crate::redis_conn::{ErrorKind, Unready};
 
 /// A server that refused a script because the lock's keys may be split
@@ -185,7 +182,7 @@ impl Server {
 
     /// `renew`, one key at a time.
     async fn renew_one_key(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
-        let ttl = millis(ttl).to_string();
+        let ttl = whole_up(ttl, MS).to_string();
         let started = Instant::now();
         let token = self.token.as_str().to_owned();
         let lease = self
@@ -230,7 +227,7 @@ impl Server {
                 }
             }
         }
-        let keep = keep_for.map_or(0, millis).to_string();
+        let keep = keep_for.map_or(0, |d| whole_up(d, MS)).to_string();
         let lease = self
             .piece(Part::Lease, "lease_release", &[&token, &keep])
             .await?;
@@ -264,7 +261,7 @@ impl Server {
         sent: BootInstant,
         waits: bool,
     ) -> Result<(Attempt, Written), LockError> {
-        let ttl = millis(ttl).to_string();
+        let ttl = whole_up(ttl, MS).to_string();
         let started = Instant::now();
         let token = self.token.as_str().to_owned();
         let line = self.line().await?;
@@ -333,8 +330,8 @@ impl Server {
             holding: 0,
         };
         let written = Self::written(&lease, started);
-        let kept = self.keep_place(ttl).await;
-        if waits && kept? {
+        let place = self.keep_place(ttl).await;
+        if waits && place? == Place::Kept {
             let first = line
                 .first
                 .as_ref()
@@ -378,5 +375,131 @@ impl Server {
         let lease = self.piece(Part::Lease, "lease_remove", &[]).await?;
         let holder = self.piece(Part::Holder, "holder_remove", &[]).await?;
         Ok((lease.kind == "deleted").then(|| holder.holder.unwrap_or_default()))
+    }
+}
+
+// The line, one key at a time: a waiting run keeps its place, a run that
+// does not wait does not overtake the ones that do, and a release hands the
+// lock to the first of them.
+
+/// How many of the line's first ids are read: a waiter whose place ran out
+/// stays in line until a script that names all the lock's keys drops it,
+/// once the slot settled, and one read skips that many.
+const FRONT: &str = "4";
+
+/// The first run in line whose place is still live.
+struct First {
+    /// Its id, which is its lock token.
+    id: String,
+    waiter: Waiter,
+}
+
+/// What `keep_place` found of this run's place in line.
+#[derive(PartialEq, Eq)]
+enum Place {
+    /// Refreshed: the run keeps it.
+    Kept,
+    /// It has none: it never took one, or its time ran out.
+    Gone,
+}
+
+/// The line as a migration leaves it readable.
+struct Line {
+    first: Option<First>,
+    /// How many runs are in it, live or not.
+    waiting: u64,
+}
+
+impl Server {
+    /// Reads the front of the line: the queue, then the first places and
+    /// their records, each a call of its own.
+    async fn line(&mut self) -> Result<Line, LockError> {
+        let front = self.piece(Part::Queue, "line_front", &[FRONT]).await?;
+        let waiting = front.waiting.unwrap_or(0);
+        for id in front.ids {
+            let place = self.piece(Part::Places, "place_get", &[&id]).await?;
+            let now_ms = i64::try_from(place.now_us / 1000).unwrap_or(i64::MAX);
+            if place.deadline.is_none_or(|deadline| deadline < now_ms) {
+                continue;
+            }
+            let record = self.piece(Part::Waiters, "waiter_get", &[&id]).await?;
+            let waiter = Waiter::from_record("", &record.record.unwrap_or_default());
+            return Ok(Line {
+                first: Some(First { id, waiter }),
+                waiting,
+            });
+        }
+        Ok(Line {
+            first: None,
+            waiting,
+        })
+    }
+
+    /// Refreshes this run's place for `ttl_ms`, with the keys of the line
+    /// that it needs.
+    async fn keep_place(&mut self, ttl_ms: &str) -> Result<Place, LockError> {
+        let token = self.token.as_str().to_owned();
+        let place = self
+            .piece(Part::Places, "place_refresh", &[&token, ttl_ms])
+            .await?;
+        if place.kind != "refreshed" {
+            return Ok(Place::Gone);
+        }
+        for part in [Part::Queue, Part::Waiters] {
+            self.piece(part, "line_keep", &[ttl_ms]).await?;
+        }
+        Ok(Place::Kept)
+    }
+
+    /// Takes the run `id` out of line once it holds the lock: its place,
+    /// its arrival, then its record, as queue.lua's `forget` does, so that
+    /// nothing of it outlasts the migration. Only tidies: a place left
+    /// behind is skipped once its time runs out. The record goes only after
+    /// both, for a run without one is taken to be in none of the line's
+    /// keys.
+    async fn leave_line(&mut self, id: &str) {
+        let mut left = true;
+        for part in [Part::Places, Part::Queue] {
+            left &= self.piece(part, "line_drop", &[id]).await.is_ok();
+        }
+        if left {
+            let _ = self.piece(Part::Waiters, "waiter_drop", &[id]).await;
+        }
+    }
+
+    /// Hands the lease this run holds with fencing token `fence` to
+    /// `first`, whose id is its token, with a new fencing token, told on
+    /// its channel in the same call. The holder record goes first and
+    /// only informs. Whether `first` still lives cannot be asked here:
+    /// its subscription may be on the other node. A dead one holds the
+    /// lock up for its ttl, as a waiter that died while first in line does.
+    async fn pass_to(&mut self, first: &First, fence: u64) -> Result<Released, LockError> {
+        let next = self.piece(Part::Fence, "fence_next", &[]).await?;
+        let handed = next.fence.unwrap_or_default().to_string();
+        let waiter = &first.waiter;
+        let (ttl, pid, mine) = (
+            waiter.ttl_ms.to_string(),
+            waiter.pid.to_string(),
+            fence.to_string(),
+        );
+        let record = [&mine, &waiter.host, &pid, &waiter.command, &handed, &ttl];
+        let _ = self
+            .piece(Part::Holder, "holder_pass", &record.map(String::as_str))
+            .await;
+        let token = self.token.as_str().to_owned();
+        let channel = self.keys.wake_channel(&first.id);
+        let message = format!("granted {handed}");
+        let lease = self
+            .piece(
+                Part::Lease,
+                "lease_pass",
+                &[&token, &first.id, &ttl, &channel, &message],
+            )
+            .await?;
+        if lease.kind != "passed" {
+            return Ok(Released::NotOurs);
+        }
+        self.leave_line(&first.id).await;
+        Ok(Released::Deleted)
     }
 }
