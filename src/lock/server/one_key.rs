@@ -451,19 +451,19 @@ impl Server {
         Ok(Place::Kept)
     }
 
-    /// Takes the run `id` out of line once it holds the lock: its place,
-    /// its arrival, then its record, as queue.lua's `forget` does, so that
-    /// nothing of it outlasts the migration. Only tidies: a place left
-    /// behind is skipped once its time runs out. The record goes only after
-    /// both, for a run without one is taken to be in none of the line's
-    /// keys.
+    /// Takes the run `id` out of line once it holds the lock, in the
+    /// order of queue.lua's `forget`, so that nothing of it outlasts the
+    /// migration: a call per key here, for the keys may be on two nodes.
+    /// Only tidies: a place left behind is skipped once its time runs out.
+    /// The record goes only after the others, for a run without one is
+    /// taken to be in none of the line's keys.
     async fn leave_line(&mut self, id: &str) {
         let mut left = true;
-        for part in [Part::Places, Part::Queue] {
-            left &= self.piece(part, "line_drop", &[id]).await.is_ok();
+        for part in [Part::Queue, Part::Places, Part::Supersedable] {
+            left &= self.piece(part, "line_leave", &[id]).await.is_ok();
         }
         if left {
-            let _ = self.piece(Part::Waiters, "waiter_drop", &[id]).await;
+            let _ = self.piece(Part::Waiters, "line_leave", &[id]).await;
         }
     }
 
@@ -487,14 +487,8 @@ impl Server {
             .piece(Part::Holder, "holder_pass", &record.map(String::as_str))
             .await;
         let token = self.token.as_str().to_owned();
-        let channel = self.keys.wake_channel(&first.id);
-        let message = format!("granted {handed}");
         let lease = self
-            .piece(
-                Part::Lease,
-                "lease_pass",
-                &[&token, &first.id, &ttl, &channel, &message],
-            )
+            .piece(Part::Lease, "lease_pass", &[&token, &first.id, &ttl, &handed])
             .await?;
         if lease.kind != "passed" {
             return Ok(Released::NotOurs);
