@@ -84,7 +84,7 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
 
     // lockrun A resumes, finds its lease long gone, and reports it.
     a.signal(Signal::SIGCONT);
-    assert_eq!(a.wait().code(), Some(76));
+    a.exits(Expect::code(76));
 
     // Only B's invoice exists, and the fence is B's token.
     let rows = database.psql(&format!(

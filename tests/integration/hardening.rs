@@ -286,7 +286,7 @@ fn a_waiter_waits_while_a_script_keeps_redis_busy() {
         .query(&mut redis.client())
         .expect("SCRIPT KILL");
     script.join().expect("the script's client");
-    assert_eq!(waiter.wait().code(), Some(0), "{}", read_log(&log));
+    waiter.exits(Expect::code(0).context(read_log(&log)));
     assert!(ran.exists(), "the waiter never ran its command");
     assert!(!redis.is_locked("job"));
 }

@@ -230,7 +230,8 @@ fn daemons_that_left_the_group_are_stopped_before_the_lock_is_released() {
     let script = r#"
         setsid sh -c 'sleep 300 & echo $! > "$1/orphan"' sh "$1" &
         setsid sh -c 'trap "" TERM; sleep 300 & echo $! > "$1/stubborn"; wait' sh "$1" &
-        while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
+        read -r _ < "$1/go""#;
+    let gate = Gate::new(dir.path());
     let mut run = redis
         .lockrun("job")
         .args(["--ttl", "2s"])
@@ -252,7 +253,7 @@ fn daemons_that_left_the_group_are_stopped_before_the_lock_is_released() {
         "the orphan was not reparented to lockrun, its subreaper"
     );
 
-    std::fs::write(dir.path().join("go"), "").expect("write go");
+    gate.open();
     let status = run.wait_for(PATIENCE).expect("lockrun exits");
     assert_eq!(status.code(), Some(0));
     for (name, pid) in [("orphan", orphan), ("stubborn", stubborn)] {
@@ -309,7 +310,8 @@ fn orphans_are_reaped_while_the_command_runs() {
     let redis = Server::start();
     let dir = scratch();
     let script = r#"(sleep 300 & echo $! > "$1/orphan")
-        while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
+        read -r _ < "$1/go""#;
+    let gate = Gate::new(dir.path());
     let mut run = redis
         .lockrun("job")
         .sh(script, dir.path())
@@ -328,6 +330,6 @@ fn orphans_are_reaped_while_the_command_runs() {
         "lockrun left its orphan a zombie while the command ran: {:?}",
         stat(orphan)
     );
-    std::fs::write(dir.path().join("go"), "").expect("write go");
+    gate.open();
     assert_eq!(run.wait_for(PATIENCE).expect("exits").code(), Some(0));
 }

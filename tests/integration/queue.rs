@@ -108,7 +108,7 @@ fn the_lock_goes_to_waiters_in_arrival_order() {
     assert!(!dir.path().join("order").exists(), "nobody ran while held");
 
     holder.go();
-    assert!(holder.run.wait().success());
+    holder.run.exits(Expect::success());
     finish_all(&mut runs, dir.path(), &names);
     assert_eq!(grant_order(dir.path()), names);
     redis.assert_only_fence("job");
@@ -172,7 +172,7 @@ fn status_lists_the_waiters_in_order() {
     );
 
     holder.go();
-    assert!(holder.run.wait().success());
+    holder.run.exits(Expect::success());
     finish_all(&mut runs, dir.path(), &["w1", "w2", "w3", "w4"]);
     let json: serde_json::Value = serde_json::from_str(&status(&["--json"]).stdout).expect("JSON");
     assert_eq!(json["waiters"], serde_json::json!([]), "{json}");
@@ -270,7 +270,7 @@ fn a_waiter_interrupted_by_sigint_leaves_the_line() {
     assert_eq!(records.len(), 1, "{records:?}");
 
     holder.go();
-    assert!(holder.run.wait().success());
+    holder.run.exits(Expect::success());
     finish_all(&mut [stayer], dir.path(), &["stayer"]);
     assert_eq!(grant_order(dir.path()), ["stayer"]);
     redis.assert_only_fence("job");
@@ -295,7 +295,7 @@ fn a_release_skips_a_first_waiter_that_was_killed() {
 
     let released = Instant::now();
     holder.go();
-    assert!(holder.run.wait().success());
+    holder.run.exits(Expect::success());
     only_run_within(
         &redis,
         dir.path(),
@@ -363,7 +363,7 @@ fn a_waiter_that_becomes_first_notices_a_lease_shorter_than_its_own_refresh() {
         "slow",
     );
     ahead.signal(Signal::SIGINT);
-    assert_eq!(ahead.wait().code(), Some(130));
+    ahead.exits(Expect::code(130));
     let killed = Instant::now();
     holder.run.signal(Signal::SIGKILL);
     holder.run.wait();

@@ -189,7 +189,7 @@ fn status_shows_each_member_and_release_force_works_on_all() {
         .subcommand("release")
         .run();
     ran.assert(Expect::success().stdout_starts("released q on 4 of 5 servers"));
-    assert_eq!(holder.wait().code(), Some(76));
+    holder.exits(Expect::code(76));
 
     let ran = lockrun_on(&servers, &[]).subcommand("status").run();
     ran.assert(Expect::code(1).stdout_starts(format!("q: free (last fencing token {fence})")));

@@ -349,6 +349,16 @@ impl Running {
         let stderr = std::fs::read(stderr).unwrap_or_default();
         Ran::new(status, took, stdout, &stderr, self.command.clone())
     }
+
+    /// Waits up to `PATIENCE` for the end of a run whose output the test
+    /// does not keep, and checks its status as `expect` says (its checks of
+    /// stdout and stderr see nothing written).
+    #[track_caller]
+    pub fn exits(&mut self, expect: Expect) {
+        let status = self.wait();
+        let took = self.began.elapsed();
+        Ran::new(status, took, Vec::new(), &[], self.command.clone()).assert(expect);
+    }
 }
 
 /// The names of a JSON object's fields, sorted: what `--json` output
