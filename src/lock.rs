@@ -175,7 +175,9 @@ impl Lock {
     /// A handle on lock `keys` for `role`; each call is limited to
     /// `timeout`. Nothing is sent yet.
     pub(crate) fn new(servers: &Servers, timeout: Duration, keys: Keys, role: &Role) -> Self {
-        // A quorum does not queue, so nobody sends it wake-up messages.
+        // Whether this run listens for wake-up messages, decided here only:
+        // a run that may wait, on one server. A quorum does not queue, so
+        // nobody sends it any (`subscribe_wakes`).
         let listens = role.may_wait && matches!(servers, Servers::One(_));
         Lock {
             servers: servers

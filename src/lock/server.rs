@@ -98,12 +98,8 @@ impl Server {
         role: &Role,
         listens: bool,
     ) -> Self {
-        let mut session = Session::new(target, timeout);
-        if listens {
-            session.carry_subscription();
-        }
         Server {
-            session,
+            session: Session::new(target, timeout, listens),
             timeout,
             keys,
             token: role.token.clone(),

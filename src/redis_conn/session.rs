@@ -87,7 +87,7 @@ pub(crate) struct Session {
     /// The primary that the sentinels named, while connected to it.
     primary: Option<ConnectionInfo>,
     /// Whether connections to one server or a primary carry pushes
-    /// (`carry_subscription`).
+    /// (`Session::new`).
     carries_pushes: bool,
     /// The open connection's push messages, until a subscription takes
     /// them.
@@ -101,26 +101,24 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(target: Target, timeout: Duration) -> Self {
+    /// A session whose calls are each limited to `timeout`. With `listens`
+    /// (a run that may wait, on one server), its connections carry the
+    /// run's wake-up subscription beside its calls (RESP3), so that it
+    /// needs no second connection to be told it got the lock; decided here,
+    /// before the first connection, so that subscribing does not reconnect.
+    /// Not in a cluster, where the subscription keeps a connection of its
+    /// own.
+    pub(crate) fn new(target: Target, timeout: Duration, listens: bool) -> Self {
         Session {
+            carries_pushes: listens && !target.is_cluster(),
             target,
             timeout,
             conn: None,
             primary: None,
-            carries_pushes: false,
             pushes: None,
             at_limit: false,
             answered: false,
         }
-    }
-
-    /// Makes the connections opened from now on able to carry this run's
-    /// subscription beside its calls (RESP3), so that a run that may wait
-    /// needs no second connection to be told it got the lock. Given before
-    /// the first connection, so that subscribing does not reconnect. Not in
-    /// a cluster, where the subscription keeps a connection of its own.
-    pub(crate) fn carry_subscription(&mut self) {
-        self.carries_pushes = !self.target.is_cluster();
     }
 
     pub(crate) fn target(&self) -> &Target {

@@ -488,7 +488,11 @@ impl Server {
             .await;
         let token = self.token.as_str().to_owned();
         let lease = self
-            .piece(Part::Lease, "lease_pass", &[&token, &first.id, &ttl, &handed])
+            .piece(
+                Part::Lease,
+                "lease_pass",
+                &[&token, &first.id, &ttl, &handed],
+            )
             .await?;
         if lease.kind != "passed" {
             return Ok(Released::NotOurs);
