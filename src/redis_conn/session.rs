@@ -16,7 +16,7 @@ use redis::{AsyncConnectionConfig, Client, ConnectionInfo, Value};
 use tokio::time::Instant;
 
 use super::cluster;
-use super::error::{is_read_only, is_redirection, is_unknown_command};
+use super::error::{is_read_only, is_unknown_command};
 use super::pushes::{self, Pushes};
 use super::target::{show_addr, Topology};
 use super::{ErrorKind, RedisError, Target, Unready};
@@ -221,13 +221,11 @@ impl Session {
                     return T::from_redis_value(value)
                         .map_err(|err| self.target.unexpected_reply(&err.to_string()));
                 }
-                // A redirection that the cluster client had no retry left
-                // to follow ran nothing: the slot changed hands during the
-                // call, and the nodes did not all say so yet. Its map of
-                // the slots is fresher now: try again, within the same
-                // time limit.
+                // A leftover redirection ran nothing, and the cluster
+                // client's map of the slots is fresher now: try again,
+                // within the same time limit.
                 Ok(Err(err))
-                    if is_redirection(&err)
+                    if self.target.leftover_redirection(&err)
                         && started.elapsed() + REDIRECTION_PAUSE < self.timeout =>
                 {
                     tokio::time::sleep(REDIRECTION_PAUSE).await;
