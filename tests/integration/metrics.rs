@@ -610,6 +610,7 @@ fn a_lockrun_killed_with_sigkill_stops_counting_at_the_next_write() {
 
     // The next holder of the key, once the killed run's lease has lapsed,
     // counts alone.
+    redis.expire_lease("job");
     let mut next = redis
         .lockrun("job")
         .args(["--wait", "60s", "--metrics-file"])

