@@ -485,7 +485,7 @@ fn a_waiter_that_may_not_subscribe_says_so_once_and_polls() {
     });
     assert!(said && waiter.running(), "{}", read_log(&log));
     holder.finish();
-    waiter.exits(Expect::code(0).context(read_log(&log)));
+    waiter.exits_saying(Expect::success(), || read_log(&log));
     let stderr = read_log(&log);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(

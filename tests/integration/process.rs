@@ -254,8 +254,7 @@ fn daemons_that_left_the_group_are_stopped_before_the_lock_is_released() {
     );
 
     gate.open();
-    let status = run.wait_for(PATIENCE).expect("lockrun exits");
-    assert_eq!(status.code(), Some(0));
+    run.exits(Expect::success());
     for (name, pid) in [("orphan", orphan), ("stubborn", stubborn)] {
         assert!(!alive(pid), "the {name} daemon outlived the run");
     }
@@ -280,8 +279,7 @@ fn a_daemon_is_killed_when_the_lease_is_lost() {
     let daemon = read_pid(&dir.path().join("daemon"));
     assert!(alive(daemon));
     redis.kill();
-    let status = run.wait_for(PATIENCE).expect("lockrun exits");
-    assert_eq!(status.code(), Some(76));
+    run.exits(Expect::code(76));
     assert!(!alive(daemon), "the daemon outlived the lease");
 }
 
@@ -295,10 +293,9 @@ fn an_orphan_left_running_does_not_hold_up_the_exit() {
         .sh(r#"sleep 30 & echo $! > "$1/orphan"; exit 0"#, dir.path())
         .stdout(Stdio::null())
         .spawn();
-    let status = run.wait_for(PATIENCE).expect("lockrun exits");
+    run.exits(Expect::success());
     let took = started.elapsed();
     println!("lockrun returned {took:?} after starting `sleep 30 & exit 0`");
-    assert_eq!(status.code(), Some(0));
     assert!(took < Duration::from_secs(15), "took {took:?}");
     let orphan = read_pid(&dir.path().join("orphan"));
     assert!(reaped(orphan), "left a zombie: {:?}", stat(orphan));
@@ -331,5 +328,5 @@ fn orphans_are_reaped_while_the_command_runs() {
         stat(orphan)
     );
     gate.open();
-    assert_eq!(run.wait_for(PATIENCE).expect("exits").code(), Some(0));
+    run.exits(Expect::success());
 }

@@ -68,12 +68,9 @@ fn grant_order(dir: &Path) -> Vec<String> {
 
 fn finish_all(runs: &mut [Running], dir: &Path, names: &[&str]) {
     for (run, name) in runs.iter_mut().zip(names) {
-        assert_eq!(
-            run.wait().code(),
-            Some(0),
-            "{name}: {}",
-            stderr_of(dir, name)
-        );
+        run.exits_saying(Expect::success(), || {
+            format!("{name}: {}", stderr_of(dir, name))
+        });
     }
 }
 
@@ -205,12 +202,7 @@ fn a_run_without_wait_does_not_overtake_the_line() {
     assert!(!dir.path().join("overtook").exists());
 
     first.signal(Signal::SIGCONT);
-    assert_eq!(
-        first.wait().code(),
-        Some(0),
-        "{}",
-        stderr_of(dir.path(), "first")
-    );
+    first.exits_saying(Expect::success(), || stderr_of(dir.path(), "first"));
     assert_eq!(grant_order(dir.path()), ["first"]);
     redis.assert_only_fence("job");
 }
@@ -227,9 +219,8 @@ fn supersede_ends_older_waiting_runs_but_never_the_holder() {
     // Its place replaces the second's, so the line does not grow.
     let third = spawn_run(&redis, &supersede, dir.path(), "third");
 
-    let status = second.wait();
+    second.exits_saying(Expect::code(75), || stderr_of(dir.path(), "second"));
     let said = stderr_of(dir.path(), "second");
-    assert_eq!(status.code(), Some(75), "{said}");
     assert!(
         said.contains("superseded by ") && said.contains(&format!(" pid {}", third.pid())),
         "{said}"
@@ -259,12 +250,7 @@ fn a_waiter_interrupted_by_sigint_leaves_the_line() {
     assert_eq!(redis.in_line("job"), 2);
 
     quitter.signal(Signal::SIGINT);
-    assert_eq!(
-        quitter.wait().code(),
-        Some(130),
-        "{}",
-        stderr_of(dir.path(), "quitter")
-    );
+    quitter.exits_saying(Expect::code(130), || stderr_of(dir.path(), "quitter"));
     // Gone from line by the time it exited, not when its place runs out.
     assert_eq!(redis.in_line("job"), 1);
     let records = redis.waiter_records("job");

@@ -95,8 +95,7 @@ fn losing_the_majority_mid_run_stops_the_command_and_exits_76() {
     for at in [1, 2, 3] {
         servers[at].kill();
     }
-    let status = run.wait();
-    assert_eq!(status.code(), Some(76));
+    run.exits(Expect::code(76));
     assert_eq!(read_when_ready(&dir.path().join("term")).trim(), "term");
 }
 

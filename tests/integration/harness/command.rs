@@ -355,9 +355,23 @@ impl Running {
     /// stdout and stderr see nothing written).
     #[track_caller]
     pub fn exits(&mut self, expect: Expect) {
+        self.exits_saying(expect, String::new);
+    }
+
+    /// `exits`, with what `context` says once the run ended (what it wrote
+    /// to a log, say) in a failure's report.
+    #[track_caller]
+    pub fn exits_saying(&mut self, expect: Expect, context: impl FnOnce() -> String) {
         let status = self.wait();
         let took = self.began.elapsed();
-        Ran::new(status, took, Vec::new(), &[], self.command.clone()).assert(expect);
+        let ran = Ran::new(status, took, Vec::new(), &[], self.command.clone());
+        let said = context();
+        let expect = if said.is_empty() {
+            expect
+        } else {
+            expect.context(said)
+        };
+        ran.assert(expect);
     }
 }
 
