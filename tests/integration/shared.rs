@@ -254,7 +254,15 @@ fn shared_waiters_at_the_head_of_the_line_are_admitted_together() {
 #[test]
 fn shared_and_exclusive_release_force_frees_every_holder() {
     let redis = Server::start();
-    let mut holders: Vec<Holder> = (0..2).map(|_| shared_holder(&redis)).collect();
+    // They renew often, so that each finds its lease removed at once.
+    let mut holders: Vec<Holder> = (0..2)
+        .map(|_| {
+            redis
+                .lockrun(NAME)
+                .args(["--shared", "--ttl", "10s", "--renew-every", "300ms"])
+                .hold()
+        })
+        .collect();
     let mut exclusive = waiter(&redis, false);
     redis.force_release(NAME, &["--holder", &holders[0].token]);
     holders[0].lost();

@@ -26,8 +26,12 @@ const HOLDER_FIELDS: [&str; 11] = [
 #[test]
 fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
     let redis = Server::start();
-    let mut holders: Vec<Holder> = (0..3).map(|_| slot_holder(&redis, "3", "10s")).collect();
-    let mut waiter = slot_waiter(&redis, "3", "10s");
+    // Each run renews often, so that it finds its lease removed at once.
+    let slot = ["--slots", "3", "--ttl", "10s", "--renew-every", "300ms", "--wait", "30s"];
+    let mut holders: Vec<Holder> = (0..3)
+        .map(|_| redis.lockrun(NAME).args(slot).hold())
+        .collect();
+    let mut waiter = redis.lockrun(NAME).args(slot).wait_in_line(&redis, NAME);
 
     let (code, json) = redis.lockrun(NAME).status_json();
     assert_eq!(code, Some(0), "held: {json}");
