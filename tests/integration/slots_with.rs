@@ -27,7 +27,16 @@ const HOLDER_FIELDS: [&str; 11] = [
 fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
     let redis = Server::start();
     // Each run renews often, so that it finds its lease removed at once.
-    let slot = ["--slots", "3", "--ttl", "10s", "--renew-every", "300ms", "--wait", "30s"];
+    let slot = [
+        "--slots",
+        "3",
+        "--ttl",
+        "10s",
+        "--renew-every",
+        "300ms",
+        "--wait",
+        "30s",
+    ];
     let mut holders: Vec<Holder> = (0..3)
         .map(|_| redis.lockrun(NAME).args(slot).hold())
         .collect();
