@@ -198,6 +198,8 @@ fn header(declared: &Declared) -> String {
         writeln!(lines, "local ALONE = {{{}}}", typed(Some(Scope::Alone)))
             .expect("writing to a String");
         writeln!(lines, "local CROWD = {{{}}}", crowd.join(", ")).expect("writing to a String");
+    }
+    if matches!(declared.takes, Takes::Lock | Takes::One) {
         writeln!(lines, "local WAKE = {WAKE:?}").expect("writing to a String");
     }
     lines

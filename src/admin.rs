@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::clock::show;
+use crate::clock::{show, whole, MS};
 use crate::config::LockConfig;
 use crate::error::Error;
 use crate::lock::{
@@ -179,10 +179,6 @@ fn holder_json(status: &Status) -> Option<HolderJson> {
         .map(|h| HolderJson::new(h, status.now_us))
 }
 
-fn ttl_left_ms(left: Option<Duration>) -> Option<u64> {
-    left.map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
-}
-
 fn lease_left(occupancy: Occupancy) -> Option<Duration> {
     match occupancy {
         Occupancy::Leased(left) => Some(left),
@@ -210,7 +206,9 @@ fn status_json(keys: &Keys, servers: &Servers, views: &Views) -> StatusJson {
         [View { seen: Ok(one), .. }] => Some(one),
         _ => None,
     };
-    let left = ttl_left_ms(held.and_then(|held| views.left(held)));
+    let left = held
+        .and_then(|held| views.left(held))
+        .map(|left| whole(left, MS));
     StatusJson {
         key: keys.name.clone(),
         redis_key: keys.lock.clone(),
@@ -252,7 +250,7 @@ fn member_json(view: &View) -> MemberJson {
             redis,
             reachable: true,
             held: status.occupancy != Occupancy::Free,
-            ttl_left_ms: ttl_left_ms(lease_left(status.occupancy)),
+            ttl_left_ms: lease_left(status.occupancy).map(|left| whole(left, MS)),
             holder: holder_json(status),
             last_fencing_token: status.last_fence,
             error: None,

@@ -106,26 +106,41 @@ pub(crate) async fn sleep_until_some(when: Option<BootInstant>) {
     }
 }
 
+/// The units a duration is counted in by `whole` and `whole_up`.
+pub(crate) const MS: Duration = Duration::from_millis(1);
+pub(crate) const US: Duration = Duration::from_micros(1);
+pub(crate) const SECOND: Duration = Duration::from_secs(1);
+
+/// How many whole `unit`s `d` holds, at most `u64::MAX`: every duration
+/// that becomes a number (a `_ms` field, a metric, a limit sent to Redis)
+/// is counted here.
+pub(crate) fn whole(d: Duration, unit: Duration) -> u64 {
+    u64::try_from(d.as_nanos() / unit.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// As `whole`, rounded up: for an expiry sent to Redis, where a remainder
+/// turned into 0 would mean "no expiry", and a wait that must not be cut
+/// short.
+pub(crate) fn whole_up(d: Duration, unit: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(unit.as_nanos())).unwrap_or(u64::MAX)
+}
+
 /// A duration at the precision a person reads it: milliseconds under a
 /// second, whole seconds under an hour, whole minutes above, each rounded
 /// to the nearest (`49m59s972ms` is `50m`). Every time lockrun measured (a
 /// lease's time left, how long a run held or waited) is shown this way.
 pub(crate) fn show(d: Duration) -> String {
-    const SECOND: u128 = 1_000;
-    const MINUTE: u128 = 60 * SECOND;
-    const HOUR: u128 = 60 * MINUTE;
-    let ms = d.as_millis();
-    let unit = match ms {
-        ..SECOND => 1,
-        SECOND..HOUR => SECOND,
+    const MINUTE: Duration = Duration::from_secs(60);
+    const HOUR: Duration = Duration::from_secs(60 * 60);
+    let unit = match d {
+        d if d < SECOND => MS,
+        d if d < HOUR => SECOND,
         _ => MINUTE,
     };
     // Rounded half up; 59m59s600ms becomes 1h, which is right at either
     // precision.
-    let rounded = (ms + unit / 2) / unit * unit;
-    show_exact(Duration::from_millis(
-        u64::try_from(rounded).unwrap_or(u64::MAX),
-    ))
+    let units = whole(d.saturating_add(unit / 2), unit);
+    show_exact(unit.saturating_mul(u32::try_from(units).unwrap_or(u32::MAX)))
 }
 
 /// A duration to the millisecond, as an operator would write it: for
@@ -144,7 +159,7 @@ pub(crate) fn show_exact(d: Duration) -> String {
 pub(crate) fn unix_now_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .map_or(0, |d| whole(d, US))
 }
 
 #[cfg(test)]
@@ -211,6 +226,17 @@ mod tests {
         let forever = sleep_until_some(None);
         let waited = tokio::time::timeout(Duration::from_secs(86_400), forever).await;
         assert!(waited.is_err());
+    }
+
+    #[test]
+    fn durations_count_in_whole_units_down_or_up() {
+        assert_eq!(whole(Duration::from_micros(1500), MS), 1);
+        assert_eq!(whole_up(Duration::from_micros(1500), MS), 2);
+        assert_eq!(whole_up(Duration::from_nanos(1), MS), 1);
+        assert_eq!(whole_up(Duration::from_secs(30), MS), 30_000);
+        assert_eq!(whole(Duration::from_millis(2), US), 2000);
+        assert_eq!(whole_up(Duration::from_millis(1001), SECOND), 2);
+        assert_eq!(whole(Duration::MAX, US), u64::MAX);
     }
 
     #[test]

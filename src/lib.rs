@@ -32,25 +32,26 @@
 //! - `signals`: which signals lockrun catches and forwards;
 //! - `lock`: a lock held on a set of servers, one server a quorum of one;
 //!   every operation asks them all and counts by one majority rule; with
-//!   `redis_conn`, the only modules that name a redis type:
+//!   `redis_conn`, the only modules that name a redis type. Its parts, each
+//!   importing only parts listed after it (`lock.rs` itself uses them all):
 //!   - `lock/role`: whose handle it is and how that run holds the lock,
 //!     fixed when the handle is made;
 //!   - `lock/attempt`: what an acquisition attempt asks for and finds;
-//!   - `lock/keys`: the lock's Redis names and the run's token;
-//!   - `lock/records`: holder, waiter and done records;
+//!   - `lock/server`: one server's part in a lock: scripts, replicas, what
+//!     this run may have left there, its wake-up subscription, which
+//!     follows the lock's cluster slot; `lock/server/one_key`: the same
+//!     operations and the line one key at a time, while the lock's cluster
+//!     slot is being migrated;
+//!   - `lock/status`: each server's view and what a majority agrees on;
+//!   - `lock/tally`: the majority rule;
+//!   - `lock/reply`: one typed reply per script, decoded by field name;
 //!   - `lock/script` (+ `lock/*.lua`, found, assembled and hashed by
 //!     `build.rs`): the atomic scripts, sent by hash;
-//!   - `lock/reply`: one typed reply per script, decoded by field name;
-//!   - `lock/server`: one server's part in a lock: scripts, replicas, what
-//!     this run may have left there; `lock/server/wakes`: its wake-up
-//!     subscription, which follows the lock's cluster slot;
-//!     `lock/server/one_key`: the same one key at a time, while the lock's
-//!     cluster slot is being migrated, and `one_key/line`, its line;
-//!   - `lock/tally`: the majority rule;
-//!   - `lock/status`: each server's view and what a majority agrees on;
-//!   - `lock/wake`: the wake-up messages of a waiting run;
 //!   - `lock/error`: a server's failure, someone else's data at a lock key,
 //!     a quorum short of a majority;
+//!   - `lock/keys`: the lock's Redis names and the run's token;
+//!   - `lock/records`: holder, waiter and done records;
+//!   - `lock/wake`: the wake-up messages of a waiting run;
 //!   - `lock/protocol` (shared with `build.rs`): the lock's keys and each
 //!     script's keys and arguments, declared once for Rust and Lua;
 //! - `redis_conn`: where Redis is and how to talk to it: `target` (URLs,
@@ -58,6 +59,8 @@
 //!   out of messages; where each URL was given, `UrlSource`), `error` (what a failure means), `session` (one
 //!   connection, time limits, `WAIT` for replicas, subscriptions, `SCAN`),
 //!   `sentinel`, `cluster`, `hosts`;
+//! - `secret_file`: reading a small file that holds a secret (a password, a
+//!   TLS key), refused when every user may read or write it;
 //! - `lease`: the lease deadline and renewal timing;
 //! - `metrics`: the metrics file's format (`text`), its records of the runs
 //!   that hold a lock and which of them are gone (`holders`), and one run's
@@ -81,6 +84,7 @@ mod notify;
 mod redis_conn;
 mod report;
 mod run;
+mod secret_file;
 mod secrets;
 mod signals;
 mod supervise;

@@ -115,12 +115,6 @@ pub(crate) struct Removed {
     pub(crate) done_cleared: bool,
 }
 
-/// Whole milliseconds, as Redis keeps expiries; rounded up, so that a
-/// sub-millisecond remainder is not turned into "no expiry".
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
-}
-
 /// How an acquisition on a quorum differs from one on one server. This is
 /// the only place where it does.
 struct Rules {
@@ -181,7 +175,9 @@ impl Lock {
     /// A handle on lock `keys` for `role`; each call is limited to
     /// `timeout`. Nothing is sent yet.
     pub(crate) fn new(servers: &Servers, timeout: Duration, keys: Keys, role: &Role) -> Self {
-        // A quorum does not queue, so nobody sends it wake-up messages.
+        // Whether this run listens for wake-up messages, decided here only:
+        // a run that may wait, on one server. A quorum does not queue, so
+        // nobody sends it any (`subscribe_wakes`).
         let listens = role.may_wait && matches!(servers, Servers::One(_));
         Lock {
             servers: servers

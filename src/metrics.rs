@@ -13,21 +13,23 @@
 //! labels it writes) and its records of the runs that hold a lock
 //! (`holders`), and drops every other line when it rewrites it.
 
+mod file;
+mod holders;
+mod text;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
 use std::time::Duration;
 
-mod file;
-mod holders;
-mod text;
-
 use file::{failed, lock, replace, with_suffix};
 pub(crate) use file::{UpdateError, LOCK_WAIT};
 pub(crate) use holders::Process;
 use holders::{Holder, RECORD};
 use text::{escape, parse_seconds, sample, seconds};
+
+use crate::clock::{whole, US};
 
 #[cfg(test)]
 mod tests;
@@ -116,7 +118,7 @@ impl KeyMetrics {
         self.first_seen_us.get_or_insert(at_us);
         match change {
             Change::Acquired { at_us, waited } => {
-                self.last_wait_us = Some(micros(waited));
+                self.last_wait_us = Some(whole(waited, US));
                 self.took(at_us);
                 self.holders.retain(|h| h.process != *by);
                 self.holders.push(Holder {
@@ -131,12 +133,12 @@ impl KeyMetrics {
                 held,
             } => {
                 self.runs[outcome.index()] += 1;
-                self.last_wait_us = Some(micros(waited));
+                self.last_wait_us = Some(whole(waited, US));
                 let Some(held) = held else { return };
                 self.holders.retain(|h| h.process != *by);
                 self.took(held.acquired_us);
                 self.last_exit_status = Some(u64::from(held.exit_status));
-                self.last_hold_us = Some(micros(held.duration));
+                self.last_hold_us = Some(whole(held.duration, US));
                 if outcome == Outcome::Ok {
                     self.last_success_us = Some(at_us);
                 }
@@ -149,10 +151,6 @@ impl KeyMetrics {
     fn took(&mut self, at_us: u64) {
         self.acquired_us = Some(self.acquired_us.map_or(at_us, |known| known.max(at_us)));
     }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The samples of every key in the file.

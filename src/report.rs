@@ -28,7 +28,7 @@ use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 use crate::error::{Error, Loudness};
 
 mod event;
-pub(crate) use event::{ms, Context, Event, Format};
+pub(crate) use event::{Context, Event, Format};
 
 /// Lines waiting for the writer thread: far more than lockrun says in a
 /// renewal period, even with --verbose.

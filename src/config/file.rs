@@ -27,6 +27,7 @@ use crate::error::Error;
 use crate::lock::ReplicaAcks;
 use crate::redis_conn::{url_refusal, Target, UrlSource};
 use crate::report::Format;
+use crate::secret_file;
 use crate::secrets;
 
 /// The file read when LOCKRUN_CONFIG is not set, if it exists.
@@ -130,7 +131,7 @@ impl fmt::Display for Why {
 }
 
 fn read(path: &Path) -> Result<FileSettings, Why> {
-    let (bytes, mode) = secrets::read_at_most(path, MAX_FILE).map_err(Why::File)?;
+    let (bytes, mode) = secret_file::read_at_most(path, MAX_FILE).map_err(Why::File)?;
     if bytes.len() as u64 > MAX_FILE {
         return Err(Why::File(format!(
             "it is over {} KiB: not a lockrun configuration file",
@@ -255,7 +256,7 @@ fn unknown(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::secrets::tests::file;
+    use crate::secret_file::tests::file;
 
     fn settings(text: &str) -> Result<FileSettings, String> {
         parse(Path::new("/etc/lockrun.conf"), text.as_bytes()).map_err(|why| why.to_string())

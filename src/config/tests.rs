@@ -147,7 +147,7 @@ mod any_text {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::lock::millis;
+    use crate::clock::{whole_up, MS};
 
     /// What an operator might type for a duration: mostly numbers of any
     /// size with a unit humantime knows, in one or more parts, so that
@@ -174,7 +174,7 @@ mod any_text {
     /// count.
     fn fits_px(d: Duration) -> bool {
         let now_ms = crate::clock::unix_now_us() / 1000;
-        (1..=u64::try_from(i64::MAX).unwrap_or(0) - now_ms).contains(&millis(d))
+        (1..=u64::try_from(i64::MAX).unwrap_or(0) - now_ms).contains(&whole_up(d, MS))
     }
 
     /// Whether a deadline `d` from now fits every clock lockrun uses.

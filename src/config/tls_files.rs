@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use super::RedisSettings;
 use crate::error::Error;
 use crate::redis_conn::{Ca, Identity, IdentityError, Target, Tls};
-use crate::secrets;
+use crate::secret_file;
 
 /// A PEM file longer than this is something else given by mistake.
 const MAX_PEM_FILE: u64 = 1 << 20;
@@ -137,7 +137,7 @@ fn refused(flag: &str, path: &Path, why: impl fmt::Display) -> Error {
 /// The contents of the file at `path` and its mode, read from the opened
 /// file so that both are of the same file.
 fn read_pem(path: &Path) -> Result<(Vec<u8>, u32), String> {
-    let (pem, mode) = secrets::read_at_most(path, MAX_PEM_FILE)?;
+    let (pem, mode) = secret_file::read_at_most(path, MAX_PEM_FILE)?;
     if pem.len() as u64 > MAX_PEM_FILE {
         return Err(format!(
             "it is over {} MiB: not a PEM file",

@@ -1,4 +1,4 @@
---! script after guard.lua queue.lua replicas.lua
+--! script after guard.lua steps.lua queue.lua replicas.lua
 -- Take the lock if it is free and nobody waits before us; otherwise, for a
 -- run that WAITS, take its place in line (atomically with the failed try),
 -- or refresh the place it has. The arguments: `AcquireArgs` in

@@ -1,4 +1,4 @@
---! script after replicas.lua
+--! script after guard.lua steps.lua replicas.lua
 -- One key of a lock whose cluster slot is being migrated (docs/design.md, "A
 -- slot being migrated"). Its keys may then be split between the source and
 -- the target node, and a script that names several of them is refused with
@@ -14,31 +14,19 @@
 --   holder_set host pid command fence ttl          holder_renew fence ttl
 --   holder_finish fence keep_ms
 --   holder_pass fence host pid command new_fence ttl
---   lease_pass token to ttl channel message
---   line_front count       line_drop id           line_keep ttl
+--   lease_pass token to ttl fence
+--   line_front count       line_leave id          line_keep ttl
 --   place_get id           place_refresh id ttl   waiter_get id
---   waiter_drop id
+-- The fence, the holder record, leaving the line and the hand-over are
+-- steps.lua's, as for the scripts that name every key.
 -- Returns name-value pairs: kind (what was found or done), node (the id of
 -- the node that ran it, or ''), replicas (connected and online, for WAIT),
 -- now_us (server time), and pttl, fence, holder, ids, waiting, deadline or
--- record where the operation reads one; or guard.lua's wrongtype reply, changing nothing, when the key holds
--- another type.
-if redis.replicate_commands then
-  -- Redis < 7 must be told before TIME is followed by writes; 7+ ignores it.
-  redis.replicate_commands()
-end
-local holds = redis.call('TYPE', KEY).ok
-if holds ~= 'none' and holds ~= HOLDS then
-  return {'kind', 'wrongtype', 'key', KEY, 'holds', holds}
-end
-
-local function int(n)
-  return string.format('%d', n)
-end
-
-local function now_us()
-  local now = redis.call('TIME')
-  return tonumber(now[1]) * 1000000 + tonumber(now[2])
+-- record where the operation reads one; or guard.lua's wrongtype reply,
+-- changing nothing, when the key holds another type.
+local wrong = wrong_type({{KEY, HOLDS}})
+if wrong then
+  return wrong
 end
 
 -- Called after the writes, for online_replicas.
@@ -48,7 +36,7 @@ local function reply(kind, ...)
   if NAME_NODE == '1' then
     node = redis.call('CLUSTER', 'MYID')
   end
-  return {'kind', kind, 'node', node, 'replicas', replicas, 'now_us', int(now_us()), ...}
+  return {'kind', kind, 'node', node, 'replicas', replicas, 'now_us', int(now_us), ...}
 end
 
 local lease_ops = {
@@ -81,14 +69,14 @@ local lease_ops = {
     return reply('deleted')
   end,
   -- A release's hand-over to the first waiter `to`, whose id is its
-  -- token: the lease changes hands in one step, and the waiter is told
-  -- with it (PUBLISH reaches every node of a cluster).
-  lease_pass = function(token, to, ttl, channel, message)
+  -- token, with fencing token `fence`: the lease changes hands in one
+  -- step, and the waiter is told with it.
+  lease_pass = function(token, to, ttl, fence)
     if redis.call('GET', KEY) ~= token then
       return reply('gone')
     end
     redis.call('SET', KEY, to, 'PX', ttl)
-    redis.call('PUBLISH', channel, message)
+    tell_granted(KEY, to, fence, nil)
     return reply('passed')
   end,
   lease_get = function()
@@ -103,13 +91,9 @@ local lease_ops = {
   end,
 }
 
--- A token is at least the server clock in microseconds, as queue.lua's
--- grant hands them out.
 local fence_ops = {
   fence_next = function()
-    local fence = int(math.max((tonumber(redis.call('GET', KEY)) or 0) + 1, now_us()))
-    redis.call('SET', KEY, fence)
-    return reply('next', 'fence', fence)
+    return reply('next', 'fence', next_fence(KEY))
   end,
   fence_get = function()
     return reply('found', 'fence', redis.call('GET', KEY) or '')
@@ -117,10 +101,7 @@ local fence_ops = {
 }
 
 local function set_holder(host, pid, command, fence, ttl)
-  redis.call('DEL', KEY)
-  redis.call('HSET', KEY, 'host', host, 'pid', pid, 'command', command,
-    'acquired_us', int(now_us()), 'fence', fence)
-  redis.call('PEXPIRE', KEY, ttl)
+  write_holder(KEY, {host = host, pid = pid, command = command, ttl = ttl}, fence)
   return reply('set')
 end
 
@@ -147,7 +128,7 @@ local holder_ops = {
     if redis.call('HGET', KEY, 'fence') ~= fence then
       return reply('gone')
     end
-    redis.call('HSET', KEY, 'finished_us', int(now_us()))
+    redis.call('HSET', KEY, 'finished_us', int(now_us))
     redis.call('PEXPIRE', KEY, keep)
     return reply('kept')
   end,
@@ -182,9 +163,9 @@ local line_ops = {
     return reply('front', 'ids', redis.call('ZRANGE', KEY, 0, tonumber(count) - 1),
       'waiting', redis.call('ZCARD', KEY))
   end,
-  -- QUEUE or PLACES: `id` taken out.
-  line_drop = function(id)
-    redis.call('ZREM', KEY, id)
+  -- Any key of the line: `id` taken out.
+  line_leave = function(id)
+    leave(KEY, HOLDS, id)
     return reply('dropped')
   end,
   -- Any key of the line: it stays at least `ttl` ms more, for a place
@@ -201,18 +182,13 @@ local line_ops = {
     if not redis.call('ZSCORE', KEY, id) then
       return reply('gone')
     end
-    redis.call('ZADD', KEY, int(math.floor(now_us() / 1000) + tonumber(ttl)), id)
+    redis.call('ZADD', KEY, int(now_ms + tonumber(ttl)), id)
     keep_at_least(ttl)
     return reply('refreshed')
   end,
   -- WAITERS: `id`'s record (JSON), '' for none.
   waiter_get = function(id)
     return reply('found', 'record', redis.call('HGET', KEY, id) or '')
-  end,
-  -- WAITERS: `id`'s record taken out, once its place and arrival are.
-  waiter_drop = function(id)
-    redis.call('HDEL', KEY, id)
-    return reply('dropped')
   end,
 }
 

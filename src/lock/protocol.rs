@@ -125,7 +125,7 @@ pub(crate) enum Takes {
     Lock,
     /// These keys of the lock, in this order.
     Parts(&'static [Part]),
-    /// One key of the lock, chosen at each call, as `KEY`.
+    /// One key of the lock, chosen at each call, as `KEY`; with `WAKE`.
     One,
 }
 

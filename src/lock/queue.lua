@@ -1,4 +1,5 @@
--- The wait queue of one lock. build.rs puts this file (after guard.lua) in
+-- The wait queue of one lock. build.rs puts this file (after guard.lua and
+-- steps.lua) in
 -- front of every script that reads or changes the queue, so that they all
 -- agree on one layout and one set of rules.
 -- The lock's keys (LEASE ... HOLDERS), OURS, ALONE, CROWD and WAKE are
@@ -10,24 +11,8 @@
 -- the waiter's, and it listens on its own channel (`channel`).
 -- Every call does O(log N) work in the queue length N, plus O(1) for each
 -- entry it removes (each entry is removed once).
-if redis.replicate_commands then
-  -- Redis < 7 must be told before TIME is followed by writes; 7+ ignores it.
-  redis.replicate_commands()
-end
-local now_us, now_ms
-do
-  local now = redis.call('TIME')
-  now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  now_ms = math.floor(now_us / 1000)
-end
-
--- Lua's own number formatting switches to exponents past 14 digits.
-local function int(n)
-  return string.format('%d', n)
-end
-
 local function channel(id)
-  return LEASE .. WAKE .. id
+  return wake_channel(LEASE, id)
 end
 
 -- The id of the cluster node running this script, asked once; false where
@@ -53,12 +38,13 @@ end
 
 -- Takes `id` out of line. A waiter's record goes with its last trace
 -- (`join` writes it with the place): a run without one is in none of these
--- keys, which release.lua relies on.
+-- keys, which release.lua relies on. The one-key path leaves them in this
+-- order too, a call each (one_key.rs, `leave_line`).
 local function forget(id)
-  redis.call('ZREM', QUEUE, id)
-  redis.call('ZREM', PLACES, id)
-  redis.call('ZREM', SUPERSEDABLE, id)
-  redis.call('HDEL', WAITERS, id)
+  for _, key in ipairs({QUEUE, PLACES, SUPERSEDABLE}) do
+    leave(key, 'zset', id)
+  end
+  leave(WAITERS, 'hash', id)
 end
 
 -- A place whose time ran out belongs to a run that stopped refreshing it:
@@ -89,16 +75,6 @@ local function first_waiter()
     end
     forget(id)
   end
-end
-
--- The next fencing token: at least the server clock in microseconds and
--- always above the last one stored, so it keeps growing even after Redis
--- lost every key. One counter for every holder of the lock, whatever its
--- slot, so tokens grow in the order of the grants.
-local function next_fence()
-  local fence = int(math.max((tonumber(redis.call('GET', FENCE)) or 0) + 1, now_us))
-  redis.call('SET', FENCE, fence)
-  return fence
 end
 
 -- How a run asks to hold the lock: `run` is its waiter record, or the
@@ -168,7 +144,7 @@ end
 -- Gives `id` a lease and the next fencing token; returns the token and, for
 -- one of N slots, its slot. `grant` is for a run that may be in line.
 local function hold(id, run)
-  local fence = next_fence()
+  local fence = next_fence(FENCE)
   if together(run) then
     local slot = nil
     if not run.shared then
@@ -182,10 +158,7 @@ local function hold(id, run)
     return fence, slot
   end
   redis.call('SET', LEASE, id, 'PX', run.ttl)
-  redis.call('DEL', HOLDER)
-  redis.call('HSET', HOLDER, 'host', run.host, 'pid', run.pid, 'command', run.command,
-    'acquired_us', int(now_us), 'fence', fence)
-  redis.call('PEXPIRE', HOLDER, run.ttl)
+  write_holder(HOLDER, run, fence)
   return fence, nil
 end
 
@@ -280,11 +253,7 @@ local function admit(stop)
       local fence, slot = grant(id, run)
       -- One that is not listening yet (it polls) finds the lease its own
       -- at its next attempt.
-      local message = 'granted ' .. fence
-      if slot then
-        message = message .. ' ' .. slot
-      end
-      redis.call('PUBLISH', channel(id), message)
+      tell_granted(LEASE, id, fence, slot)
       if not together(run) then
         return
       end

@@ -1,4 +1,4 @@
---! script after guard.lua queue.lua
+--! script after guard.lua steps.lua queue.lua
 -- Give the lock up, or keep it for --min-hold, but only while it still holds
 -- our token; a lock given up goes straight to the first waiter. Takes the
 -- caller out of line too: a run that stops waiting (a signal, --wait ran

@@ -1,4 +1,4 @@
---! script after replicas.lua
+--! script after replicas.lua steps.lua
 -- Extend the lease of a run holding the lock together (--slots above 1,
 -- --shared), but only while it is still the run's: its expiry is TOKEN's
 -- score in LEASES, on this server's clock, and LEASES and HOLDERS expire
@@ -7,17 +7,11 @@
 if redis.call('TYPE', LEASES).ok ~= 'zset' then
   return {'renewed', 0, 'replicas', 0}
 end
-if redis.replicate_commands then
-  -- Redis < 7 must be told before TIME is followed by writes.
-  redis.replicate_commands()
-end
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local deadline = tonumber(redis.call('ZSCORE', LEASES, TOKEN))
 if not deadline or deadline < now_ms then
   return {'renewed', 0, 'replicas', 0}
 end
-redis.call('ZADD', LEASES, string.format('%d', now_ms + tonumber(TTL_MS)), TOKEN)
+redis.call('ZADD', LEASES, int(now_ms + tonumber(TTL_MS)), TOKEN)
 local latest = redis.call('ZRANGE', LEASES, -1, -1, 'WITHSCORES')[2]
 redis.call('PEXPIREAT', LEASES, latest)
 if redis.call('TYPE', HOLDERS).ok == 'hash' then

@@ -1,16 +1,18 @@
 //! One server's part in a lock: the scripts sent to it, what this run may
-//! have left there, and waiting for its replicas. A lock on one server has
-//! one of these; a quorum has one per member (`lock.rs` asks them all).
+//! have left there, waiting for its replicas, and a waiting run's wake-up
+//! subscription. A lock on one server has one of these; a quorum has one
+//! per member (`lock.rs` asks them all). The same operations one key at a
+//! time, while the lock's cluster slot is being migrated, are `one_key`'s.
 
 mod one_key;
-mod wakes;
 
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use self::one_key::OneKey;
-use self::wakes::Listening;
 use super::error::{Foreign, LockError};
 use super::keys::{Keys, Token};
 use super::protocol::{
@@ -21,8 +23,9 @@ use super::records::{Me, Share, Waiter};
 use super::reply::{self, Guarded, Released, Reply};
 use super::script::Call;
 use super::status::{Occupancy, Status};
-use super::{millis, Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
-use crate::clock::BootInstant;
+use super::wake::{Unheard, Wakes};
+use super::{Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
+use crate::clock::{whole_up, BootInstant, MS, SECOND};
 use crate::redis_conn::{ErrorKind, RedisError, Request, Session, Target};
 
 /// How long setting up the wake-up subscription may take. Nothing is held
@@ -76,6 +79,16 @@ struct Written {
     started: Instant,
 }
 
+/// Where this run's wake-up subscription is.
+#[derive(Default)]
+struct Listening {
+    /// The id of the cluster node it is on; `None` outside a cluster.
+    node: Option<String>,
+    /// Ends the subscription's messages when dropped: the waiter then
+    /// subscribes again, where the lock's slot is now.
+    end: Option<oneshot::Sender<()>>,
+}
+
 impl Server {
     /// Every call is limited to `timeout`, replica acknowledgement
     /// included. With `listens`, this run's wake-up messages ride on the
@@ -88,12 +101,8 @@ impl Server {
         role: &Role,
         listens: bool,
     ) -> Self {
-        let mut session = Session::new(target, timeout);
-        if listens {
-            session.carry_subscription();
-        }
         Server {
-            session,
+            session: Session::new(target, timeout, listens),
             timeout,
             keys,
             token: role.token.clone(),
@@ -274,7 +283,7 @@ impl Server {
         };
         let args = AcquireArgs {
             token: self.token.as_str(),
-            ttl_ms: millis(ttl),
+            ttl_ms: whole_up(ttl, MS),
             host: &me.host,
             pid: me.pid,
             command: &me.command,
@@ -288,15 +297,13 @@ impl Server {
                 .filter(|_| listening)
                 .unwrap_or(""),
             supersede,
-            refresh_ms: millis(refresh),
+            refresh_ms: whole_up(refresh, MS),
             once_per: self.hold == Hold::OncePer,
             slots: me.share.slots(),
             shared: me.share == Share::Shared,
             count_replicas: self.acks == ReplicaAcks::All,
-            // Whole seconds, as Redis counts its uptime; rounded up.
-            min_uptime_s: min_uptime.map_or(0, |uptime| {
-                uptime.as_secs() + u64::from(uptime.subsec_nanos() > 0)
-            }),
+            // Whole seconds, as Redis counts its uptime.
+            min_uptime_s: min_uptime.map_or(0, |uptime| whole_up(uptime, SECOND)),
         };
         Call::new(&self.keys, &args)
     }
@@ -332,7 +339,7 @@ impl Server {
     /// renewal that too few replicas acknowledged is an error, like one
     /// Redis never answered.
     pub(super) async fn renew(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
-        let (token, ttl_ms) = (self.token.as_str(), millis(ttl));
+        let (token, ttl_ms) = (self.token.as_str(), whole_up(ttl, MS));
         let call = if self.hold == Hold::Together {
             Call::new(&self.keys, &RenewTogetherArgs { token, ttl_ms })
         } else {
@@ -434,8 +441,8 @@ impl Server {
     ) -> Result<Released, LockError> {
         let args = ReleaseArgs {
             token: self.token.as_str(),
-            keep_ms: keep_for.map_or(0, millis),
-            period_ms: done_for.map_or(0, millis),
+            keep_ms: keep_for.map_or(0, |d| whole_up(d, MS)),
+            period_ms: done_for.map_or(0, |d| whole_up(d, MS)),
         };
         let mut call = Call::new(&self.keys, &args);
         // The cluster client routes and redirects a pipeline as a whole;
@@ -555,5 +562,46 @@ impl Request for Publish {
             .arg("")
             .query_async(conn)
             .await
+    }
+}
+
+// A waiting run's wake-up subscription, and in a cluster the node it is
+// on: a resharding may move the lock's slot away from that node, and the
+// subscription follows it (docs/design.md, "Sentinel and Cluster", wake-ups).
+impl Server {
+    /// Subscribes to this run's wake-up channel, on the server that
+    /// publishes it (behind Sentinel, the primary; in a cluster, the node
+    /// owning the lock's slot).
+    pub(in crate::lock) async fn subscribe_wakes(&mut self) -> Result<Wakes, LockError> {
+        let channel = self.keys.wake_channel(self.token.as_str());
+        let prefix = self.keys.prefix().to_owned();
+        let subscribed = self
+            .session
+            .subscribe(&channel, SUBSCRIBE_TIMEOUT)
+            .await
+            .map_err(|err| err.under_prefix(&prefix))?;
+        let messages = subscribed.messages.map(move |message| {
+            message.map_err(|err| Unheard {
+                by_acl: err.kind == ErrorKind::NoPerm,
+                why: LockError::from(err.under_prefix(&prefix)).to_string(),
+            })
+        });
+        let (end, ended) = oneshot::channel();
+        self.listening = Listening {
+            node: subscribed.node,
+            end: Some(end),
+        };
+        Ok(Wakes::new(messages.take_until(ended)))
+    }
+
+    /// After an attempt that the cluster node `ran_on` answered: if the
+    /// lock's slot left the node this run listens on, ends the
+    /// subscription, so that the waiter makes it again on `ran_on` and
+    /// tells Redis so. Until then its messages still reach it, but the
+    /// release that hands it the lock cannot see it listen.
+    fn follow_slot(&mut self, ran_on: Option<&str>) {
+        if ran_on.is_some() && ran_on != self.listening.node.as_deref() {
+            self.listening.end = None;
+        }
     }
 }

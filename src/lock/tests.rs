@@ -3,13 +3,6 @@
 use super::*;
 
 #[test]
-fn expiries_round_up_to_whole_milliseconds() {
-    assert_eq!(millis(Duration::from_micros(1500)), 2);
-    assert_eq!(millis(Duration::from_nanos(1)), 1);
-    assert_eq!(millis(Duration::from_secs(30)), 30_000);
-}
-
-#[test]
 fn a_quorum_does_not_queue_and_one_server_does() {
     let timing = Timing {
         ttl: Duration::from_secs(30),

@@ -16,6 +16,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionI
 use super::hosts::MultiHost;
 use super::tls::Tls;
 use super::InvalidUrl;
+use crate::clock::{whole, MS};
 
 /// How many times the cluster client may retry one call: enough for a
 /// MOVED followed by an ASK during resharding, and a few short pauses.
@@ -143,9 +144,7 @@ impl Seeds {
 /// that a call that keeps failing, even on a slow machine, reports the
 /// cluster's own error (CLUSTERDOWN, TRYAGAIN) rather than a timeout.
 fn retry_waits(timeout: Duration) -> (u64, u64) {
-    let max = u64::try_from(timeout.as_millis() / 16)
-        .unwrap_or(u64::MAX)
-        .max(2);
+    let max = whole(timeout / 16, MS).max(2);
     ((max / 10).max(1), max)
 }
 

@@ -170,13 +170,9 @@ impl Target {
         match code::code(err).as_deref() {
             Some("LOADING") => ErrorKind::Transient(Unready::Loading),
             Some("TRYAGAIN") => ErrorKind::Transient(Unready::TryAgain),
-            // ASK comes only from a node that has the slot MIGRATING and
-            // none of the keys named, and that ran nothing. The cluster
-            // client follows it unless its retries ran out first: the last
-            // of the keys left the source between the retries of a call
-            // that got TRYAGAIN (Valkey 8 moves a slot's keys in hash
-            // order, throughout the move). The slot is being migrated
-            // either way, and the one-key path takes it so.
+            // A leftover ASK (`leftover_redirection`) that the session's
+            // resends did not get past within the call's limit: the slot is
+            // being migrated, and the one-key path takes it so.
             Some("ASK") if self.is_cluster() => ErrorKind::Transient(Unready::TryAgain),
             Some("MASTERDOWN") => ErrorKind::Transient(Unready::MasterDown),
             // The cluster is healing: a later call may succeed.
@@ -197,6 +193,20 @@ impl Target {
             None if err.kind() == redis::ErrorKind::Parse => ErrorKind::NotRedis,
             _ => ErrorKind::Server,
         }
+    }
+
+    /// Whether `err` is a redirection (MOVED, ASK) that the cluster client
+    /// had no retry left to follow: the node ran nothing, and the slot
+    /// changed hands during the call. ASK comes only from a node that has
+    /// the slot MIGRATING and none of the keys named; the client follows it
+    /// unless its retries ran out first, as when the last of the keys left
+    /// the source between the retries of a call that got TRYAGAIN (Valkey 8
+    /// moves a slot's keys in hash order, throughout the move). The one
+    /// rule for both layers: the session sends such a call again within its
+    /// limit, and `classify` says what one left over after that means.
+    /// Outside a cluster, a redirection is a wrong URL (`hint`).
+    pub(super) fn leftover_redirection(&self, err: &redis::RedisError) -> bool {
+        self.is_cluster() && matches!(code::code(err).as_deref(), Some("MOVED" | "ASK"))
     }
 
     /// What is wrong, and what to change, when a one-server URL reaches a
@@ -304,12 +314,6 @@ pub(super) fn is_unknown_command(err: &redis::RedisError) -> bool {
 /// from inside a script.
 pub(super) fn is_read_only(err: &redis::RedisError) -> bool {
     code::code(err).as_deref() == Some("READONLY")
-}
-
-/// Whether `err` is a cluster node's redirection (MOVED, ASK) left over
-/// when the cluster client's retries ran out: the node ran nothing.
-pub(super) fn is_redirection(err: &redis::RedisError) -> bool {
-    matches!(code::code(err).as_deref(), Some("MOVED" | "ASK"))
 }
 
 /// `err` as text on one line. Some errors span lines (a parser's report of
@@ -497,13 +501,14 @@ mod tests {
         );
         let single = Target::parse("redis://h:1", None).expect("valid");
         assert_eq!(single.error(&ask).kind, ErrorKind::Server);
-        assert!(is_redirection(&ask));
+        assert!(cluster.leftover_redirection(&ask));
+        assert!(!single.leftover_redirection(&ask));
         let moved = match redis::parse_redis_value(b"-MOVED 0 127.0.0.1:7002\r\n") {
             Ok(redis::Value::ServerError(err)) => redis::RedisError::from(err),
             other => panic!("{other:?}"),
         };
-        assert!(is_redirection(&moved));
+        assert!(cluster.leftover_redirection(&moved));
         let again = redis::make_extension_error("TRYAGAIN".into(), Some("x".into()));
-        assert!(!is_redirection(&again));
+        assert!(!cluster.leftover_redirection(&again));
     }
 }

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use super::Target;
-use crate::secrets::read_password_file;
+use crate::secret_file::read_password_file;
 
 impl Target {
     /// Reads the password from `path` again at each connection from now on

@@ -5,6 +5,10 @@
 //! the same server: `WAIT` for replicas, and the waiter's subscription; and
 //! `SCAN`, which finds the locks that `lockrun list` shows.
 
+mod refused;
+mod scheme;
+mod subscribe;
+
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -13,11 +17,11 @@ use redis::{AsyncConnectionConfig, Client, ConnectionInfo, Value};
 use tokio::time::Instant;
 
 use super::cluster;
-use super::error::{is_read_only, is_redirection, is_unknown_command};
+use super::error::{is_read_only, is_unknown_command};
 use super::pushes::{self, Pushes};
 use super::target::{show_addr, Topology};
 use super::{ErrorKind, RedisError, Target, Unready};
-use crate::clock::show_exact;
+use crate::clock::{show_exact, whole, MS};
 
 /// How many keys one `SCAN` call looks at: a thousand keys take one round
 /// trip, and no call holds up the server for long (`KEYS` would, for as
@@ -73,10 +77,6 @@ impl ConnectionLike for Conn {
     }
 }
 
-mod refused;
-mod scheme;
-mod subscribe;
-
 /// One lazily (re)opened connection. After any failure the connection is
 /// dropped, so the next call starts afresh: after a Redis restart the old
 /// socket is dead, a timed-out call may have left it in an unknown state, and
@@ -89,7 +89,7 @@ pub(crate) struct Session {
     /// The primary that the sentinels named, while connected to it.
     primary: Option<ConnectionInfo>,
     /// Whether connections to one server or a primary carry pushes
-    /// (`carry_subscription`).
+    /// (`Session::new`).
     carries_pushes: bool,
     /// The open connection's push messages, until a subscription takes
     /// them.
@@ -103,26 +103,24 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(target: Target, timeout: Duration) -> Self {
+    /// A session whose calls are each limited to `timeout`. With `listens`
+    /// (a run that may wait, on one server), its connections carry the
+    /// run's wake-up subscription beside its calls (RESP3), so that it
+    /// needs no second connection to be told it got the lock; decided here,
+    /// before the first connection, so that subscribing does not reconnect.
+    /// Not in a cluster, where the subscription keeps a connection of its
+    /// own.
+    pub(crate) fn new(target: Target, timeout: Duration, listens: bool) -> Self {
         Session {
+            carries_pushes: listens && !target.is_cluster(),
             target,
             timeout,
             conn: None,
             primary: None,
-            carries_pushes: false,
             pushes: None,
             at_limit: false,
             answered: false,
         }
-    }
-
-    /// Makes the connections opened from now on able to carry this run's
-    /// subscription beside its calls (RESP3), so that a run that may wait
-    /// needs no second connection to be told it got the lock. Given before
-    /// the first connection, so that subscribing does not reconnect. Not in
-    /// a cluster, where the subscription keeps a connection of its own.
-    pub(crate) fn carry_subscription(&mut self) {
-        self.carries_pushes = !self.target.is_cluster();
     }
 
     pub(crate) fn target(&self) -> &Target {
@@ -228,15 +226,11 @@ impl Session {
                     return T::from_redis_value(value)
                         .map_err(|err| self.target.unexpected_reply(&err.to_string()));
                 }
-                // A redirection that the cluster client had no retry left
-                // to follow ran nothing: the slot changed hands during the
-                // call, and the nodes did not all say so yet. Its map of
-                // the slots is fresher now: try again, within the same
-                // time limit. A one-server URL never follows one: it fails
-                // at once, naming the cluster URL.
+                // A leftover redirection ran nothing, and the cluster
+                // client's map of the slots is fresher now: try again,
+                // within the same time limit.
                 Ok(Err(err))
-                    if is_redirection(&err)
-                        && self.target.is_cluster()
+                    if self.target.leftover_redirection(&err)
                         && started.elapsed() + REDIRECTION_PAUSE < self.timeout =>
                 {
                     tokio::time::sleep(REDIRECTION_PAUSE).await;
@@ -309,7 +303,7 @@ impl Session {
         // give a count rather than a timeout: Redis notices a blocked
         // client's timeout only at its next event-loop turn, up to 100 ms
         // late (hz 10). WAIT 0 would mean no limit at all.
-        let limit_ms = u64::try_from((left / 2).as_millis()).unwrap_or(u64::MAX);
+        let limit_ms = whole(left / 2, MS);
         let Some(conn) = self.conn.as_mut().filter(|_| limit_ms > 0) else {
             return Ok(0);
         };

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
+use crate::clock::{whole, MS};
 use crate::error::{Busy, Error, Loudness};
 use crate::lease::Loss;
 
@@ -76,7 +77,7 @@ impl Event {
 
     /// A duration, as whole milliseconds.
     pub(crate) fn with_ms(self, field: &'static str, duration: Duration) -> Self {
-        self.with(field, ms(duration))
+        self.with(field, whole(duration, MS))
     }
 
     /// The line that says `dropped` lines went missing on a full stderr.
@@ -107,11 +108,6 @@ impl Event {
     }
 }
 
-/// Whole milliseconds, for every `_ms` field.
-pub(crate) fn ms(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// The `reason` of a `lost` event.
 fn loss_name(loss: Loss) -> &'static str {
     match loss {
@@ -134,10 +130,10 @@ fn busy_event(level: Level, busy: &Busy) -> Event {
     Event::new(level, "busy")
         .with("held", busy.held)
         .with("holder", holder)
-        .with("lease_left_ms", busy.left.map(ms))
+        .with("lease_left_ms", busy.left.map(|left| whole(left, MS)))
         .with("waiting", busy.waiting)
         .with("holding", busy.holding)
-        .with("waited_ms", busy.waited.map(ms))
+        .with("waited_ms", busy.waited.map(|waited| whole(waited, MS)))
         .with("superseded_by", busy.superseded_by.clone())
 }
 

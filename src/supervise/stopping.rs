@@ -10,11 +10,11 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::child::Child;
-use crate::clock::{show_exact, BootInstant};
+use crate::clock::{show_exact, whole, BootInstant, MS};
 use crate::exit_code;
 use crate::lease::{Lease, Loss, Timing};
 use crate::notify::{self, Systemd};
-use crate::report::{ms, Event, Report};
+use crate::report::{Event, Report};
 
 /// Why lockrun stopped the command before it finished on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -233,7 +233,7 @@ pub(super) fn stop_said(
     let event = event
         .with("reason", name)
         .with("signal", signal.as_str())
-        .with("grace_ms", grace.map(ms))
+        .with("grace_ms", grace.map(|grace| whole(grace, MS)))
         .with("exit_status", exit_status);
     (event, line)
 }

@@ -212,7 +212,7 @@ fn release_force(server: &Server, user: &str, key: &str) -> Result<(), Broken> {
     check("release --force", &ran, 0)?;
     // Handed to the first waiter, which runs, releases, and hands it on.
     for waiter in &mut waiters {
-        assert_eq!(waiter.wait().code(), Some(0));
+        waiter.exits(Expect::code(0));
     }
     // A lock held together: the places freed go to the waiter.
     let together = format!("{key}-slots");
@@ -243,7 +243,7 @@ fn release_force(server: &Server, user: &str, key: &str) -> Result<(), Broken> {
         .arg("--force")
         .run();
     check("release --force", &ran, 0)?;
-    assert_eq!(waiter.wait().code(), Some(0));
+    waiter.exits(Expect::code(0));
     Ok(())
 }
 
@@ -485,7 +485,7 @@ fn a_waiter_that_may_not_subscribe_says_so_once_and_polls() {
     });
     assert!(said && waiter.running(), "{}", read_log(&log));
     holder.finish();
-    assert_eq!(waiter.wait().code(), Some(0), "{}", read_log(&log));
+    waiter.exits_saying(Expect::success(), || read_log(&log));
     let stderr = read_log(&log);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(

@@ -96,12 +96,9 @@ fn a_command_that_outlives_several_ttls_keeps_the_lock() {
         refused.push(Instant::now());
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(
-        first.wait().code(),
-        Some(0),
-        "the lease must survive the long command: {}",
-        first_says()
-    );
+    first.exits_saying(Expect::success(), || {
+        format!("the lease must survive the long command: {}", first_says())
+    });
     let span = match (refused.first(), refused.last()) {
         (Some(first), Some(last)) => *last - *first,
         _ => Duration::ZERO,

@@ -223,13 +223,14 @@ fn a_forwarded_sigterm_says_stopping_then_released() {
     assert_eq!(field(&events, "released", "exit_status"), 143);
 }
 
-/// Notes each SIGTERM it gets in `$1/log`, and exits 42 once `$1/stop`
-/// exists. Its stderr is lockrun's, which must hold JSON only: the shell's
-/// word for the `sleep` the SIGTERM ended goes elsewhere.
+/// Notes each SIGTERM it gets in `$1/log`, and exits 42 once the test opens
+/// the holder's gate (bash's `read` returns when a trapped signal comes, so
+/// that the trap runs at once, and then reads again). Its stderr is
+/// lockrun's, which must hold JSON only: the shell's words go elsewhere.
 const NOTES_TERM: &str = r#"exec 2>/dev/null
 trap 'echo TERM >> "$1/log"' TERM
 echo $$ > "$1/pid"
-while [ ! -e "$1/stop" ]; do sleep 0.05; done
+until read -r _ < "$1/go"; do :; done
 exit 42"#;
 
 #[test]
@@ -238,7 +239,7 @@ fn a_second_sigterm_is_only_forwarded() {
     let mut holder = redis
         .lockrun("job")
         .args(["--log-format", "json", "-v"])
-        .hold_script("sh", NOTES_TERM);
+        .hold_script("bash", NOTES_TERM);
     let log = holder.dir().join("log");
     for times in ["TERM\n", "TERM\nTERM\n"] {
         holder.run.signal(Signal::SIGTERM);
@@ -248,7 +249,7 @@ fn a_second_sigterm_is_only_forwarded() {
             read_log(&log)
         );
     }
-    std::fs::write(holder.dir().join("stop"), "").expect("write stop");
+    holder.go();
     holder.end().assert(Expect::code(42).stderr_any());
     let events = checked_events(&holder.stderr(), Some("job"));
     assert_eq!(

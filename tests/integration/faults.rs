@@ -178,7 +178,9 @@ fn sigkill_to_lockrun_kills_its_command_and_the_next_run_gets_a_larger_token() {
         "the command outlived lockrun"
     );
 
-    // Nobody released the dead run's lease: the next run waits for it to expire.
+    // Nobody released the dead run's lease: it expires, and the next run
+    // takes the lock.
+    redis.expire_lease("job");
     let after = redis.lockrun("job").args(["--wait", "30s"]).next_fence();
     let before = first.fence();
     assert!(

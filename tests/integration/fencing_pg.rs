@@ -22,7 +22,7 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
     let redis = Server::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let ready = dir.path().join("a-ready");
-    let go = dir.path().join("a-go");
+    let gate = Gate::new(dir.path());
     let a_status = dir.path().join("a-status");
     // A job name of its own, so reruns and other tests never collide.
     let job = format!(
@@ -38,10 +38,10 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
     // Run A takes the lock, then stalls before its write (as a GC pause or a
     // frozen VM would) until the test lets it go.
     let a_job = format!(
-        "echo $LOCKRUN_FENCING_TOKEN > {ready}; while [ ! -e {go} ]; do sleep 0.05; done; \
+        "echo $LOCKRUN_FENCING_TOKEN > {ready}; read -r _ < {go}; \
          {script}; echo $? > {status}",
         ready = ready.display(),
-        go = go.display(),
+        go = dir.path().join("go").display(),
         script = script.display(),
         status = a_status.display(),
     );
@@ -75,7 +75,7 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
     );
 
     // A's job wakes up, still believing it holds the lock, and writes late.
-    std::fs::write(&go, "").expect("let A go");
+    gate.open();
     assert_eq!(
         read_when_ready(&a_status),
         "3",
@@ -84,7 +84,7 @@ fn a_stale_holders_late_write_is_rejected_by_the_database() {
 
     // lockrun A resumes, finds its lease long gone, and reports it.
     a.signal(Signal::SIGCONT);
-    assert_eq!(a.wait().code(), Some(76));
+    a.exits(Expect::code(76));
 
     // Only B's invoice exists, and the fence is B's token.
     let rows = database.psql(&format!(

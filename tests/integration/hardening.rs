@@ -185,8 +185,7 @@ fn a_holder_gives_back_its_lease_and_hands_it_on_after_the_scripts_were_flushed(
         .expect("SCRIPT FLUSH");
     holder.go();
     holder.end().assert(Expect::success());
-    let waited = waiter.wait();
-    assert_eq!(waited.code(), Some(0));
+    waiter.exits(Expect::success());
     assert!(ran.exists(), "the waiter's command did not run");
     assert!(!redis.is_locked("job"), "the lease was not given back");
 }
@@ -286,7 +285,7 @@ fn a_waiter_waits_while_a_script_keeps_redis_busy() {
         .query(&mut redis.client())
         .expect("SCRIPT KILL");
     script.join().expect("the script's client");
-    assert_eq!(waiter.wait().code(), Some(0), "{}", read_log(&log));
+    waiter.exits_saying(Expect::success(), || read_log(&log));
     assert!(ran.exists(), "the waiter never ran its command");
     assert!(!redis.is_locked("job"));
 }

@@ -27,6 +27,7 @@ mod messages;
 mod metrics;
 mod migration;
 mod migration_line;
+mod module_map;
 mod notify;
 mod once_per;
 mod operator;

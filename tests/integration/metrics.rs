@@ -521,7 +521,7 @@ fn two_runs_of_a_key_on_one_host_count_two_then_one_then_zero() {
         ("shared", vec!["--shared"]),
     ] {
         let metrics = ["--metrics-file", path.to_str().expect("UTF-8")];
-        let start = || redis.lockrun(key).args(&share).args(metrics).hold_slot();
+        let start = || redis.lockrun(key).args(&share).args(metrics).hold();
         let mut first = start();
         running_becomes(&path, key, 1.0);
         let since = value(
@@ -610,6 +610,7 @@ fn a_lockrun_killed_with_sigkill_stops_counting_at_the_next_write() {
 
     // The next holder of the key, once the killed run's lease has lapsed,
     // counts alone.
+    redis.expire_lease("job");
     let mut next = redis
         .lockrun("job")
         .args(["--wait", "60s", "--metrics-file"])

@@ -172,8 +172,8 @@ fn a_standby_is_ready_says_who_holds_the_lock_and_takes_over() {
     );
     assert_eq!(systemd.messages()[0].text, standing_by);
     holder.go();
-    assert!(holder.run.wait().success());
-    assert!(standby.wait().success());
+    holder.run.exits(Expect::success());
+    standby.exits(Expect::success());
     let fence = read_fence(&dir.path().join("fence"));
     let texts = all_from(&systemd.finish(), standby.pid().as_raw());
     assert_eq!(texts.len(), 4, "{texts:?}");
@@ -201,8 +201,8 @@ fn a_standby_feeds_the_watchdog_until_its_command_starts() {
         .spawn();
     systemd.wait_for("WATCHDOG=1");
     holder.go();
-    assert!(holder.run.wait().success());
-    assert!(standby.wait().success());
+    holder.run.exits(Expect::success());
+    standby.exits(Expect::success());
     let texts = all_from(&systemd.finish(), standby.pid().as_raw());
     let holding = texts
         .iter()
@@ -270,7 +270,7 @@ fn a_run_that_finds_the_lock_busy_leaves_who_holds_it_as_its_status() {
         .run();
     ran.assert(Expect::code(75).stderr_has(" is held by "));
     holder.go();
-    assert!(holder.run.wait().success());
+    holder.run.exits(Expect::success());
     let messages = systemd.finish();
     let texts = all_from(&messages, messages[0].pid);
     // No READY=1: a run that does not wait does not stand by. The line on
@@ -364,7 +364,7 @@ fn run_from_sh(redis: &Server, prelude: &str, dir: &Path) -> (String, Vec<u32>, 
             .env(NO_CONFIG.0, NO_CONFIG.1)
             .env_remove("NOTIFY_SOCKET"),
     );
-    assert!(run.wait().success());
+    run.exits(Expect::success());
     let fds = |name| {
         let listed = std::fs::read_to_string(dir.join(name)).expect(name);
         let mut fds: Vec<u32> = listed.lines().map(|fd| fd.parse().expect(fd)).collect();
@@ -485,7 +485,7 @@ fn a_sigterm_passed_on_is_the_stopping_status() {
     systemd.wait_for("STATUS=holding job");
     run.signal(nix::sys::signal::Signal::SIGTERM);
     // The command's status: lockrun passed the signal on, and did not stop it.
-    assert_eq!(run.wait().code(), Some(143));
+    run.exits(Expect::code(143));
     let texts = all_from(&systemd.finish(), run.pid().as_raw());
     assert!(texts[0].starts_with("STATUS=holding job "), "{texts:?}");
     assert_eq!(

@@ -139,7 +139,7 @@ fn five_concurrent_runs_in_one_period_run_the_command_once() {
         })
         .collect();
     for mut run in runs {
-        assert!(run.wait().success());
+        run.exits(Expect::success());
     }
     assert_eq!(times_ran(dir.path()), 1);
 }
@@ -154,8 +154,8 @@ fn a_waiter_behind_a_successful_holder_skips() {
         .spawn();
     assert!(eventually(PATIENCE, || redis.in_line(NAME) == 1));
     holder.go();
-    assert!(holder.run.wait().success());
-    assert!(waiter.wait().success());
+    holder.run.exits(Expect::success());
+    waiter.exits(Expect::success());
     assert_eq!(times_ran(dir.path()), 0, "the waiter ran its command");
     assert!(!redis.is_locked(NAME));
 }

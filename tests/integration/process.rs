@@ -230,7 +230,8 @@ fn daemons_that_left_the_group_are_stopped_before_the_lock_is_released() {
     let script = r#"
         setsid sh -c 'sleep 300 & echo $! > "$1/orphan"' sh "$1" &
         setsid sh -c 'trap "" TERM; sleep 300 & echo $! > "$1/stubborn"; wait' sh "$1" &
-        while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
+        read -r _ < "$1/go""#;
+    let gate = Gate::new(dir.path());
     let mut run = redis
         .lockrun("job")
         .args(["--ttl", "2s"])
@@ -252,9 +253,8 @@ fn daemons_that_left_the_group_are_stopped_before_the_lock_is_released() {
         "the orphan was not reparented to lockrun, its subreaper"
     );
 
-    std::fs::write(dir.path().join("go"), "").expect("write go");
-    let status = run.wait_for(PATIENCE).expect("lockrun exits");
-    assert_eq!(status.code(), Some(0));
+    gate.open();
+    run.exits(Expect::success());
     for (name, pid) in [("orphan", orphan), ("stubborn", stubborn)] {
         assert!(!alive(pid), "the {name} daemon outlived the run");
     }
@@ -279,8 +279,7 @@ fn a_daemon_is_killed_when_the_lease_is_lost() {
     let daemon = read_pid(&dir.path().join("daemon"));
     assert!(alive(daemon));
     redis.kill();
-    let status = run.wait_for(PATIENCE).expect("lockrun exits");
-    assert_eq!(status.code(), Some(76));
+    run.exits(Expect::code(76));
     assert!(!alive(daemon), "the daemon outlived the lease");
 }
 
@@ -294,10 +293,9 @@ fn an_orphan_left_running_does_not_hold_up_the_exit() {
         .sh(r#"sleep 30 & echo $! > "$1/orphan"; exit 0"#, dir.path())
         .stdout(Stdio::null())
         .spawn();
-    let status = run.wait_for(PATIENCE).expect("lockrun exits");
+    run.exits(Expect::success());
     let took = started.elapsed();
     println!("lockrun returned {took:?} after starting `sleep 30 & exit 0`");
-    assert_eq!(status.code(), Some(0));
     assert!(took < Duration::from_secs(15), "took {took:?}");
     let orphan = read_pid(&dir.path().join("orphan"));
     assert!(reaped(orphan), "left a zombie: {:?}", stat(orphan));
@@ -309,7 +307,8 @@ fn orphans_are_reaped_while_the_command_runs() {
     let redis = Server::start();
     let dir = scratch();
     let script = r#"(sleep 300 & echo $! > "$1/orphan")
-        while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
+        read -r _ < "$1/go""#;
+    let gate = Gate::new(dir.path());
     let mut run = redis
         .lockrun("job")
         .sh(script, dir.path())
@@ -328,6 +327,6 @@ fn orphans_are_reaped_while_the_command_runs() {
         "lockrun left its orphan a zombie while the command ran: {:?}",
         stat(orphan)
     );
-    std::fs::write(dir.path().join("go"), "").expect("write go");
-    assert_eq!(run.wait_for(PATIENCE).expect("exits").code(), Some(0));
+    gate.open();
+    run.exits(Expect::success());
 }

@@ -68,12 +68,9 @@ fn grant_order(dir: &Path) -> Vec<String> {
 
 fn finish_all(runs: &mut [Running], dir: &Path, names: &[&str]) {
     for (run, name) in runs.iter_mut().zip(names) {
-        assert_eq!(
-            run.wait().code(),
-            Some(0),
-            "{name}: {}",
-            stderr_of(dir, name)
-        );
+        run.exits_saying(Expect::success(), || {
+            format!("{name}: {}", stderr_of(dir, name))
+        });
     }
 }
 
@@ -108,7 +105,7 @@ fn the_lock_goes_to_waiters_in_arrival_order() {
     assert!(!dir.path().join("order").exists(), "nobody ran while held");
 
     holder.go();
-    assert!(holder.run.wait().success());
+    holder.run.exits(Expect::success());
     finish_all(&mut runs, dir.path(), &names);
     assert_eq!(grant_order(dir.path()), names);
     redis.assert_only_fence("job");
@@ -172,7 +169,7 @@ fn status_lists_the_waiters_in_order() {
     );
 
     holder.go();
-    assert!(holder.run.wait().success());
+    holder.run.exits(Expect::success());
     finish_all(&mut runs, dir.path(), &["w1", "w2", "w3", "w4"]);
     let json: serde_json::Value = serde_json::from_str(&status(&["--json"]).stdout).expect("JSON");
     assert_eq!(json["waiters"], serde_json::json!([]), "{json}");
@@ -189,6 +186,7 @@ fn a_run_without_wait_does_not_overtake_the_line() {
     first.signal(Signal::SIGSTOP);
     holder.run.signal(Signal::SIGKILL);
     holder.run.wait();
+    redis.expire_lease("job");
     assert!(
         eventually(PATIENCE, || !redis.is_locked("job")),
         "the dead holder's lease never ran out"
@@ -204,12 +202,7 @@ fn a_run_without_wait_does_not_overtake_the_line() {
     assert!(!dir.path().join("overtook").exists());
 
     first.signal(Signal::SIGCONT);
-    assert_eq!(
-        first.wait().code(),
-        Some(0),
-        "{}",
-        stderr_of(dir.path(), "first")
-    );
+    first.exits_saying(Expect::success(), || stderr_of(dir.path(), "first"));
     assert_eq!(grant_order(dir.path()), ["first"]);
     redis.assert_only_fence("job");
 }
@@ -226,14 +219,12 @@ fn supersede_ends_older_waiting_runs_but_never_the_holder() {
     // Its place replaces the second's, so the line does not grow.
     let third = spawn_run(&redis, &supersede, dir.path(), "third");
 
-    let status = second.wait();
+    second.exits_saying(
+        Expect::code(i32::from(lockrun::exit_code::SUPERSEDED)),
+        || stderr_of(dir.path(), "second"),
+    );
     let said = stderr_of(dir.path(), "second");
     // Its own status, not the busy one: nothing is stuck.
-    assert_eq!(
-        status.code(),
-        Some(i32::from(lockrun::exit_code::SUPERSEDED)),
-        "{said}"
-    );
     assert!(said.ends_with("(exit 79)\n"), "{said}");
     assert!(
         said.contains("superseded by ") && said.contains(&format!(" pid {}", third.pid())),
@@ -264,19 +255,14 @@ fn a_waiter_interrupted_by_sigint_leaves_the_line() {
     assert_eq!(redis.in_line("job"), 2);
 
     quitter.signal(Signal::SIGINT);
-    assert_eq!(
-        quitter.wait().code(),
-        Some(130),
-        "{}",
-        stderr_of(dir.path(), "quitter")
-    );
+    quitter.exits_saying(Expect::code(130), || stderr_of(dir.path(), "quitter"));
     // Gone from line by the time it exited, not when its place runs out.
     assert_eq!(redis.in_line("job"), 1);
     let records = redis.waiter_records("job");
     assert_eq!(records.len(), 1, "{records:?}");
 
     holder.go();
-    assert!(holder.run.wait().success());
+    holder.run.exits(Expect::success());
     finish_all(&mut [stayer], dir.path(), &["stayer"]);
     assert_eq!(grant_order(dir.path()), ["stayer"]);
     redis.assert_only_fence("job");
@@ -301,7 +287,7 @@ fn a_release_skips_a_first_waiter_that_was_killed() {
 
     let released = Instant::now();
     holder.go();
-    assert!(holder.run.wait().success());
+    holder.run.exits(Expect::success());
     only_run_within(
         &redis,
         dir.path(),
@@ -369,7 +355,7 @@ fn a_waiter_that_becomes_first_notices_a_lease_shorter_than_its_own_refresh() {
         "slow",
     );
     ahead.signal(Signal::SIGINT);
-    assert_eq!(ahead.wait().code(), Some(130));
+    ahead.exits(Expect::code(130));
     let killed = Instant::now();
     holder.run.signal(Signal::SIGKILL);
     holder.run.wait();

@@ -95,8 +95,7 @@ fn losing_the_majority_mid_run_stops_the_command_and_exits_76() {
     for at in [1, 2, 3] {
         servers[at].kill();
     }
-    let status = run.wait();
-    assert_eq!(status.code(), Some(76));
+    run.exits(Expect::code(76));
     assert_eq!(read_when_ready(&dir.path().join("term")).trim(), "term");
 }
 
@@ -189,7 +188,7 @@ fn status_shows_each_member_and_release_force_works_on_all() {
         .subcommand("release")
         .run();
     ran.assert(Expect::success().stdout_starts("released q on 4 of 5 servers"));
-    assert_eq!(holder.wait().code(), Some(76));
+    holder.exits(Expect::code(76));
 
     let ran = lockrun_on(&servers, &[]).subcommand("status").run();
     ran.assert(Expect::code(1).stdout_starts(format!("q: free (last fencing token {fence})")));

@@ -1,10 +1,13 @@
-//! lockrun while a real `redis-cli --cluster reshard` moves its lock's slot,
-//! a slot that holds enough other keys for the move to take seconds: the
-//! holder releases within the Redis timeout, the runs waiting in line keep
-//! their places, follow the slot to its new owner and get the lock at once,
-//! in their order, and runs without `--wait`, trying throughout, never
-//! overtake them, whether the release comes during the move or after it.
-//! `migration_line.rs` moves the lock's keys by hand, some to each node.
+//! lockrun while its lock's slot moves: the holder releases within the Redis
+//! timeout, the runs waiting in line keep their places, follow the slot to
+//! its new owner and get the lock at once, in their order, and runs without
+//! `--wait`, trying throughout, never overtake them, whether the release
+//! comes during the move (the lock's keys moved first, or still to move) or
+//! after it. The slot is moved by hand (`Move`), each state reached at
+//! once; one test moves it with a real `redis-cli --cluster reshard`, with
+//! enough other keys in the slot for the move to take seconds, as a smoke
+//! test of the harness's states. `migration_line.rs` moves the lock's keys
+//! by hand, some to each node.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,14 +75,15 @@ const PROMPT: Duration = Duration::from_secs(1);
 /// Appends `$2 start` and `$2 end` to `order` in $1, 0.3 s apart.
 const NOTE: &str = r#"echo "$2 start" >> "$1/order"; sleep 0.3; echo "$2 end" >> "$1/order""#;
 
-/// When the filler keys are written into the lock's slot: before the lock's
-/// keys, which then move first (Redis lists a slot's newest keys first), or
-/// after them. Valkey 8 lists them in hash order, so that there the lock's
-/// keys move one by one at random points of the move.
+/// Whether the real move's filler keys are written into the lock's slot
+/// before the lock's keys, which then move first (Redis lists a slot's
+/// newest keys first); Valkey 8 lists them in hash order, so that there the
+/// lock's keys move one by one at random points of the move. `None`: the
+/// slot is moved by hand, and holds no filler.
 #[derive(Clone, Copy, PartialEq)]
 enum Fill {
     Before,
-    After,
+    None,
 }
 
 /// Lock `NAME` in a cluster, held, with two runs waiting in line behind its
@@ -106,9 +110,6 @@ impl Scene {
             .enumerate()
             .map(|(ahead, name)| wait_in_line(&url, owner, dir.path(), name, ahead))
             .collect();
-        if fill == Fill::After {
-            cluster.fill_slot(LEASE, FILLER);
-        }
         let impatient = Impatient::start(&url, dir.path());
         impatient.wait_for_tries(1, Instant::now());
         Scene {
@@ -376,20 +377,53 @@ fn keys_at(reshard: &Reshard<'_>, when: &str) -> String {
     )
 }
 
-/// The holder's command ends while the slot's keys are moving.
-fn released_during_the_move(fill: Fill) {
+/// The lock's keys that are still on the move's source, moved to its
+/// target.
+fn move_lock_keys(slot: &Move<'_>) {
+    let (on_source, _) = slot.where_are(&LOCK_KEYS);
+    let on_source: Vec<&str> = on_source.iter().map(String::as_str).collect();
+    if !on_source.is_empty() {
+        slot.keys(&on_source);
+    }
+}
+
+/// Where the lock's keys are in a move by hand, for a failure's report.
+fn moved_keys_at(slot: &Move<'_>, when: &str) -> String {
+    let (source, target) = slot.where_are(&LOCK_KEYS);
+    format!("{when}, the source had the lock's {source:?}, and the target {target:?}")
+}
+
+/// The holder's command ends while the slot is being migrated by hand,
+/// with the lock's keys already on the target (`keys_first`) or still on
+/// the source; then the rest moves and the slot settles.
+fn released_while_moved_by_hand(keys_first: bool) {
     let cluster = Cluster::start();
-    let mut scene = Scene::start(&cluster, fill);
+    let mut scene = Scene::start(&cluster, Fill::None);
+    let slot = Move::begin(&cluster, LEASE);
+    if keys_first {
+        move_lock_keys(&slot);
+    }
+    let context = moved_keys_at(&slot, "at the release");
+    let released = scene.release(&context);
+    scene.waiters_ran(released, &context);
+    move_lock_keys(&slot);
+    slot.finish();
+    scene.ends_as_normal(&cluster, &context);
+}
+
+/// The smoke test of the real move: the holder's command ends while the
+/// slot's keys are moving, the lock's keys moved first.
+#[test]
+fn a_release_while_a_real_reshard_moves_the_slot_hands_the_lock_to_the_line() {
+    let cluster = Cluster::start();
+    let mut scene = Scene::start(&cluster, Fill::Before);
     let mut reshard = cluster.reshard(LEASE, PIPELINE);
     reshard.wait_under_way();
-    // Where the lock's keys are: all on the node that `fill` puts them on,
-    // not some on each, which the first keys moved may still be.
+    // Where the lock's keys are: all on the target, not some on each,
+    // which the first keys moved may still be.
     let on_one_node = eventually(PATIENCE, || {
         let (source, target) = reshard.where_are(&LOCK_KEYS);
-        match fill {
-            Fill::Before => source.is_empty() && !target.is_empty(),
-            _ => target.is_empty() && !source.is_empty(),
-        }
+        source.is_empty() && !target.is_empty()
     });
     assert!(
         on_one_node,
@@ -409,17 +443,17 @@ fn released_during_the_move(fill: Fill) {
 }
 
 /// The lock's keys moved first: the release finds them on the target while
-/// the rest of the slot is still moving.
+/// the rest of the slot is still to move.
 #[test]
 fn a_release_while_the_slot_moves_after_the_locks_keys_hands_the_lock_to_the_line() {
-    released_during_the_move(Fill::Before);
+    released_while_moved_by_hand(true);
 }
 
 /// The lock's keys are the last to move: the release finds them still on
 /// the source while the slot is being migrated.
 #[test]
 fn a_release_while_the_slot_moves_before_the_locks_keys_hands_the_lock_to_the_line() {
-    released_during_the_move(Fill::After);
+    released_while_moved_by_hand(false);
 }
 
 /// The holder's command ends after the move, once runs without `--wait`
@@ -428,18 +462,17 @@ fn a_release_while_the_slot_moves_before_the_locks_keys_hands_the_lock_to_the_li
 #[test]
 fn a_release_after_the_slot_moved_hands_the_lock_to_the_line_at_once() {
     let cluster = Cluster::start();
-    let mut scene = Scene::start(&cluster, Fill::Before);
-    let mut reshard = cluster.reshard(LEASE, PIPELINE);
-    reshard.wait_under_way();
-    let took = reshard.finish();
-    println!("the move took {took:?}");
+    let mut scene = Scene::start(&cluster, Fill::None);
+    let slot = Move::begin(&cluster, LEASE);
+    move_lock_keys(&slot);
+    slot.finish();
     let moved = Instant::now();
     scene.impatient.wait_for_tries(3, moved);
     // Not a wait for an outcome but the scenario: the release comes once
     // each waiter has refreshed its place since the move.
     let refresh = Duration::from_millis(2500);
     std::thread::sleep(refresh.saturating_sub(moved.elapsed()));
-    let context = keys_at(&reshard, "at the release");
+    let context = moved_keys_at(&slot, "at the release");
     let released = scene.release(&context);
     scene.waiters_ran(released, &context);
     scene.ends_as_normal(&cluster, &context);

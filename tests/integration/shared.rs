@@ -15,20 +15,20 @@ fn shared_holder(redis: &Server) -> Holder {
     redis
         .lockrun(NAME)
         .args(["--shared", "--ttl", "10s", "--wait", "30s"])
-        .hold_slot()
+        .hold()
 }
 
 fn exclusive_holder(redis: &Server) -> Holder {
     redis
         .lockrun(NAME)
         .args(["--ttl", "10s", "--wait", "30s"])
-        .hold_slot()
+        .hold()
 }
 
 /// A run of `NAME`, shared or not, waiting in line once this returns. Its
 /// place lasts 20 s between refreshes (`--ttl 60s`): only being told lets it
 /// start sooner.
-fn waiter(redis: &Server, shared: bool) -> Waiter {
+fn waiter(redis: &Server, shared: bool) -> Holder {
     let shared: &[&str] = if shared { &["--shared"] } else { &[] };
     redis
         .lockrun(NAME)
@@ -194,10 +194,10 @@ fn shared_a_stream_of_shared_runs_does_not_starve_a_waiting_exclusive_one() {
         // Pacing the stream, not waiting for anything.
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(exclusive.wait().code(), Some(0));
+    exclusive.exits(Expect::code(0));
     let took = queued.elapsed();
     for run in &mut runs {
-        assert_eq!(run.wait().code(), Some(0));
+        run.exits(Expect::code(0));
     }
     // The replay fails if the exclusive run entered beside anyone.
     let replay = Replay::of(dir.path(), Limit::SharedOrExclusive);
@@ -219,7 +219,7 @@ fn shared_a_stream_of_shared_runs_does_not_starve_a_waiting_exclusive_one() {
 fn shared_waiters_at_the_head_of_the_line_are_admitted_together() {
     let redis = Server::start();
     let mut holder = exclusive_holder(&redis);
-    let mut group: Vec<Waiter> = (0..3).map(|_| waiter(&redis, true)).collect();
+    let mut group: Vec<Holder> = (0..3).map(|_| waiter(&redis, true)).collect();
     let mut next = waiter(&redis, false);
 
     let released = Instant::now();
@@ -234,7 +234,7 @@ fn shared_waiters_at_the_head_of_the_line_are_admitted_together() {
     // All three are inside at once, each with its own token in line order.
     assert!(group.iter_mut().all(|w| w.run.running()));
     assert_eq!(redis.slot_holders(NAME).len(), 3);
-    let fences: Vec<u64> = group.iter().map(Waiter::fence).collect();
+    let fences: Vec<u64> = group.iter().map(Holder::fence).collect();
     assert!(fences[0] > holder.fence(), "{fences:?}");
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
     assert!(!next.entered(), "the exclusive run entered beside them");
@@ -254,7 +254,15 @@ fn shared_waiters_at_the_head_of_the_line_are_admitted_together() {
 #[test]
 fn shared_and_exclusive_release_force_frees_every_holder() {
     let redis = Server::start();
-    let mut holders: Vec<Holder> = (0..2).map(|_| shared_holder(&redis)).collect();
+    // They renew often, so that each finds its lease removed at once.
+    let mut holders: Vec<Holder> = (0..2)
+        .map(|_| {
+            redis
+                .lockrun(NAME)
+                .args(["--shared", "--ttl", "10s", "--renew-every", "300ms"])
+                .hold()
+        })
+        .collect();
     let mut exclusive = waiter(&redis, false);
     redis.force_release(NAME, &["--holder", &holders[0].token]);
     holders[0].lost();

@@ -182,7 +182,7 @@ fn a_terminal_resize_does_not_end_a_wait() {
     // the command runs once the holder lets go.
     waiter.signal(Signal::SIGWINCH);
     holder.go();
-    assert_eq!(waiter.wait().code(), Some(0), "{}", stderr(dir.path()));
+    waiter.exits_saying(Expect::success(), || stderr(dir.path()));
     assert!(ran.exists(), "the command ran after the wait");
 }
 

@@ -18,11 +18,11 @@ pub(super) fn slot_holder(redis: &Server, n: &str, ttl: &str) -> Holder {
     redis
         .lockrun(NAME)
         .args(["--slots", n, "--ttl", ttl, "--wait", "30s"])
-        .hold_slot()
+        .hold()
 }
 
 /// A run of `NAME` with `--slots n`, waiting in line once this returns.
-pub(super) fn slot_waiter(redis: &Server, n: &str, ttl: &str) -> Waiter {
+pub(super) fn slot_waiter(redis: &Server, n: &str, ttl: &str) -> Holder {
     redis
         .lockrun(NAME)
         .args(["--slots", n, "--ttl", ttl, "--wait", "30s"])
@@ -44,7 +44,7 @@ fn ten_runs_on_three_slots_never_more_than_three_inside() {
         })
         .collect();
     for run in &mut runs {
-        assert_eq!(run.wait().code(), Some(0));
+        run.exits(Expect::code(0));
     }
     // The replay fails at an entry with 3 inside already, a slot taken
     // twice, or a token out of grant order.
@@ -67,7 +67,7 @@ fn slots_go_to_waiters_in_arrival_order_each_taking_the_place_freed() {
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
     assert_eq!(redis.slot_holders(NAME).len(), 3);
     assert_eq!(redis.slot_leases(NAME).len(), 3);
-    let mut waiters: Vec<Waiter> = (0..4).map(|_| slot_waiter(&redis, "3", "10s")).collect();
+    let mut waiters: Vec<Holder> = (0..4).map(|_| slot_waiter(&redis, "3", "10s")).collect();
     assert!(
         waiters.iter().all(|w| !w.entered()),
         "none runs while 3 hold"
@@ -83,12 +83,12 @@ fn slots_go_to_waiters_in_arrival_order_each_taking_the_place_freed() {
     waiters[2].until_entered();
     holders[2].go();
     waiters[3].until_entered();
-    let slots: Vec<Option<u32>> = waiters.iter().map(Waiter::slot).collect();
+    let slots: Vec<Option<u32>> = waiters.iter().map(Holder::slot).collect();
     assert_eq!(slots, [Some(1), Some(0), Some(1), Some(2)]);
     let tokens: Vec<u64> = fences
         .iter()
         .copied()
-        .chain(waiters.iter().map(Waiter::fence))
+        .chain(waiters.iter().map(Holder::fence))
         .collect();
     assert!(
         tokens.windows(2).all(|w| w[0] < w[1]),
@@ -261,7 +261,7 @@ fn slots_mismatched_n_exits_64_names_both_numbers_and_changes_nothing() {
     holder.finish();
 
     // While a plain run holds and another waits, N is 1.
-    let mut plain = redis.lockrun(NAME).args(["--ttl", "60s"]).hold_slot();
+    let mut plain = redis.lockrun(NAME).args(["--ttl", "60s"]).hold();
     let mut waiting = redis
         .lockrun(NAME)
         .args(["--ttl", "60s", "--wait", "30s"])

@@ -26,8 +26,21 @@ const HOLDER_FIELDS: [&str; 11] = [
 #[test]
 fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
     let redis = Server::start();
-    let mut holders: Vec<Holder> = (0..3).map(|_| slot_holder(&redis, "3", "10s")).collect();
-    let mut waiter = slot_waiter(&redis, "3", "10s");
+    // Each run renews often, so that it finds its lease removed at once.
+    let slot = [
+        "--slots",
+        "3",
+        "--ttl",
+        "10s",
+        "--renew-every",
+        "300ms",
+        "--wait",
+        "30s",
+    ];
+    let mut holders: Vec<Holder> = (0..3)
+        .map(|_| redis.lockrun(NAME).args(slot).hold())
+        .collect();
+    let mut waiter = redis.lockrun(NAME).args(slot).wait_in_line(&redis, NAME);
 
     let (code, json) = redis.lockrun(NAME).status_json();
     assert_eq!(code, Some(0), "held: {json}");
@@ -110,8 +123,8 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
 /// holder records on the server that has the key.
 fn two_slots_via(url: &str, holders: impl Fn() -> usize) {
     let args = ["--slots", "2", "--wait", "20s"];
-    let mut first = Lockrun::via(url).key(NAME).args(args).hold_slot();
-    let mut second = Lockrun::via(url).key(NAME).args(args).hold_slot();
+    let mut first = Lockrun::via(url).key(NAME).args(args).hold();
+    let mut second = Lockrun::via(url).key(NAME).args(args).hold();
     let slots: BTreeSet<Option<u32>> = [first.slot(), second.slot()].into();
     assert_eq!(slots, BTreeSet::from([Some(0), Some(1)]));
     assert!(second.fence() > first.fence());
@@ -280,7 +293,7 @@ fn slots_timeout_stops_the_command_and_frees_its_place() {
         "the timed run never took the second slot"
     );
     let mut waiter = slot_waiter(&redis, "2", "10s");
-    assert_eq!(timed.wait().code(), Some(124));
+    timed.exits(Expect::code(124));
     // The timed-out run's place goes to the waiter.
     waiter.until_entered();
     assert_eq!(waiter.slot(), Some(1));

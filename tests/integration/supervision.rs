@@ -195,7 +195,7 @@ fn stragglers_in_the_commands_group_are_stopped_when_it_exits() {
         .spawn();
     let polite = read_pid(&dir.path().join("polite"));
     let stubborn = read_pid(&dir.path().join("stubborn"));
-    assert_eq!(run.wait().code(), Some(0));
+    run.exits(Expect::code(0));
     for (name, pid) in [("polite", polite), ("stubborn", stubborn)] {
         assert!(
             eventually(Duration::from_secs(5), || !alive(pid)),

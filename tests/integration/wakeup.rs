@@ -54,8 +54,8 @@ fn a_waiter_starts_on_release_long_before_the_holders_lease_would_end() {
         "the waiter started {:?} after the release, only once the holder's lease could have run out",
         started - released
     );
-    assert!(holder.run.wait().success());
-    assert!(waiter.wait().success());
+    holder.run.exits(Expect::success());
+    waiter.exits(Expect::success());
     redis.assert_only_fence("job");
 }
 
@@ -83,8 +83,8 @@ fn a_waiter_listens_on_the_connection_it_calls_on() {
     assert_eq!(subscribed.len(), 1, "{clients}");
     assert!(subscribed[0].contains("cmd=evalsha"), "{clients}");
     holder.go();
-    assert!(holder.run.wait().success());
-    assert!(waiter.wait().success());
+    holder.run.exits(Expect::success());
+    waiter.exits(Expect::success());
     redis.assert_only_fence("job");
 }
 
@@ -121,7 +121,7 @@ fn a_waiter_acquires_after_the_holder_is_killed_and_its_lease_runs_out() {
         "the waiter started {early:?} before the old lease ran out"
     );
     assert!(second > first, "fencing token {second} after {first}");
-    assert!(waiter.wait().success());
+    waiter.exits(Expect::success());
 }
 
 #[test]
@@ -143,9 +143,9 @@ fn each_release_lets_one_waiter_through_and_all_complete() {
     assert!(!dir.path().join("fences").exists(), "nobody ran while held");
 
     holder.go();
-    assert!(holder.run.wait().success());
+    holder.run.exits(Expect::success());
     for waiter in &mut waiters {
-        assert!(waiter.wait().success());
+        waiter.exits(Expect::success());
     }
 
     let fences = no_overlap_fences(dir.path());

@@ -61,10 +61,9 @@ impl Session {
         channel: &str,
         within: Duration,
     ) -> Result<Messages, RedisError> {
-        // A connection without pushes to hand over either does not carry
-        // them (`carry_subscription` came too late) or has lost the
+        // A connection without pushes to hand over has lost the
         // subscription that took them (its messages ended): start afresh.
-        self.carries_pushes = true;
+        // Only a session made to listen (`Session::new`) subscribes.
         if self.pushes.is_none() {
             self.drop_connection();
         }

@@ -360,6 +360,30 @@ impl Running {
         let stderr = std::fs::read(stderr).unwrap_or_default();
         Ran::new(status, took, stdout, &stderr, self.command.clone())
     }
+
+    /// Waits up to `PATIENCE` for the end of a run whose output the test
+    /// does not keep, and checks its status as `expect` says (its checks of
+    /// stdout and stderr see nothing written).
+    #[track_caller]
+    pub fn exits(&mut self, expect: Expect) {
+        self.exits_saying(expect, String::new);
+    }
+
+    /// `exits`, with what `context` says once the run ended (what it wrote
+    /// to a log, say) in a failure's report.
+    #[track_caller]
+    pub fn exits_saying(&mut self, expect: Expect, context: impl FnOnce() -> String) {
+        let status = self.wait();
+        let took = self.began.elapsed();
+        let ran = Ran::new(status, took, Vec::new(), &[], self.command.clone());
+        let said = context();
+        let expect = if said.is_empty() {
+            expect
+        } else {
+            expect.context(said)
+        };
+        ran.assert(expect);
+    }
 }
 
 /// The names of a JSON object's fields, sorted: what `--json` output

@@ -1,5 +1,7 @@
-//! `Holder`, a lockrun kept holding a lock for as long as a test needs, and the no-overlap job that many runs race with.
+//! `Holder`, a lockrun kept holding a lock (or waiting for it) for as long as a test needs, its `Gate`, and the no-overlap job that many runs race with.
 
+use std::fs::File;
+use std::io::Write as _;
 use std::path::Path;
 
 use tempfile::TempDir;
@@ -10,22 +12,55 @@ use super::{
     eventually, log_file, read_fence, read_log, read_pid, scratch, Expect, Lockrun, Ran, Running,
 };
 
-/// Holds the lock until the test creates `go` in the directory given as $1.
-/// The fencing token is written before the pid, so a readable pid file means
-/// both are there.
-const HOLD_UNTIL_GO: &str = r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"; echo $$ > "$1/pid"
-while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
+/// Writes the slot (empty without `--slots`), the fencing token and the pid
+/// to `slot`, `fence` and `pid` in the directory given as $1, then holds
+/// the lock until the test opens the `Gate` there (`$1/go`). The pid comes
+/// last, so a readable pid file means all three are there.
+pub const HOLD_UNTIL_GO: &str = r#"echo "$LOCKRUN_SLOT" > "$1/slot"; echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"
+echo $$ > "$1/pid"
+read -r _ < "$1/go""#;
 
-/// A run that keeps a lock busy, in a scratch directory of its own with its
-/// stderr in `stderr` there. Made from a `Lockrun` with `hold` or
-/// `hold_script`.
+/// A FIFO, `go` in a scratch directory, that a command blocks on with
+/// `read -r _ < "$1/go"` until the test opens it: the command goes on at
+/// once, with no polling on either side. The test keeps it open for
+/// writing, so that opening it to read never blocks and a line written
+/// before the command reads it is kept until it does.
+pub struct Gate {
+    fifo: File,
+}
+
+impl Gate {
+    /// Makes `go` in `dir`.
+    pub fn new(dir: &Path) -> Gate {
+        let path = dir.join("go");
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo go");
+        let fifo = File::options()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("open go");
+        Gate { fifo }
+    }
+
+    /// Lets the command blocked on it (or the next one to read it) go on.
+    pub fn open(&self) {
+        (&self.fifo).write_all(b"\n").expect("write go");
+    }
+}
+
+/// A run that holds a lock or waits for it, in a scratch directory of its
+/// own with its stderr in `stderr` there. Made from a `Lockrun` with `hold`
+/// or `hold_script` (started once it holds the lock), or with
+/// `spawn_waiter` or `wait_in_line` (which may still wait for it).
 pub struct Holder {
     /// lockrun itself.
     pub run: Running,
     /// The lock's value while this run holds it; empty for a holder made
-    /// with `Lockrun::via`, whose servers the harness does not read.
+    /// with `Lockrun::via`, whose servers the harness does not read, and
+    /// for a waiter.
     pub token: String,
     child: Option<i32>,
+    gate: Gate,
     // Declared last so that it is removed after `run` is stopped.
     dir: TempDir,
 }
@@ -39,13 +74,6 @@ impl Lockrun<'_> {
         self.start_holder(None)
     }
 
-    /// Like `hold`, running `HOLD_SLOT_UNTIL_GO`, which also writes the
-    /// `LOCKRUN_SLOT` it got (see `Holder::slot`): for `--slots` and
-    /// `--shared` runs.
-    pub fn hold_slot(self) -> Holder {
-        self.hold_script("sh", super::HOLD_SLOT_UNTIL_GO)
-    }
-
     /// Like `hold`, running `shell -c script shell DIR`; the script must
     /// write its pid to `$1/pid` once it runs.
     pub fn hold_script(self, shell: &str, script: &str) -> Holder {
@@ -54,6 +82,7 @@ impl Lockrun<'_> {
 
     fn start_holder(mut self, script: Option<(&str, &str)>) -> Holder {
         let dir = scratch();
+        let gate = Gate::new(dir.path());
         let stderr = dir.path().join("stderr");
         self.stdout = Some(log_file(&dir.path().join("stdout")).into());
         self.stderr = Some(log_file(&stderr).into());
@@ -100,6 +129,27 @@ impl Lockrun<'_> {
             run,
             token,
             child,
+            gate,
+            dir,
+        }
+    }
+
+    /// Starts this run of `HOLD_UNTIL_GO` as a `Holder`, its stderr in
+    /// `stderr` in its directory, and returns at once: it may still be
+    /// waiting for the lock.
+    pub fn spawn_waiter(self) -> Holder {
+        let dir = scratch();
+        let gate = Gate::new(dir.path());
+        let run = self
+            .sh(HOLD_UNTIL_GO, dir.path())
+            .stdout(log_file(&dir.path().join("stdout")))
+            .stderr(log_file(&dir.path().join("stderr")))
+            .spawn();
+        Holder {
+            run,
+            token: String::new(),
+            child: None,
+            gate,
             dir,
         }
     }
@@ -130,6 +180,23 @@ impl Holder {
         self.child.expect("only a script writes its pid")
     }
 
+    /// Whether its command runs, that is whether it got the lock.
+    pub fn entered(&self) -> bool {
+        read_log(&self.dir.path().join("pid")).ends_with('\n')
+    }
+
+    /// Waits until its command runs; fails the test with what lockrun said
+    /// if that does not happen within `PATIENCE`.
+    #[track_caller]
+    pub fn until_entered(&mut self) {
+        let entered = eventually(PATIENCE, || self.entered() || !self.run.running());
+        assert!(
+            entered && self.entered(),
+            "the waiter never got the lock: {}",
+            self.stderr()
+        );
+    }
+
     /// The fencing token `HOLD_UNTIL_GO` was given.
     pub fn fence(&self) -> u64 {
         read_fence(&self.dir.path().join("fence"))
@@ -137,7 +204,7 @@ impl Holder {
 
     /// Lets `HOLD_UNTIL_GO` finish, and so lockrun release the lock.
     pub fn go(&self) {
-        std::fs::write(self.dir.path().join("go"), "").expect("write go");
+        self.gate.open();
     }
 
     /// `go`, then checks that lockrun exited 0.
@@ -167,8 +234,8 @@ impl Holder {
         read_log(&self.dir.path().join("stderr"))
     }
 
-    /// The `LOCKRUN_SLOT` that `HOLD_SLOT_UNTIL_GO` was given, None when
-    /// it was not set.
+    /// The `LOCKRUN_SLOT` that `HOLD_UNTIL_GO` was given, None when it was
+    /// not set.
     pub fn slot(&self) -> Option<u32> {
         super::slot_in(self.dir.path())
     }

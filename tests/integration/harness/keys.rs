@@ -27,6 +27,17 @@ impl Server {
         self.lock_value(name).is_some()
     }
 
+    /// Ends the lease of lock `name` and its holder record now, as their
+    /// expiry would: for a test whose holder is dead, so that it need not
+    /// wait out the ttl. Redis still expires the keys itself.
+    pub fn expire_lease(&self, name: &str) {
+        for key in [lock_key(DEFAULT_PREFIX, name), key(name, "holder")] {
+            let _: i64 = self
+                .query(redis::cmd("PEXPIRE").arg(key).arg(1))
+                .expect("PEXPIRE");
+        }
+    }
+
     /// The lease's time left in ms (negative: no key, or no expiry).
     pub fn pttl(&self, name: &str) -> i64 {
         self.query(redis::cmd("PTTL").arg(lock_key(DEFAULT_PREFIX, name)))

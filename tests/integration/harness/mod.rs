@@ -9,9 +9,11 @@
 //! - `command`: `Lockrun`, the one builder, and `Ran`, a run to its end.
 //! - `expect`: `Expect`, the status, stdout and stderr a run must end with,
 //!   checked together by `Ran::assert`.
-//! - `holder`: `Holder`, a run kept holding a lock, and the no-overlap job.
-//! - `slots`: runs that share a key (`--slots`, `--shared`): waiters in
-//!   line, the job that logs who is inside, and the check of that log.
+//! - `holder`: `Holder`, a run kept holding a lock or waiting for it, its
+//!   `Gate` (a FIFO its command blocks on), and the no-overlap job.
+//! - `slots`: runs that share a key (`--slots`, `--shared`): runs that take
+//!   their place in line, the job that logs who is inside, and the check of
+//!   that log.
 //! - `process`: `Running`, pids, polling with deadlines, scratch files.
 //! - `terminal`: `Terminal`, a command line on a pseudo-terminal.
 //! - `postgres`: `PostgresServer`, for the fencing example.

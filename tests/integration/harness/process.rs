@@ -122,10 +122,17 @@ impl Running {
             let _ = killpg(self.pid(), Signal::SIGCONT);
             let _ = killpg(self.pid(), Signal::SIGKILL);
         }
-        let _ = kill(self.pid(), Signal::SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kill_and_reap(&mut self.child);
     }
+}
+
+/// Kills `child` at once, stopped or not, and reaps it. It is continued
+/// first: a stopped process takes SIGKILL only once continued on some
+/// kernels' ptrace paths.
+pub(super) fn kill_and_reap(child: &mut Child) {
+    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 impl Drop for Running {

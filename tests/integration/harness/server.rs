@@ -243,11 +243,7 @@ impl Server {
     /// Kills the server at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut process) = self.process.take() {
-            // A stopped process takes SIGKILL only once continued on some
-            // kernels' ptrace paths.
-            let _ = kill(Pid::from_raw(process.id() as i32), Signal::SIGCONT);
-            let _ = process.kill();
-            let _ = process.wait();
+            super::process::kill_and_reap(&mut process);
         }
         if let Some(socket) = &self.socket {
             let _ = std::fs::remove_file(socket);

@@ -4,45 +4,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use tempfile::TempDir;
-
-use super::{
-    eventually, log_file, read_log, scratch, Expect, Lockrun, Ran, Running, Server, PATIENCE,
-};
-
-/// Writes the slot (empty without `--slots`), the fencing token and the pid
-/// to `slot`, `fence` and `pid` in the directory given as $1, then stays
-/// until the test creates `go` there. The pid comes last, so a readable pid
-/// file means all three are there.
-pub const HOLD_SLOT_UNTIL_GO: &str = r#"echo "$LOCKRUN_SLOT" > "$1/slot"; echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"
-echo $$ > "$1/pid"
-while [ ! -e "$1/go" ]; do sleep 0.05; done"#;
-
-/// A run started with `HOLD_SLOT_UNTIL_GO` that may still be waiting for the
-/// key: unlike a `Holder`, starting it does not wait for the lock.
-pub struct Waiter {
-    pub run: Running,
-    dir: TempDir,
-}
+use super::{eventually, read_log, Holder, Lockrun, Server, PATIENCE};
 
 impl Lockrun<'_> {
-    /// Starts this run of `HOLD_SLOT_UNTIL_GO` as a `Waiter`, its stderr in
-    /// `stderr` in its directory, and returns at once.
-    pub fn spawn_waiter(self) -> Waiter {
-        let dir = scratch();
-        let run = self
-            .sh(HOLD_SLOT_UNTIL_GO, dir.path())
-            .stdout(log_file(&dir.path().join("stdout")))
-            .stderr(log_file(&dir.path().join("stderr")))
-            .spawn();
-        Waiter { run, dir }
-    }
-
-    /// Starts this run of `HOLD_SLOT_UNTIL_GO` and returns once it has its
+    /// Starts this run of `HOLD_UNTIL_GO` and returns once it has its
     /// place in line for lock `name` in `redis` and listens for its wake-up
     /// message, so that runs started one after the other arrive in that
     /// order.
-    pub fn wait_in_line(self, redis: &Server, name: &str) -> Waiter {
+    pub fn wait_in_line(self, redis: &Server, name: &str) -> Holder {
         let before = redis.in_line(name);
         let listening = redis.listening_waiters(name);
         let mut waiter = self.spawn_waiter();
@@ -59,59 +28,7 @@ impl Lockrun<'_> {
     }
 }
 
-impl Waiter {
-    /// Whether its command runs, that is whether it got the lock.
-    pub fn entered(&self) -> bool {
-        read_log(&self.dir.path().join("pid")).ends_with('\n')
-    }
-
-    /// Waits until its command runs; fails the test with what lockrun said
-    /// if that does not happen within `PATIENCE`.
-    #[track_caller]
-    pub fn until_entered(&mut self) {
-        let entered = eventually(PATIENCE, || self.entered() || !self.run.running());
-        assert!(
-            entered && self.entered(),
-            "the waiter never got the lock: {}",
-            self.stderr()
-        );
-    }
-
-    /// `LOCKRUN_SLOT` as its command got it, None when it was not set.
-    pub fn slot(&self) -> Option<u32> {
-        slot_in(self.dir.path())
-    }
-
-    pub fn fence(&self) -> u64 {
-        super::read_fence(&self.dir.path().join("fence"))
-    }
-
-    /// Lets its command finish, and so lockrun release its place.
-    pub fn go(&self) {
-        std::fs::write(self.dir.path().join("go"), "").expect("write go");
-    }
-
-    pub fn stderr(&self) -> String {
-        read_log(&self.dir.path().join("stderr"))
-    }
-
-    /// `go`, then checks that lockrun exited 0.
-    #[track_caller]
-    pub fn finish(&mut self) {
-        self.go();
-        self.end().assert(Expect::success().stderr_any());
-    }
-
-    /// Waits up to `PATIENCE` for lockrun's end: its status, what it wrote
-    /// to stdout and stderr.
-    #[track_caller]
-    pub fn end(&mut self) -> Ran {
-        let dir = self.dir.path();
-        self.run.ended(&dir.join("stdout"), &dir.join("stderr"))
-    }
-}
-
-/// The `LOCKRUN_SLOT` that `HOLD_SLOT_UNTIL_GO` wrote in `dir`, once it is
+/// The `LOCKRUN_SLOT` that `HOLD_UNTIL_GO` wrote in `dir`, once it is
 /// there; None when the variable was not set.
 pub fn slot_in(dir: &Path) -> Option<u32> {
     let text = super::read_when_ready(&dir.join("slot"));
