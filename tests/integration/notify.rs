@@ -225,9 +225,11 @@ fn a_holder_says_its_lock_and_the_command_s_status_replaces_it_until_lockrun_sto
     let redis = Server::start();
     let systemd = Systemd::listen();
     let dir = scratch();
+    // The command's own status must arrive before --timeout passes: a
+    // second or two to start sh and systemd-notify on a loaded machine.
     let ran = redis
         .lockrun("job")
-        .args(["--timeout", "1s", "--kill-grace", "5s"])
+        .args(["--timeout", "4s", "--kill-grace", "5s"])
         .env("NOTIFY_SOCKET", systemd.socket())
         .sh(
             r#"echo "$LOCKRUN_FENCING_TOKEN" > "$1/fence"

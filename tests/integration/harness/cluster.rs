@@ -3,6 +3,8 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use wait_timeout::ChildExt;
+
 use super::sentinel::is_primary;
 use super::topology::{on_port, on_port_mut, wait_until};
 use super::{free_ports, redis_cli, Certificates, Server};
@@ -61,14 +63,43 @@ impl Cluster {
         for node in &nodes {
             wait_until("cluster node up", || node.answers());
         }
-        let output = Command::new(redis_cli())
+        let mut create = Command::new(redis_cli())
             .args(tls.map(Certificates::cli_args).unwrap_or_default())
             .args(["--cluster", "create"])
             .args(nodes.iter().map(Server::addr))
             .args(["--cluster-replicas", "1", "--cluster-yes"])
             .stdin(Stdio::null())
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
             .expect("redis-cli must be installed (package redis-tools)");
+        // On a loaded machine a node can drop a handshake it was sent
+        // (cluster-node-timeout), and then ignores the peers that already
+        // know it: redis-cli would wait forever for the cluster to join. A
+        // MEET from every node to every other is harmless once they know
+        // each other and completes a handshake that was dropped.
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while create
+            .wait_timeout(Duration::from_secs(5))
+            .expect("wait for redis-cli")
+            .is_none()
+        {
+            if Instant::now() > deadline {
+                let _ = create.kill();
+                panic!("redis-cli --cluster create did not finish within 90s");
+            }
+            for from in &nodes {
+                for to in nodes.iter().filter(|to| to.port() != from.port()) {
+                    let _: redis::RedisResult<redis::Value> = from.query(
+                        redis::cmd("CLUSTER")
+                            .arg("MEET")
+                            .arg("127.0.0.1")
+                            .arg(to.port()),
+                    );
+                }
+            }
+        }
+        let output = create.wait_with_output().expect("redis-cli's output");
         assert!(
             output.status.success(),
             "redis-cli --cluster create failed: {}",
