@@ -188,8 +188,8 @@ class Bench:
 
     # --- commands -----------------------------------------------------------
 
-    def lockrun(self, url, key, command, wait=False):
-        argv = [self.opts.lockrun, "--redis", url, "--key", key]
+    def lockrun(self, url, key, command, wait=False, binary=None):
+        argv = [binary or self.opts.lockrun, "--redis", url, "--key", key]
         if wait:
             argv += ["--wait", "forever"]
         return argv + ["--"] + command
@@ -214,6 +214,9 @@ class Bench:
             ("lockrun unix", self.lockrun(self.unix, key, command, wait)),
             ("flock", self.flock_cmd(command)),
         ]
+        if self.opts.lockrun_dynamic:
+            tools.append(("dynamic tcp", self.lockrun(self.tcp, key, command, wait,
+                                                     self.opts.lockrun_dynamic)))
         if self.etcd:
             tools.append(("etcdctl", self.etcdctl_cmd(key, command)))
         return tools
@@ -359,6 +362,9 @@ class Bench:
             ("lockrun unix", lambda job: self.lockrun(self.unix, key, job, wait=True)),
             ("flock", lambda job: self.flock_cmd(job)),
         ]
+        if self.opts.lockrun_dynamic:
+            tools.append(("dynamic tcp", lambda job: self.lockrun(
+                self.tcp, key, job, wait=True, binary=self.opts.lockrun_dynamic)))
         if self.etcd:
             tools.append(("etcdctl", lambda job: self.etcdctl_cmd(key, job)))
         gaps = {name: [] for name, _ in tools}
@@ -457,9 +463,14 @@ class Bench:
         """Peak RSS in KiB: {tool: (holding, waiting or None)}."""
         sleep = shutil.which("sleep")
         rss = {"lockrun tcp": ([], []), "flock": ([], [])}
+        if self.opts.lockrun_dynamic:
+            rss["dynamic tcp"] = ([], [])
         if self.etcd:
             rss["etcdctl"] = ([], [])
         for _ in range(reps):
+            if self.opts.lockrun_dynamic:
+                rss["dynamic tcp"][0].append(self.peak_rss(self.lockrun(
+                    self.tcp, "bench-mem", [sleep, "0.5"], binary=self.opts.lockrun_dynamic)))
             rss["lockrun tcp"][0].append(
                 self.peak_rss(self.lockrun(self.tcp, "bench-mem", [sleep, "0.5"])))
             rss["flock"][0].append(self.peak_rss(self.flock_cmd([sleep, "0.5"])))
@@ -658,7 +669,8 @@ def verdict(ok):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--lockrun", required=True)
+    parser.add_argument("--lockrun", required=True, help="the build measured: the static one")
+    parser.add_argument("--lockrun-dynamic", help="the dynamic (glibc) build, measured beside it")
     parser.add_argument("--stamp", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--socket", required=True)
@@ -736,6 +748,35 @@ def measure_only(bench, opts, info, began):
     print()
     print("machine: %(nproc)s CPUs, %(cpu)s, Linux %(kernel)s, redis %(redis)s, load %(load)s" % info)
     print("measured in %.0f s; %s left alone" % (time.monotonic() - began, opts.out))
+
+
+def builds_table(over, hand3, hand8, thru, rss):
+    """The static build (the headline, what ships) and the dynamic one, each over TCP."""
+    rows = []
+    for what, static, dynamic, flock, fmt in (
+        ("overhead `X -- true`, median", over["lockrun tcp"][0], over["dynamic tcp"][0],
+         over["flock"][0], "%.2f ms"),
+        ("handoff gap, 3 contenders, median", hand3["lockrun tcp"][0], hand3["dynamic tcp"][0],
+         hand3["flock"][0], "%.2f ms"),
+        ("handoff gap, 8 contenders, median", hand8["lockrun tcp"][0], hand8["dynamic tcp"][0],
+         hand8["flock"][0], "%.2f ms"),
+        ("throughput, 8 × 25 × `true`", thru["lockrun tcp"], thru["dynamic tcp"], thru["flock"],
+         "%.0f /s"),
+    ):
+        rows.append("| %s | %s (%.2f×) | %s (%.2f×) | %s |" % (
+            what, fmt % static, static / flock, fmt % dynamic, dynamic / flock, fmt % flock))
+    rows.append("| peak RSS (VmHWM) while the command runs | %.2f MiB | %.2f MiB | %.2f MiB |" % (
+        rss["lockrun tcp"][0] / 1024, rss["dynamic tcp"][0] / 1024, rss["flock"][0] / 1024))
+    return "\n".join([
+        "",
+        "The two builds side by side, measured in the same rounds (the ratio to flock in brackets):",
+        "the static musl binary (`--target x86_64-unknown-linux-musl`, what the tarballs, the .deb",
+        "and the .rpm ship; the table above) and the dynamic glibc one that `cargo build --release`",
+        "gives:",
+        "",
+        "| measure | static (musl) | dynamic (glibc) | flock(1) |",
+        "|---|---|---|---|",
+    ] + rows) + "\n"
 
 
 def measure(bench, opts, info, began):
@@ -838,6 +879,7 @@ def measure(bench, opts, info, began):
         verdict(fair["lockrun"] == 0))
     slots_rows(slots, row)
 
+    builds = builds_table(over, hand3, hand8, thru, rss) if opts.lockrun_dynamic else ""
     columns = ["measure", "lockrun, TCP loopback", "lockrun, unix socket", "flock(1)"]
     columns += ["etcdctl lock"] if etcd else []
     columns += ["lockrun TCP / flock"]
@@ -900,7 +942,7 @@ figures move with the machine's load, the ratios much less.
 {etcd_line}
 
 {table}
-
+{builds}
 How each figure is taken:
 
 - **overhead**: wall time from spawn to reaped of `lockrun --key K -- true`{cmds}
