@@ -66,11 +66,7 @@ pub(super) fn spawn(
     // memory `environment` made before the fork, and assigns `environ`; it
     // neither allocates nor takes a lock (its errors are plain errnos).
     unsafe {
-        command.pre_exec(move || {
-            in_child(parent, terminal.then_some(&stdin))?;
-            environment.install(getpid());
-            Ok(())
-        });
+        command.pre_exec(move || in_child(parent, terminal.then_some(&stdin), &mut environment));
     }
     command.spawn()
 }
@@ -78,7 +74,11 @@ pub(super) fn spawn(
 /// What the child does before exec, with every signal blocked until the
 /// end: the mask std just emptied would let a terminal signal stop it
 /// (SIGTTOU, taking the terminal from the background).
-fn in_child(parent: Pid, terminal: Option<&io::Stdin>) -> io::Result<()> {
+fn in_child(
+    parent: Pid,
+    terminal: Option<&io::Stdin>,
+    environment: &mut Environment,
+) -> io::Result<()> {
     sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), None)?;
     // Die with lockrun, so the command can never run unsupervised. The
     // parent-death signal follows the spawning *thread*; lockrun spawns
@@ -91,6 +91,7 @@ fn in_child(parent: Pid, terminal: Option<&io::Stdin>) -> io::Result<()> {
     if let Some(stdin) = terminal {
         nix::unistd::tcsetpgrp(stdin.as_fd(), getpid())?;
     }
+    environment.install(getpid());
     sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
     Ok(())
 }
