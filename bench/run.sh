@@ -10,10 +10,13 @@
 #   bench/run.sh --only slots    # one case (60 waiters on 3 slots), printed;
 #                                # BENCHMARKS.md is left alone
 #
-# Builds the release binary, starts a throwaway redis-server on a unix socket
+# Builds the release binaries (the static musl one, measured by default, and
+# the dynamic glibc one beside it), starts a throwaway redis-server on a unix socket
 # and a free loopback TCP port in a temporary directory (never the Redis on
 # 6379), runs bench/bench.py, and removes the server and the directory on
-# exit, however it exits. Needs cargo, redis-server, flock and python3.
+# exit, however it exits. Needs cargo, redis-server, flock and python3, and
+# for the static build the rustup target x86_64-unknown-linux-musl and
+# musl-tools (scripts/dist installs both).
 #
 # When `etcd` and `etcdctl` are on PATH (Debian: apt-get install etcd-server
 # etcd-client), it also starts a throwaway single-member etcd with its data
@@ -77,12 +80,22 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Build first: compiling while measuring would skew every figure.
-say "building lockrun (release)"
+# Build first: compiling while measuring would skew every figure. The
+# static musl binary is what ships (scripts/dist) and is the headline; the
+# dynamic glibc one (`cargo build --release`) is measured beside it.
+static_target=x86_64-unknown-linux-musl
+if ! rustup target list --installed 2>/dev/null | grep -qx "$static_target" \
+  || ! command -v musl-gcc >/dev/null 2>&1; then
+  say "needs the static build's tools: rustup target add $static_target; apt-get install musl-tools"
+  exit 1
+fi
+say "building lockrun (release: static musl, and dynamic glibc)"
+cargo build --release --quiet --target "$static_target"
 cargo build --release --quiet
 target_dir=${CARGO_TARGET_DIR:-target}
 case "$target_dir" in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
-lockrun="$target_dir/release/lockrun"
+lockrun="$target_dir/$static_target/release/lockrun"
+lockrun_dynamic="$target_dir/release/lockrun"
 rustc -O -C panic=abort --edition 2021 bench/stamp.rs -o "$work/stamp"
 
 free_port() {
@@ -176,7 +189,7 @@ fi
 
 # In the background, so that a signal to this script is handled at once
 # (bash runs traps only between commands, and `wait` is interruptible).
-python3 bench/bench.py --lockrun "$lockrun" --stamp "$work/stamp" --port "$port" \
+python3 bench/bench.py --lockrun "$lockrun" --lockrun-dynamic "$lockrun_dynamic" --stamp "$work/stamp" --port "$port" \
   --socket "$socket" --work "$work" --out BENCHMARKS.md "${etcd_args[@]}" \
   ${args[@]+"${args[@]}"} &
 bench_pid=$!

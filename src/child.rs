@@ -16,7 +16,6 @@ use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -88,6 +87,7 @@ impl std::error::Error for SpawnError {
 pub(crate) struct Child {
     /// The command's pid, which is its group's id too.
     group: Pid,
+    process: std::process::Child,
     /// Its exit status, once `try_wait` reaped it: from then on every
     /// exited child of lockrun is an orphan for lockrun to reap.
     status: Option<ExitStatus>,
@@ -109,10 +109,15 @@ impl Child {
             return Err(SpawnError::NotFound);
         };
         let terminal = in_terminal_foreground();
-        let pid = spawn::spawn(argv, env, own_pid, terminal)
+        let process = spawn::spawn(argv, env, own_pid, terminal)
             .map_err(|err| SpawnError::from_io(err, program))?;
+        let group = Pid::from_raw(
+            i32::try_from(process.id())
+                .map_err(|_| SpawnError::Other(io::Error::from_raw_os_error(libc::EOVERFLOW)))?,
+        );
         Ok(Child {
-            group: pid,
+            group,
+            process,
             status: None,
             terminal,
         })
@@ -160,30 +165,14 @@ impl Child {
     /// it; None while it runs. Asked on every SIGCHLD.
     pub(crate) fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         if self.status.is_none() {
-            self.status = self.reap()?;
+            // The command is our own child, which nothing else reaps
+            // (`reap_orphans` leaves it).
+            self.status = self.process.try_wait()?;
             if self.status.is_some() {
                 self.give_back_terminal();
             }
         }
         Ok(self.status)
-    }
-
-    fn reap(&self) -> io::Result<Option<ExitStatus>> {
-        loop {
-            let mut raw = 0;
-            // SAFETY: waitpid writes only `raw`; the pid is our own child's,
-            // which nothing else reaps (`reap_orphans` leaves it).
-            match unsafe { libc::waitpid(self.group.as_raw(), &raw mut raw, libc::WNOHANG) } {
-                0 => return Ok(None),
-                -1 => {
-                    let err = io::Error::last_os_error();
-                    if err.kind() != io::ErrorKind::Interrupted {
-                        return Err(err);
-                    }
-                }
-                _ => return Ok(Some(ExitStatus::from_raw(raw))),
-            }
-        }
     }
 
     /// Stops what the command left running after it exited: SIGTERM, then

@@ -252,6 +252,38 @@ fn debian_package_ships_the_docs() {
     }
 }
 
+/// Every file under examples/ that a user runs or reads is in the packages
+/// (all but quickstart.sh, which builds lockrun from this repository):
+/// [package.metadata.deb] assets is the list scripts/dist makes the .deb,
+/// the .rpm and the tarballs from, and checks them against.
+#[test]
+fn the_packages_ship_every_example() {
+    let manifest = read("Cargo.toml");
+    let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")];
+    let mut missing = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).expect("read examples/") {
+            let path = entry.expect("examples/ entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let file = path
+                .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+                .expect("under the repository")
+                .to_string_lossy()
+                .into_owned();
+            if file != "examples/quickstart.sh" && !manifest.contains(&format!("[\"{file}\", ")) {
+                missing.push(file);
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in Cargo.toml [package.metadata.deb] assets: {missing:?}"
+    );
+}
+
 // --- The examples ---
 
 /// `program` on PATH, if it is there.

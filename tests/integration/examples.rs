@@ -13,7 +13,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use wait_timeout::ChildExt;
 
-use crate::harness::{alive, eventually, parent, scratch, Server, NO_CONFIG, PATIENCE};
+use crate::harness::{alive, eventually, parent, scratch, Server, LOCKRUN, NO_CONFIG, PATIENCE};
 
 /// Stands in for the project's own deploy script, which deploy.sh runs as
 /// `./scripts/deploy.sh ENV ARG...`: it writes its pid, then either hangs
@@ -42,9 +42,7 @@ impl Deploy {
         let stand_in = scripts.join("deploy.sh");
         std::fs::write(&stand_in, STAND_IN).expect("write the stand-in deploy");
         std::fs::set_permissions(&stand_in, Permissions::from_mode(0o755)).expect("chmod");
-        let bin = Path::new(env!("CARGO_BIN_EXE_lockrun"))
-            .parent()
-            .expect("bin dir");
+        let bin = Path::new(&*LOCKRUN).parent().expect("bin dir");
         let path = std::env::join_paths(std::iter::once(bin.to_path_buf()).chain(
             std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
         ))

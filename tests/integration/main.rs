@@ -14,6 +14,7 @@ mod completion;
 mod connection;
 mod contention;
 mod docs;
+mod empty_root;
 mod events;
 mod examples;
 mod faults;

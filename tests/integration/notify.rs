@@ -359,7 +359,15 @@ fn run_from_sh(redis: &Server, prelude: &str, dir: &Path) -> (String, Vec<u32>, 
     let script = format!(r#"{prelude}; {LIST_FDS}before"; exec "$0" "$@""#);
     let mut run = Running::spawn(
         Command::new("sh")
-            .args(["-c", &script, LOCKRUN, "--redis", &redis.url(), "-k", "job"])
+            .args([
+                "-c",
+                &script,
+                &LOCKRUN,
+                "--redis",
+                &redis.url(),
+                "-k",
+                "job",
+            ])
             .args(["--", "sh", "-c", &command, "sh"])
             .arg(dir)
             .env("DIR", dir)

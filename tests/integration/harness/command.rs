@@ -9,8 +9,42 @@ use std::time::{Duration, Instant};
 
 use super::{eventually, Expect, Running, Server, PATIENCE};
 
-/// The lockrun just built.
-pub const LOCKRUN: &str = env!("CARGO_BIN_EXE_lockrun");
+/// The lockrun under test: the one `LOCKRUN_TEST_BINARY` names (the static
+/// builds in .ci/run, or a script that runs one under qemu), else the one
+/// cargo just built. It is a path wherever a `&str` or a program goes.
+pub static LOCKRUN: Binary = Binary;
+
+pub struct Binary;
+
+impl Binary {
+    fn path() -> &'static str {
+        static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        PATH.get_or_init(|| {
+            std::env::var("LOCKRUN_TEST_BINARY")
+                .unwrap_or_else(|_| env!("CARGO_BIN_EXE_lockrun").to_owned())
+        })
+    }
+}
+
+impl std::ops::Deref for Binary {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        Binary::path()
+    }
+}
+
+impl AsRef<OsStr> for Binary {
+    fn as_ref(&self) -> &OsStr {
+        OsStr::new(Binary::path())
+    }
+}
+
+impl std::fmt::Display for Binary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(Binary::path())
+    }
+}
 
 /// How long a run to its end may take: some wait up to `PATIENCE` for a lock
 /// themselves, so they get twice that.
@@ -153,7 +187,7 @@ impl<'a> Lockrun<'a> {
     }
 
     pub(super) fn build(&mut self) -> Command {
-        let mut command = Command::new(LOCKRUN);
+        let mut command = Command::new(&LOCKRUN);
         clear_lockrun_env(&mut command);
         command.args(self.subcommand).args(&self.args);
         for url in &self.redis {
