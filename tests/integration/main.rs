@@ -36,6 +36,7 @@ mod quorum;
 mod reference;
 mod repeated_flags;
 mod resharding;
+mod ride_through;
 mod rotation;
 mod shared;
 mod signals;
