@@ -202,8 +202,9 @@ pub(crate) struct RunArgs {
     /// Waiting runs get the lock first come, first served: the moment the
     /// holder releases it, or when its lease runs out. A run without --wait
     /// is busy while others wait in line. A waiting run also keeps trying
-    /// while Redis refuses its connection (maxclients reached, loading). At
-    /// most 1y, or forever.
+    /// while Redis cannot be reached or refuses it for now (down or
+    /// restarting, a failover, maxclients reached, loading, a quorum short
+    /// of a majority); --wait bounds connecting too. At most 1y, or forever.
     #[arg(short, long, value_name = "DURATION|forever", value_parser = parse_wait, value_hint = ValueHint::Other)]
     pub(crate) wait: Option<Wait>,
 

@@ -21,6 +21,9 @@ pub(crate) enum Error {
     /// The lock's servers could not be reached or asked, or one of its keys
     /// holds someone else's data, before the command started.
     Lock(LockError),
+    /// The lock's servers still could not serve it when `--wait` (`waited`)
+    /// ran out, for the `last` reason they gave.
+    WaitedOut { last: LockError, waited: Duration },
     /// Another run holds the lock.
     Busy(Box<Busy>),
     /// The command could not be started; the lock was given back, or is
@@ -107,7 +110,7 @@ impl Error {
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) => exit_code::USAGE,
-            Error::Lock(_) => exit_code::REDIS_UNAVAILABLE,
+            Error::Lock(_) | Error::WaitedOut { .. } => exit_code::REDIS_UNAVAILABLE,
             Error::Busy(busy) => busy.exit,
             Error::Spawn {
                 cause: SpawnError::NotFound,
@@ -138,6 +141,9 @@ impl fmt::Display for Error {
         match self {
             Error::Usage(message) => f.write_str(message),
             Error::Lock(err) => err.fmt(f),
+            Error::WaitedOut { last, waited } => {
+                write!(f, "{last}; gave up after waiting {}", show(*waited))
+            }
             Error::Busy(busy) => busy.fmt(f),
             Error::Spawn {
                 program,
@@ -199,7 +205,7 @@ fn then_unreleased(f: &mut fmt::Formatter<'_>, unreleased: Option<&Unreleased>) 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Lock(err) => Some(err),
+            Error::Lock(err) | Error::WaitedOut { last: err, .. } => Some(err),
             Error::Spawn { cause, .. } => Some(cause),
             Error::Internal { source, .. } => Some(source),
             _ => None,

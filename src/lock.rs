@@ -39,7 +39,10 @@ pub(crate) use self::status::{Occupancy, Status, View, Views};
 pub(crate) use self::wake::Unheard;
 pub(crate) use self::wake::{Wake, Wakes};
 #[cfg(test)]
-pub(crate) use self::{error::Foreign, keys::Part};
+pub(crate) use self::{
+    error::{Foreign, NoMajority},
+    keys::Part,
+};
 
 use self::attempt::most_telling;
 use self::server::Server;

@@ -24,9 +24,6 @@ use crate::wait;
 mod metrics_file;
 use metrics_file::MetricsFile;
 
-/// How long lockrun waits for its first connection to Redis.
-const FIRST_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// Runs the configured command under the lock. `signals` and `token` are
 /// made by the caller, so that they exist before anything can go wrong.
 pub(crate) async fn run(
@@ -257,15 +254,8 @@ async fn acquire(
     report: Report,
 ) -> Result<Turn, Error> {
     let me = Me::new(&config.command, config.share);
-    let timing = config.timing;
-    // Only the first connection gets longer than a Redis call may take:
-    // nothing is held yet, and a slow handshake is no reason to give up.
-    let within = timing.redis_timeout.max(FIRST_CONNECT_TIMEOUT);
-    let attempt = async {
-        let (wait, supersede) = (config.wait, config.supersede);
-        wait::connect(lock, within, wait).await?;
-        wait::acquire(lock, timing, &me, wait, supersede, systemd, report).await
-    };
+    let (timing, wait, supersede) = (config.timing, config.wait, config.supersede);
+    let attempt = wait::acquire(lock, timing, &me, wait, supersede, systemd, report);
     let outcome = tokio::select! {
         signal = signals.recv_interrupt() => Err(match signal {
             Ok(signal) => Error::Interrupted(signal),
@@ -300,6 +290,13 @@ async fn acquire(
         Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) => busy(Some(taken), None),
         Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
         Ok(Attempt::Mismatch { slots }) => Error::Usage(mismatch(config, slots)),
+        // Only a failure that waiting may see pass outlasts a bounded wait.
+        Err(Error::Lock(last)) if last.is_retryable() => {
+            match config.wait.and_then(wait::Wait::limit) {
+                Some(waited) if !waited.is_zero() => Error::WaitedOut { last, waited },
+                _ => Error::Lock(last),
+            }
+        }
         Err(err) => err,
     };
     // A run that stops waiting leaves the line; a call that timed out, or
@@ -308,6 +305,10 @@ async fn acquire(
     let gave_back = lock.abandon().await;
     Err(match (err, gave_back) {
         (Error::Lock(err), Err(later)) => Error::Lock(err.then_giving_back(&later)),
+        (Error::WaitedOut { last, waited }, Err(later)) => Error::WaitedOut {
+            last: last.then_giving_back(&later),
+            waited,
+        },
         (err, _) => err,
     })
 }

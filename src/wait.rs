@@ -33,6 +33,9 @@ use crate::notify::Systemd;
 use crate::redis_conn::ErrorKind;
 use crate::report::{Event, Report};
 
+/// How long the first connection to the lock's servers may take, unless a
+/// bounded wait has less left.
+const FIRST_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Polling period when the wake-up subscription failed or Redis does not
 /// answer.
 const POLL_UNSUBSCRIBED: Duration = Duration::from_millis(200);
@@ -81,6 +84,8 @@ pub(crate) trait Contended {
     fn name(&self) -> &str;
     /// Who answers for the lock, for the line that says it answers again.
     fn servers(&self) -> &'static str;
+    /// Connects to the lock's servers, if not connected, within `within`.
+    async fn connect(&mut self, within: Duration) -> Result<(), LockError>;
 }
 
 impl Contended for Lock {
@@ -111,28 +116,24 @@ impl Contended for Lock {
             "Redis"
         }
     }
-}
 
-/// Connects to the lock's servers within `within`. A server that refused
-/// the connection for now (at its maxclients limit, loading, closing it as
-/// it opened) may take the next one: a run that may wait goes on to try
-/// again in the wait loop, until its wait runs out. One that is not there,
-/// or refuses this run's password, fails at once.
-pub(crate) async fn connect(
-    lock: &mut Lock,
-    within: Duration,
-    wait: Option<Wait>,
-) -> Result<(), LockError> {
-    match lock.connect(within).await {
-        Err(err) if err.is_refused_for_now() && wait.is_some_and(Wait::may_wait) => Ok(()),
-        connected => connected,
+    async fn connect(&mut self, within: Duration) -> Result<(), LockError> {
+        Lock::connect(self, within).await
     }
 }
 
-/// Tries once, then, if `wait` allows, waits for the lock. Returns
-/// `Attempt::Busy` when the wait ran out with the lock still taken, and
-/// `Attempt::Superseded` when a newer `--supersede` run took this one's
-/// place.
+/// Connects to the lock's servers (allowing `FIRST_CONNECT_TIMEOUT`, or
+/// what is left of a bounded wait if that is less), tries once, then, if `wait`
+/// allows, waits for the lock. Returns `Attempt::Busy` when the wait ran out
+/// with the lock still taken, and `Attempt::Superseded` when a newer
+/// `--supersede` run took this one's place.
+///
+/// A run that may wait rides through servers it cannot reach yet (down,
+/// restarting, a Sentinel primary failing over, a quorum short of a
+/// majority) as it rides through a busy lock, from the first connection on:
+/// `--wait` bounds the whole, connecting included. One that may not, or a
+/// failure that waiting cannot mend (a refused password or command, a TLS
+/// certificate, someone else's data at a key), ends at once.
 pub(crate) async fn acquire(
     lock: &mut impl Contended,
     timing: Timing,
@@ -143,7 +144,7 @@ pub(crate) async fn acquire(
     report: Report,
 ) -> Result<Attempt, LockError> {
     let started = Instant::now();
-    Waiter {
+    let mut waiter = Waiter {
         lock,
         timing,
         me,
@@ -152,15 +153,19 @@ pub(crate) async fn acquire(
         give_up: give_up_at(wait, started),
         wakes: None,
         resubscribe: true,
-        failing: false,
+        failing: None,
         failures: 0,
         place: None,
         systemd,
         refused_wakes: None,
         report,
-    }
-    .until_acquired_or_out()
-    .await
+    };
+    // Only the first connection gets longer than a Redis call may take:
+    // nothing is held yet, and a slow handshake is no reason to give up.
+    waiter
+        .connect(timing.redis_timeout.max(FIRST_CONNECT_TIMEOUT))
+        .await?;
+    waiter.until_acquired_or_out().await
 }
 
 /// When a wait that began at `started` runs out; `None` waits forever.
@@ -187,8 +192,9 @@ struct Waiter<'a, L> {
     wakes: Option<Wakes>,
     /// Whether to subscribe before the next attempt (`subscribe_if_due`).
     resubscribe: bool,
-    /// Whether Redis stopped answering during the wait.
-    failing: bool,
+    /// Why the servers failed, while they fail during the wait: the reason
+    /// given if the wait runs out before they answer again.
+    failing: Option<LockError>,
     /// Attempts in a row that Redis failed or refused, for the backoff.
     failures: u32,
     /// This run's place in line, as far as it knows: the last when it
@@ -203,9 +209,45 @@ struct Waiter<'a, L> {
 }
 
 impl<L: Contended> Waiter<'_, L> {
+    /// The first connection, within `within` or what is left of a bounded
+    /// wait. A failure that waiting may see pass is the wait's first
+    /// failure, said once, when the run may wait; anything else ends it.
+    async fn connect(&mut self, within: Duration) -> Result<(), LockError> {
+        let within = match self.give_up {
+            Some(at) if at > self.started => within.min(at - Instant::now()),
+            _ => within,
+        };
+        if let Err(err) = self.lock.connect(within).await {
+            self.failed(err, self.give_up.is_some_and(|at| at <= Instant::now()))?;
+            // Not subscribed yet: no message can end this pause early.
+            let _ = self.pause(None, Instant::now()).await;
+        }
+        Ok(())
+    }
+
     async fn until_acquired_or_out(&mut self) -> Result<Attempt, LockError> {
         let mut first = true;
         loop {
+            if let Some(failure) = &self.failing {
+                // Nothing answered since the last look: the wait, once run
+                // out, ends on the last reason rather than on one more try
+                // that could outlast it; before that, a connection is asked
+                // for within what is left of it.
+                let now = Instant::now();
+                if self.give_up.is_some_and(|at| at <= now) {
+                    return Err(failure.clone());
+                }
+                let left = self
+                    .give_up
+                    .map_or(self.timing.redis_timeout, |at| at - now);
+                if let Err(err) = self.lock.connect(left.min(self.timing.redis_timeout)).await {
+                    self.failed(err, false)?;
+                    if let Some(done) = self.pause(None, Instant::now()).await {
+                        return Ok(done);
+                    }
+                    continue;
+                }
+            }
             self.subscribe_if_due().await;
             let tried = self
                 .lock
@@ -232,7 +274,7 @@ impl<L: Contended> Waiter<'_, L> {
     /// the run hears any hand-over that follows it, and the attempt can tell
     /// Redis that it listens.
     async fn subscribe_if_due(&mut self) {
-        if !self.resubscribe || self.failing || self.mode() == Mode::Once {
+        if !self.resubscribe || self.failing.is_some() || self.mode() == Mode::Once {
             return;
         }
         self.resubscribe = false;
@@ -361,24 +403,36 @@ impl<L: Contended> Waiter<'_, L> {
             // data set loading, a long script, a failover or a quorum short
             // of a majority is worth waiting through, as long as the wait
             // lasts. A wrong password or URL failed long before.
-            Err(err) if err.is_retryable() && !waited_out => {
-                self.failures = self.failures.saturating_add(1);
-                if !std::mem::replace(&mut self.failing, true) {
-                    let event = Event::warning("redis_failing").with("error", err.to_string());
-                    self.report
-                        .error(event, format_args!("{err}; still waiting"));
-                }
-                Ok(ControlFlow::Continue(None))
-            }
-            Err(err) => Err(err),
+            Err(err) => self
+                .failed(err, waited_out)
+                .map(|()| ControlFlow::Continue(None)),
         }
+    }
+
+    /// A failure of the servers: the end of the run, unless it may wait and
+    /// the failure may pass (a server that went away or is not ready yet, a
+    /// quorum short of a majority), in which case the first one in a row is
+    /// said once, and the wait goes on. A wrong password or URL, a TLS
+    /// certificate or a refused command end it at once.
+    fn failed(&mut self, err: LockError, waited_out: bool) -> Result<(), LockError> {
+        if !err.is_retryable() || waited_out || !self.may_wait() {
+            return Err(err);
+        }
+        self.failures = self.failures.saturating_add(1);
+        if self.failing.is_none() {
+            let event = Event::warning("redis_failing").with("error", err.to_string());
+            self.report
+                .error(event, format_args!("{err}; still waiting"));
+        }
+        self.failing = Some(err);
+        Ok(())
     }
 
     /// Says so when the lock's servers answer again after failing; returns
     /// whether they had been failing.
     fn answers_again(&mut self) -> bool {
         self.failures = 0;
-        let was_failing = std::mem::take(&mut self.failing);
+        let was_failing = self.failing.take().is_some();
         if was_failing {
             self.report.error(
                 Event::info("redis_back"),
@@ -392,7 +446,7 @@ impl<L: Contended> Waiter<'_, L> {
     /// place, the moment `retry` after `now`, the end of the wait, or a
     /// wake-up message. Returns the outcome when a message settles it.
     async fn pause(&mut self, retry: Option<Duration>, now: Instant) -> Option<Attempt> {
-        let refresh = if self.wakes.is_some() && !self.failing {
+        let refresh = if self.wakes.is_some() && self.failing.is_none() {
             now + self.timing.renew_every
         } else {
             now + jitter(self.backoff())
@@ -446,6 +500,12 @@ impl<L: Contended> Waiter<'_, L> {
 }
 
 impl<L> Waiter<'_, L> {
+    /// Whether this run may wait at all: `--wait 0` and no `--wait` try
+    /// once.
+    fn may_wait(&self) -> bool {
+        self.give_up.is_none_or(|at| at > self.started)
+    }
+
     /// The polling period, doubled for each failure in a row after the
     /// first, up to `MAX_BACKOFF`.
     fn backoff(&self) -> Duration {

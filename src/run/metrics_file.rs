@@ -155,7 +155,7 @@ fn outcome(result: &Result<u8, Error>) -> Option<Outcome> {
         Err(Error::Busy(_)) => Outcome::Busy,
         Err(Error::LeaseLost { .. }) => Outcome::Lost,
         Err(Error::TimedOut { .. }) => Outcome::Timeout,
-        Err(Error::Lock(_)) => Outcome::Unavailable,
+        Err(Error::Lock(_) | Error::WaitedOut { .. }) => Outcome::Unavailable,
         Err(Error::Interrupted(_) | Error::Usage(_)) => return None,
     })
 }

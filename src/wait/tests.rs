@@ -71,6 +71,10 @@ struct Scripted {
     tries: Vec<(Duration, Mode)>,
     /// How many attempts came before each subscription.
     subscribed_after: Vec<usize>,
+    /// Connections that fail before one succeeds.
+    unreachable_for: usize,
+    /// When each connection was asked for, and within how long.
+    connects: Vec<(Duration, Duration)>,
 }
 
 impl Scripted {
@@ -83,7 +87,16 @@ impl Scripted {
             start: Instant::now(),
             tries: Vec::new(),
             subscribed_after: Vec::new(),
+            unreachable_for: 0,
+            connects: Vec::new(),
         }
+    }
+
+    /// Connections fail `times` times (the servers short of a majority)
+    /// before one succeeds.
+    fn unreachable_for(mut self, times: usize) -> Self {
+        self.unreachable_for = times;
+        self
     }
 
     /// Wake-up messages, each after its delay from the subscription.
@@ -136,6 +149,20 @@ impl Contended for Scripted {
 
     fn servers(&self) -> &'static str {
         "Redis"
+    }
+
+    async fn connect(&mut self, within: Duration) -> Result<(), LockError> {
+        self.connects.push((self.start.elapsed(), within));
+        if self.unreachable_for == 0 {
+            return Ok(());
+        }
+        self.unreachable_for -= 1;
+        Err(LockError::NoMajority(crate::lock::NoMajority {
+            able: 0,
+            of: 1,
+            why: vec![format!("down {}", self.unreachable_for)],
+            refused_for_now: false,
+        }))
     }
 }
 
@@ -370,6 +397,71 @@ async fn a_superseded_waiter_stops_waiting_when_told() {
     assert!(
         matches!(&found, Attempt::Superseded { by } if by == "ci-7 pid 9"),
         "{found:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_wait_servers_out_of_reach_end_the_run_at_once() {
+    for wait in [None, Some(Wait::Up(Duration::ZERO))] {
+        let mut lock = Scripted::new(&[Acquired]).unreachable_for(1);
+        let err = wait_on(&mut lock, wait).await.expect_err("unreachable");
+        assert!(err.is_retryable(), "{err}");
+        assert!(lock.tries.is_empty(), "{wait:?}: tried {:?}", lock.tries);
+        assert_eq!(lock.connects.len(), 1, "{wait:?}");
+        assert_eq!(
+            lock.connects[0].1,
+            5 * S,
+            "{wait:?}: the first connection's own limit"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiter_rides_through_servers_out_of_reach_from_the_first_connection() {
+    let mut lock = Scripted::new(&[Acquired]).unreachable_for(4);
+    let found = wait_on(&mut lock, Some(Wait::Up(60 * S)))
+        .await
+        .expect("acquired");
+    assert!(matches!(found, Attempt::Acquired(_)), "{found:?}");
+    assert_eq!(lock.connects.len(), 5);
+    assert_eq!(lock.tries.len(), 1, "tried once connected");
+    // The pause doubles from 100-200 ms, jittered, as for any failure.
+    let ms = Duration::from_millis;
+    let gaps: Vec<Duration> = lock
+        .connects
+        .windows(2)
+        .map(|pair| pair[1].0.saturating_sub(pair[0].0))
+        .collect();
+    for (gap, most) in gaps.iter().zip([200, 400, 800, 1000].map(ms)) {
+        assert!(*gap >= most / 2 && *gap <= most, "{gaps:?}");
+    }
+    // Each later connection is one call's worth.
+    assert!(lock.connects[1..]
+        .iter()
+        .all(|(_, within)| *within == 2 * S));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_bounds_connecting_and_ends_on_the_last_reason() {
+    let mut lock = Scripted::new(&[Acquired]).unreachable_for(usize::MAX);
+    let started = Instant::now();
+    let err = wait_on(&mut lock, Some(Wait::Up(3 * S)))
+        .await
+        .expect_err("never reached");
+    assert_eq!(started.elapsed(), 3 * S, "gave up at its limit");
+    assert!(lock.tries.is_empty());
+    assert_eq!(
+        lock.connects[0].1,
+        3 * S,
+        "the first connection within the wait"
+    );
+    let (last_at, last_within) = *lock.connects.last().expect("connections");
+    assert!(last_at + last_within <= 3 * S, "{:?}", lock.connects);
+    let last = lock.connects.len() - 1;
+    assert!(
+        err.to_string()
+            .ends_with(&format!("down {}", usize::MAX - 1 - last)),
+        "{err}"
     );
 }
 

@@ -4,6 +4,7 @@
 //! each rule taken away breaks a step that the refusal's one line names.
 
 use std::process::Stdio;
+use std::time::Duration;
 
 use crate::harness::*;
 
@@ -496,4 +497,21 @@ fn a_waiter_that_may_not_subscribe_says_so_once_and_polls() {
             ),
         "{stderr}"
     );
+}
+
+/// A refused command ends even a run told to wait, at once: waiting does
+/// not change an ACL.
+#[test]
+fn a_refused_command_ends_a_waiting_run_at_once() {
+    let server = Server::start_tcp();
+    create_user(&server, "lockrun", &[]);
+    let dir = scratch();
+    let ran = as_user(&server, "lockrun")
+        .key("job")
+        .args(["--wait", "30s"])
+        .touch(dir.path().join("ran"))
+        .run();
+    ran.assert(Expect::code(69).stderr_has("(NOPERM)").stderr_one_line());
+    assert!(ran.took < Duration::from_secs(10), "took {:?}", ran.took);
+    assert!(!dir.path().join("ran").exists());
 }

@@ -2,6 +2,7 @@
 //! lockrun used interactively in a terminal. TLS is in `tls`.
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::harness::*;
 
@@ -61,6 +62,19 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
             .stderr_lacks("wrong-pass")
             .stderr_one_line(),
     );
+
+    // Waiting does not mend a password: refused at once under --wait too.
+    let ran = Lockrun::via(&wrong)
+        .key("job")
+        .args(["--wait", "30s"])
+        .command(["true"])
+        .run();
+    ran.assert(
+        Expect::code(69)
+            .stderr_has("refused authentication")
+            .stderr_one_line(),
+    );
+    assert!(ran.took < Duration::from_secs(10), "took {:?}", ran.took);
 
     // The right password from the environment overrides the URL's.
     let ran = Lockrun::via(&wrong)

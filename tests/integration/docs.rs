@@ -373,9 +373,13 @@ fn example_command_lines_are_accepted() {
     let lines = example_command_lines();
     assert!(lines.len() >= 4, "found the examples: {lines:?}");
     for (line, args) in lines {
+        // A run that may wait would wait an unreachable server out: the
+        // last --wait given wins, and 0 tries once.
+        let once = args.iter().any(|arg| arg == "--wait" || arg == "-w");
         let ran = Lockrun::new()
             .env("LOCKRUN_REDIS_URL", unreachable)
             .args(&args)
+            .args(if once { &["--wait", "0"][..] } else { &[] })
             .command(["true"])
             .run();
         ran.assert(

@@ -39,6 +39,7 @@ mod quorum;
 mod reference;
 mod repeated_flags;
 mod resharding;
+mod ride_through;
 mod rotation;
 mod settings;
 mod shared;

@@ -94,6 +94,17 @@ fn tls_verifies_the_server_certificate() {
             ))
             .stderr_one_line(),
     );
+    // Waiting does not mend a certificate: refused at once under --wait too.
+    let ran = distrusting(&url, &certs)
+        .args(["--wait", "30s"])
+        .touch(&marker)
+        .run();
+    ran.assert(
+        Expect::code(69)
+            .stderr_has("TLS certificate is not signed by a CA lockrun trusts")
+            .stderr_one_line(),
+    );
+    assert!(ran.took < Duration::from_secs(10), "took {:?}", ran.took);
     // Signed by the trusted CA, but not for the host dialled: refused too.
     let other_host = format!("rediss://127.0.0.2:{port}");
     let ran = trusting(&other_host, &certs).touch(&marker).run();

@@ -201,9 +201,23 @@ impl Cluster {
     /// and the cluster is healthy again. Returns the new owner's port and
     /// how long the failover took.
     pub fn kill_owner_and_fail_over(&mut self, key: &str) -> (u16, Duration) {
-        let (old, replicas) = self.owner(key);
         let began = Instant::now();
+        let (old, replicas) = self.kill_owner(key);
+        let new = self.until_failed_over(key, old, &replicas);
+        (new, began.elapsed())
+    }
+
+    /// Kills the primary owning `key` and returns at once its port and its
+    /// replicas'.
+    pub fn kill_owner(&mut self, key: &str) -> (u16, Vec<u16>) {
+        let (old, replicas) = self.owner(key);
         self.node_mut(old).kill();
+        (old, replicas)
+    }
+
+    /// Waits until one of `replicas` took `key` over from `old` and the
+    /// cluster is healthy again; returns its port.
+    pub fn until_failed_over(&self, key: &str, old: u16, replicas: &[u16]) -> u16 {
         let mut new = 0;
         wait_until("cluster failover", || {
             new = self.owner(key).0;
@@ -216,7 +230,7 @@ impl Cluster {
                     .filter(|n| n.is_running())
                     .all(|n| cluster_info(n, "cluster_state").as_deref() == Some("ok"))
         });
-        (new, began.elapsed())
+        new
     }
 }
 

@@ -148,9 +148,23 @@ impl SentinelSet {
     /// another one that knows it is the primary, and every sentinel agrees.
     /// Returns how long the failover took.
     pub fn kill_primary_and_fail_over(&mut self) -> Duration {
-        let old = self.primary().port();
         let began = Instant::now();
+        let old = self.kill_primary();
+        self.until_failed_over(old);
+        began.elapsed()
+    }
+
+    /// Kills the current primary and returns its port at once, before the
+    /// sentinels notice.
+    pub fn kill_primary(&mut self) -> u16 {
+        let old = self.primary().port();
         on_port_mut(&mut self.servers, old).kill();
+        old
+    }
+
+    /// Waits until the sentinels named a primary other than `old` that
+    /// knows it is the primary, and every sentinel agrees.
+    pub fn until_failed_over(&self, old: u16) {
         wait_until("failover", || {
             self.named_primary().is_some_and(|port| {
                 port != old
@@ -161,7 +175,6 @@ impl SentinelSet {
                     })
             })
         });
-        began.elapsed()
     }
 
     /// Asks a sentinel for a failover while the primary stays up, and waits
