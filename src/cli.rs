@@ -127,6 +127,7 @@ pub(crate) enum Action {
                       Exits 0 when the lock is held, 1 when it is free, 69 when Redis cannot \
                       be asked."
     )]
+    #[command(override_usage = "lockrun status [OPTIONS] --key <NAME>")]
     Status(StatusArgs),
     /// Remove a lock whoever holds it (needs --force)
     #[command(
@@ -134,6 +135,7 @@ pub(crate) enum Action {
                       held it notices at its next renewal, stops its command and exits 76. \
                       Refuses without --force."
     )]
+    #[command(override_usage = "lockrun release [OPTIONS] --key <NAME> --force")]
     Release(ReleaseArgs),
     /// List the locks that are held or have runs waiting, one line each
     #[command(
@@ -442,8 +444,10 @@ pub(crate) struct RedisArgs {
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// Lock name
+    ///
+    /// Required, here or before the subcommand (`lockrun --key K status`).
     #[arg(short, long, value_name = "NAME", value_hint = ValueHint::Other)]
-    pub(crate) key: String,
+    pub(crate) key: Option<String>,
 
     /// Print one JSON object on stdout instead of text
     #[arg(long)]
@@ -454,8 +458,10 @@ pub(crate) struct StatusArgs {
 #[derive(Debug, Args)]
 pub(crate) struct ReleaseArgs {
     /// Lock name
+    ///
+    /// Required, here or before the subcommand (`lockrun --key K release`).
     #[arg(short, long, value_name = "NAME", value_hint = ValueHint::Other)]
-    pub(crate) key: String,
+    pub(crate) key: Option<String>,
 
     /// Really remove a lock that another run may hold
     #[arg(long)]
@@ -506,11 +512,14 @@ pub(crate) fn parse_from(args: &[OsString]) -> Result<Cli, clap::Error> {
     let cmd = command();
     let matches = cmd.clone().try_get_matches_from(args)?;
     if let Some((name, _)) = matches.subcommand() {
-        // The Redis options are global and go before a subcommand too;
-        // a run's own options do not apply to a subcommand.
+        // The Redis options are global and go before a subcommand too, and
+        // so does the lock's name for the subcommands that take one; a
+        // run's own options do not apply to a subcommand.
+        let takes_key = matches!(name, "status" | "release");
         let given = cmd
             .get_arguments()
             .filter(|arg| !arg.is_global_set())
+            .filter(|arg| !(takes_key && arg.get_id() == "key"))
             .find(|arg| {
                 matches.value_source(arg.get_id().as_str())
                     == Some(clap::parser::ValueSource::CommandLine)
@@ -526,6 +535,29 @@ pub(crate) fn parse_from(args: &[OsString]) -> Result<Cli, clap::Error> {
         }
     }
     let mut cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)?;
+    let before = cli.run.key.take();
+    if let Some(key) = match &mut cli.action {
+        Some(Action::Status(StatusArgs { key, .. }) | Action::Release(ReleaseArgs { key, .. })) => {
+            Some(key)
+        }
+        _ => None,
+    } {
+        if key.is_some() && before.is_some() && *key != before {
+            return Err(cmd.clone().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--key is given twice, with two names: give it once",
+            ));
+        }
+        *key = key.take().or(before);
+        if key.is_none() {
+            return Err(cmd.clone().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "the following required arguments were not provided: --key <NAME>",
+            ));
+        }
+    } else {
+        cli.run.key = before;
+    }
     // A global option's value is recorded where it was given; clap copies
     // it into the subcommand's matches, so the deepest level has it.
     let level = matches.subcommand().map_or(&matches, |(_, sub)| sub);

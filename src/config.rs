@@ -231,11 +231,11 @@ impl Invocation {
         Ok(match cli.action {
             None => Invocation::Run(RunConfig::from_args(cli.run, &redis, passwords, file)?),
             Some(Action::Status(args)) => Invocation::Status {
-                lock: LockConfig::new(args.key, &redis, passwords)?,
+                lock: LockConfig::new(args.key.unwrap_or_default(), &redis, passwords)?,
                 json: args.json,
             },
             Some(Action::Release(args)) => Invocation::Release {
-                lock: LockConfig::new(args.key, &redis, passwords)?,
+                lock: LockConfig::new(args.key.unwrap_or_default(), &redis, passwords)?,
                 force: args.force,
                 holder: args.holder,
             },

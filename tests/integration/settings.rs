@@ -360,6 +360,47 @@ fn the_redis_options_go_before_a_subcommand_too() {
     ));
 }
 
+/// The lock's name goes before the subcommand that takes one too, as
+/// `--redis` does; twice with two names, or missing, is a usage error.
+#[test]
+fn the_key_goes_before_status_or_release_too() {
+    let redis = Server::start();
+    let ran = Lockrun::new()
+        .args(["--redis", &redis.url(), "-k", "job", "status"])
+        .run();
+    ran.assert(Expect::code(1).stdout_starts("job: free\n"));
+    let ran = Lockrun::new()
+        .args([
+            "--redis",
+            &redis.url(),
+            "--key",
+            "job",
+            "release",
+            "--force",
+        ])
+        .run();
+    ran.assert(Expect::success().stdout("job was not held\n"));
+    let ran = Lockrun::new()
+        .args(["--redis", &redis.url(), "-k", "a", "status", "-k", "b"])
+        .run();
+    ran.assert(Expect::code(64).stderr(
+        "lockrun: --key is given twice, with two names: give it once; see 'lockrun --help'\n",
+    ));
+    let ran = Lockrun::new()
+        .args(["--redis", &redis.url(), "status"])
+        .run();
+    ran.assert(Expect::code(64).stderr(
+        "lockrun: the following required arguments were not provided: --key <NAME>; see \
+         'lockrun --help'\n",
+    ));
+    let ran = Lockrun::new()
+        .args(["--redis", &redis.url(), "-k", "job", "list"])
+        .run();
+    ran.assert(Expect::code(64).stderr(
+        "lockrun: --key is an option of a run, not of 'lockrun list'; see 'lockrun --help'\n",
+    ));
+}
+
 #[test]
 fn short_help_fits_a_screen_and_says_where_the_rest_is() {
     let short = Lockrun::new().arg("-h").run();
