@@ -71,7 +71,7 @@ fn passwords_come_from_the_environment_or_url_and_never_show() {
         .run();
     ran.assert(
         Expect::code(69)
-            .stderr_has("refused authentication")
+            .stderr_has("refused user 'default' with the password from the URL")
             .stderr_one_line(),
     );
     assert!(ran.took < Duration::from_secs(10), "took {:?}", ran.took);
