@@ -509,26 +509,28 @@ pub(crate) fn parse() -> Result<Option<Cli>, Error> {
 /// `args` (program name first) as lockrun's command line, with where the
 /// URLs came from.
 pub(crate) fn parse_from(args: &[OsString]) -> Result<Cli, clap::Error> {
-    let cmd = command();
-    let matches = cmd.clone().try_get_matches_from(args)?;
+    // The definition is built again only for a subcommand or an error: a
+    // run, the common case, pays for one.
+    let matches = command().try_get_matches_from(args)?;
     if let Some((name, _)) = matches.subcommand() {
         // The Redis options are global and go before a subcommand too, and
         // so does the lock's name for the subcommands that take one; a
         // run's own options do not apply to a subcommand.
         let takes_key = matches!(name, "status" | "release");
-        let given = cmd
+        let given = command()
             .get_arguments()
             .filter(|arg| !arg.is_global_set())
             .filter(|arg| !(takes_key && arg.get_id() == "key"))
             .find(|arg| {
                 matches.value_source(arg.get_id().as_str())
                     == Some(clap::parser::ValueSource::CommandLine)
+            })
+            .map(|arg| {
+                arg.get_long()
+                    .map_or_else(String::new, |long| format!("--{long}"))
             });
-        if let Some(arg) = given {
-            let flag = arg
-                .get_long()
-                .map_or_else(String::new, |long| format!("--{long}"));
-            return Err(cmd.clone().error(
+        if let Some(flag) = given {
+            return Err(command().error(
                 clap::error::ErrorKind::ArgumentConflict,
                 format!("{flag} is an option of a run, not of 'lockrun {name}'"),
             ));
@@ -543,14 +545,14 @@ pub(crate) fn parse_from(args: &[OsString]) -> Result<Cli, clap::Error> {
         _ => None,
     } {
         if key.is_some() && before.is_some() && *key != before {
-            return Err(cmd.clone().error(
+            return Err(command().error(
                 clap::error::ErrorKind::ArgumentConflict,
                 "--key is given twice, with two names: give it once",
             ));
         }
         *key = key.take().or(before);
         if key.is_none() {
-            return Err(cmd.clone().error(
+            return Err(command().error(
                 clap::error::ErrorKind::MissingRequiredArgument,
                 "the following required arguments were not provided: --key <NAME>",
             ));
