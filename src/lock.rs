@@ -336,9 +336,14 @@ impl Lock {
 
     /// The grant a wake-up message announced; see `Server::handed_over`.
     /// Only one server hands a lease over: a quorum does not queue.
-    pub(crate) fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant> {
+    pub(crate) fn handed_over(
+        &mut self,
+        fence: u64,
+        slot: Option<u32>,
+        renew_every: Duration,
+    ) -> Option<Grant> {
         match self.servers.as_mut_slice() {
-            [one] => one.handed_over(fence, slot),
+            [one] => one.handed_over(fence, slot, renew_every),
             _ => None,
         }
     }

@@ -75,9 +75,14 @@ pub(crate) trait Contended {
     async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried;
     /// `None` when nobody sends this lock's waiters messages.
     async fn subscribe_wakes(&mut self) -> Subscription;
-    /// The grant a wake-up message announced, if it can be used as it is;
-    /// the lease is this run's either way.
-    fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant>;
+    /// The grant a wake-up message announced, if it can be used as it is
+    /// (`Server::handed_over` decides); the lease is this run's either way.
+    fn handed_over(
+        &mut self,
+        fence: u64,
+        slot: Option<u32>,
+        renew_every: Duration,
+    ) -> Option<Grant>;
     /// The lock's name in Redis, for verbose lines.
     fn redis_key(&self) -> &str;
     /// The name given to `--key`, for systemd's status.
@@ -97,8 +102,13 @@ impl Contended for Lock {
         Lock::subscribe_wakes(self).await
     }
 
-    fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant> {
-        Lock::handed_over(self, fence, slot)
+    fn handed_over(
+        &mut self,
+        fence: u64,
+        slot: Option<u32>,
+        renew_every: Duration,
+    ) -> Option<Grant> {
+        Lock::handed_over(self, fence, slot, renew_every)
     }
 
     fn redis_key(&self) -> &str {
@@ -464,7 +474,11 @@ impl<L: Contended> Waiter<'_, L> {
             tokio::select! {
                 wake = wakes.next() => match wake {
                     Some(Wake::Granted { fence, slot }) => {
-                        return usable_as_handed(self.lock.handed_over(fence, slot), self.timing);
+                        // Not usable as it is: the next attempt confirms it.
+                        return self
+                            .lock
+                            .handed_over(fence, slot, self.timing.renew_every)
+                            .map(Attempt::Acquired);
                     }
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),
                     // The attempt just made said it listens: look again at
@@ -524,17 +538,6 @@ fn waiting(in_line: u64, queued: bool) -> Event {
         .with("queued", queued)
         .with("place", queued.then_some(in_line))
         .with("waiting", in_line)
-}
-
-/// A lease a release handed this run, if it can still be used as it is. It
-/// is counted from this run's first request; once that is longer ago than a
-/// renewal period, the first renewal would already be late, so the next
-/// attempt takes the lease afresh instead (the script sees it is ours and
-/// renews it). So does a run whose replicas must acknowledge the lease
-/// first (`grant` is then `None`).
-fn usable_as_handed(grant: Option<Grant>, timing: Timing) -> Option<Attempt> {
-    let grant = grant?;
-    (grant.sent.elapsed() < timing.renew_every).then_some(Attempt::Acquired(grant))
 }
 
 /// A random pause between half and all of `period`, so that waiters which

@@ -309,20 +309,31 @@ impl Server {
     }
 
     /// The grant a wake-up message announced: the release that sent it
-    /// handed this run the lease with fencing token `fence`. The lease is
-    /// counted from this run's first request, which the hand-over followed.
-    /// `None` when replicas must acknowledge the lease first: then the next
-    /// acquire call confirms it (the script finds it is ours already) and
-    /// waits for them, as for a lease this run took itself. Either way the
-    /// lease is this run's now, and its fencing token is noted.
-    pub(super) fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant> {
+    /// handed this run the lease with fencing token `fence`, which is this
+    /// run's from now on. The lease is counted from this run's first
+    /// request, which the hand-over followed.
+    ///
+    /// The one place that decides whether such a lease is used as it is.
+    /// It is not (`None`), and the next acquire call confirms it (the
+    /// script finds it is ours already and renews it), when:
+    /// - the first request went out a renewal period or more ago: the first
+    ///   renewal would already be late;
+    /// - replicas must acknowledge the lease: the call waits for them, as
+    ///   for a lease this run took itself;
+    /// - the run is `--once-per`: the call checks for the success its last
+    ///   holder may just have recorded.
+    pub(super) fn handed_over(
+        &mut self,
+        fence: u64,
+        slot: Option<u32>,
+        renew_every: Duration,
+    ) -> Option<Grant> {
         self.fence = Some(fence);
-        // A --once-per run confirms the lease, which checks for the success
-        // its last holder may just have recorded.
-        if self.acks != ReplicaAcks::Count(0) || self.hold == Hold::OncePer {
-            return None;
-        }
-        self.first_sent.map(|sent| Grant { fence, sent, slot })
+        let sent = self.first_sent?;
+        let as_it_is = self.acks == ReplicaAcks::Count(0)
+            && self.hold != Hold::OncePer
+            && sent.elapsed() < renew_every;
+        as_it_is.then_some(Grant { fence, sent, slot })
     }
 
     /// Raises this server's fence counter to at least `to`.
@@ -603,5 +614,66 @@ impl Server {
         if ran_on.is_some() && ran_on != self.listening.node.as_deref() {
             self.listening.end = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RENEW_EVERY: Duration = Duration::from_secs(10);
+
+    fn server(acks: ReplicaAcks, hold: Hold) -> Server {
+        let target = Target::parse("redis://127.0.0.1", None).expect("a valid URL");
+        let role = Role {
+            hold,
+            acks,
+            ..Role::operator()
+        };
+        let keys = Keys::new("lockrun:", "job");
+        Server::new(target, Duration::from_secs(2), keys, &role, false)
+    }
+
+    fn handed_over(server: &mut Server, asked_ago: Duration) -> Option<Grant> {
+        server.first_sent = Some(BootInstant::now() - asked_ago);
+        server.handed_over(42, None, RENEW_EVERY)
+    }
+
+    #[test]
+    fn a_lease_handed_over_is_used_as_it_is_while_in_time_for_its_first_renewal() {
+        let mut alone = server(ReplicaAcks::Count(0), Hold::Alone);
+        let grant = handed_over(&mut alone, Duration::from_secs(3)).expect("usable");
+        assert_eq!(grant.fence, 42);
+        let mut together = server(ReplicaAcks::Count(0), Hold::Together);
+        assert!(handed_over(&mut together, Duration::from_secs(3)).is_some());
+    }
+
+    #[test]
+    fn a_lease_handed_over_is_confirmed_first_when_late_replicated_or_once_per() {
+        let late = Duration::from_secs(11);
+        let soon = Duration::from_secs(3);
+        for (acks, hold, asked_ago) in [
+            (ReplicaAcks::Count(0), Hold::Alone, late),
+            (ReplicaAcks::Count(1), Hold::Alone, soon),
+            (ReplicaAcks::All, Hold::Alone, soon),
+            (ReplicaAcks::Count(0), Hold::OncePer, soon),
+        ] {
+            let mut server = server(acks, hold);
+            assert!(
+                handed_over(&mut server, asked_ago).is_none(),
+                "{acks:?} {hold:?}"
+            );
+            assert_eq!(
+                server.fence,
+                Some(42),
+                "the lease is this run's all the same"
+            );
+        }
+    }
+
+    #[test]
+    fn nothing_is_handed_over_before_the_first_request() {
+        let mut server = server(ReplicaAcks::Count(0), Hold::Alone);
+        assert!(server.handed_over(42, None, RENEW_EVERY).is_none());
     }
 }

@@ -64,9 +64,9 @@ struct Scripted {
     answers: VecDeque<Says>,
     last: Says,
     wakes: Option<Wakes>,
-    /// How long ago, on the boot clock, a handed-over lease was first asked
-    /// for.
-    asked_ago: Duration,
+    /// Whether a handed-over lease can be used as it is (what
+    /// `Server::handed_over` decides, tested beside it).
+    handed_as_it_is: bool,
     start: Instant,
     tries: Vec<(Duration, Mode)>,
     /// How many attempts came before each subscription.
@@ -83,7 +83,7 @@ impl Scripted {
             answers: answers.iter().copied().collect(),
             last: *answers.last().expect("at least one answer"),
             wakes: None,
-            asked_ago: Duration::ZERO,
+            handed_as_it_is: true,
             start: Instant::now(),
             tries: Vec::new(),
             subscribed_after: Vec::new(),
@@ -131,10 +131,10 @@ impl Contended for Scripted {
             .map_or(Subscription::NoMessages, Subscription::Wakes)
     }
 
-    fn handed_over(&mut self, fence: u64, _slot: Option<u32>) -> Option<Grant> {
-        Some(Grant {
+    fn handed_over(&mut self, fence: u64, _: Option<u32>, _: Duration) -> Option<Grant> {
+        self.handed_as_it_is.then(|| Grant {
             fence,
-            sent: BootInstant::now() - self.asked_ago,
+            sent: BootInstant::now(),
             slot: None,
         })
     }
@@ -312,9 +312,8 @@ async fn a_listening_waiter_refreshes_its_place_every_renewal_period() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lease_handed_over_is_used_at_once_while_in_time_for_its_first_renewal() {
+async fn a_lease_handed_over_that_is_usable_as_it_is_is_used_at_once() {
     let mut lock = Scripted::new(&[Queued(None)]).with_wakes(&[(3 * S, "granted 42")]);
-    lock.asked_ago = 3 * S;
     let started = Instant::now();
     let found = wait_on(&mut lock, Some(Wait::Forever))
         .await
@@ -332,11 +331,9 @@ async fn a_lease_handed_over_is_used_at_once_while_in_time_for_its_first_renewal
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_lease_handed_over_too_late_for_its_first_renewal_is_taken_afresh() {
+async fn a_lease_handed_over_that_is_not_usable_as_it_is_is_confirmed_at_once() {
     let mut lock = Scripted::new(&[Queued(None), Acquired]).with_wakes(&[(S, "granted 42")]);
-    // First asked for longer ago than a renewal period: the lease as handed
-    // over would already be due for renewal.
-    lock.asked_ago = 11 * S;
+    lock.handed_as_it_is = false;
     let found = wait_on(&mut lock, Some(Wait::Forever))
         .await
         .expect("acquired");
