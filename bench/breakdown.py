@@ -276,10 +276,10 @@ class Trace:
                           and child_of(e) in self.execs, what, t)
 
     def spawn_returned(self, spawn, before):
-        """When the spawn `spawn` gives its caller back: std's reads its
-        error pipe until the command's exec closes it (a read that returns
-        0, in the thread that forked, before `before`); a vfork returns at
-        the exec by itself, and has no such read."""
+        """When the spawn `spawn` gives its caller back: std's spawn reads
+        its error pipe until the command's exec closes it (a read that
+        returns 0, in the thread that forked, before `before`); a vfork
+        returns at the exec by itself, and has no such read."""
         eof = [e[2] for e in self.calls if e[0] == spawn[0] and e[3] in ("read", "recvfrom")
                and e[5] == "0" and e[1] >= spawn[1] and e[2] <= before]
         return max([spawn[2]] + eof[:1])
