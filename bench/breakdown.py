@@ -13,21 +13,31 @@ and on a free loopback TCP port (never the Redis on 6379), runs
 1. steps: perf trace (no ptrace stops: the traced processes run on), on
    a dozen system calls that mark the steps; perf itself competes for the
    CPU, so each step is longer than untraced ("wall" below is untraced):
-     exec          execve of lockrun, in the kernel
-     loader        execve returned -> Rust's runtime starts (the poll() on
-                   fds 0-2 that std makes first): ld.so and libc start-up
-     std + args    -> the async runtime is built (epoll_create1): std's own
-                   start-up, argument parsing, settings
-     runtime       -> the Redis socket is opened: runtime, signal handlers,
-                   token
-     connect       -> the first command is written to Redis
-     acquire       -> its reply is read
-     to spawn      -> the command is cloned (fork or vfork)
-     spawn         -> the command's execve succeeded
-     child runs    -> the command (`true`) exits
-     exit noticed  -> lockrun reaps it (wait4/waitid)
-     release       -> the release is written, and -> its reply is read
-     exit          -> lockrun's exit_group
+     exec            execve of lockrun, in the kernel
+     loader          execve returned -> Rust's runtime starts (the poll()
+                     on fds 0-2 that std makes first): ld.so and libc
+                     start-up
+     std + args      -> the async runtime is built (epoll_create1): std's
+                     own start-up, argument parsing, settings
+     runtime         -> the Redis socket is opened: runtime, signal
+                     handlers, token
+     connect         -> the first command is written to Redis
+     acquire         -> its reply is read
+     to fork         -> lockrun forks the command: std's spawn (fork, or
+                     clone without CLONE_VM; an older build's vfork)
+     fork, pre_exec  -> the child's first execve: the fork, std's set-up
+                     of the child, lockrun's pre_exec
+     command's exec  -> its execve succeeded: the PATH search's execve
+                     calls that fail, then the kernel's exec
+     child runs      -> the command (`true`) exits
+     exit noticed    -> lockrun reaps it (wait4/waitid)
+     release         -> the release is written, and -> its reply is read
+     exit            -> lockrun's exit_group
+   and one figure beside them, not a step between two others (lockrun and
+   its child run at once after the fork):
+     fork -> spawn returns   how long the spawn holds lockrun: until std
+                     reads EOF from its error pipe, which the command's
+                     exec closes (a vfork returns at the exec by itself)
 2. wall, CPU time and page faults per run, untraced: perf stat (software
    counters), lockrun alone (--no-inherit) and with its child;
 3. the floor under any Redis lock on this machine: a request's round trip,
@@ -58,18 +68,21 @@ import tempfile
 import time
 
 TRACED = ("execve,poll,epoll_create1,socket,connect,write,writev,sendto,"
-          "recvfrom,read,clone,clone3,vfork,wait4,waitid,exit_group")
+          "recvfrom,read,clone,clone3,fork,vfork,wait4,waitid,exit_group")
 # perf trace's lines: "START ( DURATION ms): COMM/PID CALL(ARGS) = RET", or
 # "... [continued]: CALL()) = RET" for a call other lines cut in two; START
 # is "?" for a return perf saw no entry for (a child's first return from
-# clone or vfork, or a return perf took before its entry).
+# fork, clone or vfork, or a return perf took before its entry).
 LINE = re.compile(r"^\s*([\d.]+|\?) \(\s*(?:([\d.]+) ms)?\s*\): (\S+)/(\d+) (.*)$")
 CALL = re.compile(r"^\s*(\.\.\. \[continued\]: )?(\w+)\((.*)\)\s+=\s*(\S*)")
 # A call's first half, "CALL(ARGS) ...": its args, which the other half lacks.
 UNFINISHED = re.compile(r"^\s*(\w+)\((.*)\)\s*\.\.\.$")
 FD = re.compile(r"^fd: (\d+)")
 LOST = re.compile(r"LOST (\d+) events")
-CLONES = ("clone", "clone3", "vfork")
+# The calls that start a process or thread: std's spawn forks with fork
+# (musl on x86_64) or clone without CLONE_VM (glibc); threads and an older
+# lockrun's spawn use clone, clone3 or vfork.
+CLONES = ("clone", "clone3", "fork", "vfork")
 # wait4's and waitid's options as perf trace prints them: the flags it has
 # names for, the others in hex (WEXITED, WNOWAIT).
 WAIT_FLAGS = {"NOHANG": 0x1, "UNTRACED": 0x2, "CONTINUED": 0x8}
@@ -139,7 +152,7 @@ def perf_trace(events, out):
 
 
 def child_of(e):
-    """The pid a clone, clone3 or vfork returned (its child), or None."""
+    """The pid a call of CLONES returned (its child), or None."""
     return int(e[5]) if e[5].isdigit() and e[5] != "0" else None
 
 
@@ -180,8 +193,8 @@ class Trace:
     the returns perf printed without a time, (tid, None, None, ...) alike;
     `lost`, the events perf said it lost. A process is told by what its
     calls do, not by their order or its name: the command's spawn is the
-    clone whose child calls execve (a thread never does), and a thread's
-    calls count as its process's."""
+    fork or clone whose child calls execve (a thread never does), and a
+    thread's calls count as its process's."""
 
     def __init__(self, path):
         self.calls, self.untimed, self.lost = [], [], 0
@@ -216,8 +229,8 @@ class Trace:
         self.calls.sort(key=lambda e: e[1])
         every = self.calls + self.untimed
         self.execs = {e[0] for e in every if e[3] == "execve"}
-        # A clone's child that never calls execve is a thread of the caller's
-        # (or a fork that runs the caller's code): its calls are the caller's.
+        # A child that never calls execve is a thread of the caller's (or a
+        # fork that runs the caller's code): its calls are the caller's.
         self.parent = {child_of(e): e[0] for e in every
                        if e[3] in CLONES and child_of(e) and child_of(e) not in self.execs}
 
@@ -257,10 +270,19 @@ class Trace:
         return min(done, key=lambda e: e[2])
 
     def spawn(self, pid, what, t=float("-inf")):
-        """The first clone (clone, clone3, vfork) by process `pid` from `t` on
-        whose child calls execve: a command's spawn, not a thread's start."""
+        """The first call of CLONES by process `pid` from `t` on whose child
+        calls execve: a command's spawn, not a thread's start."""
         return self.first(lambda e: e[3] in CLONES and self.process(e[0]) == pid
                           and child_of(e) in self.execs, what, t)
+
+    def spawn_returned(self, spawn, before):
+        """When the spawn `spawn` gives its caller back: std's spawn reads
+        its error pipe until the command's exec closes it (a read that
+        returns 0, in the thread that forked, before `before`); a vfork
+        returns at the exec by itself, and has no such read."""
+        eof = [e[2] for e in self.calls if e[0] == spawn[0] and e[3] in ("read", "recvfrom")
+               and e[5] == "0" and e[1] >= spawn[1] and e[2] <= before]
+        return max([spawn[2]] + eof[:1])
 
     def reaping(self, pid, child, t, what):
         """The call by process `pid` that reaped `child`, which exited at `t`."""
@@ -291,7 +313,8 @@ def in_order(marks):
 
 
 def parse_trace(path, lockrun):
-    """The step marks of one traced run, in ms since lockrun's execve."""
+    """The step marks of one traced run, in ms since lockrun's execve, and
+    how long its spawn held lockrun (fork -> spawn returns), in ms."""
     trace = Trace(path)
     name = os.path.basename(lockrun)[:15]
     first = trace.first(lambda e: e[3] == "execve" and e[5] == "0" and e[6] == name,
@@ -320,11 +343,13 @@ def parse_trace(path, lockrun):
         return e[3] in ("recvfrom", "read") and on_redis(e) and e[5] not in ("", "?", "-1", "0")
 
     marks["acquire"] = after(connect[1], sent, "acquire written to Redis")[1]
-    marks["to spawn"] = after(marks["acquire"], read, "acquire's reply read")[1]
-    spawn = trace.spawn(me, "clone of the command (a clone whose child calls execve)",
-                        marks["to spawn"])
+    marks["to fork"] = after(marks["acquire"], read, "acquire's reply read")[1]
+    spawn = trace.spawn(me, "fork of the command (a fork or clone whose child calls execve)",
+                        marks["to fork"])
     child = child_of(spawn)
-    marks["spawn"] = spawn[1]
+    marks["fork, pre_exec"] = spawn[1]
+    marks["command's exec"] = trace.first(lambda e: e[0] == child and e[3] == "execve",
+                                          "execve by the command", spawn[1])[1]
     marks["child runs"] = trace.ran(child, "execve of the command that succeeded", spawn[1])[2]
     marks["exit noticed"] = trace.exited(child, "exit_group of the command",
                                          marks["child runs"])[1]
@@ -333,7 +358,8 @@ def parse_trace(path, lockrun):
     marks["exit"] = after(after(marks["release"], sent, "release written to Redis")[1], read,
                           "release's reply read")[1]
     marks["end"] = after(marks["exit"], lambda e: e[3] == "exit_group", "lockrun's exit_group")[1]
-    return in_order(marks)
+    held = trace.spawn_returned(spawn, marks["release"]) - spawn[1]
+    return in_order(marks), held
 
 
 def why_unread(reasons):
@@ -367,14 +393,18 @@ def steps(args, sock, work):
                     shutil.copy(trace, os.path.join(args.keep, f"unread-{i}-{os.path.basename(binary)}"))
 
     table = {}
-    for binary, marks in runs.items():
-        if not marks:
+    for binary, traced in runs.items():
+        if not traced:
             print(f"steps: no trace of {binary} could be read: {why_unread(reasons)}\n")
             return None
+        marks = [m for m, _ in traced]
         names = list(marks[0])
         table[binary] = [(here, statistics.median(r[here] for r in marks),
                           statistics.median(r[there] - r[here] for r in marks))
                          for here, there in zip(names, names[1:])]
+        forked = statistics.median(r["fork, pre_exec"] for r in marks)
+        table[binary].append(("(fork -> spawn returns)", forked,
+                              statistics.median(held for _, held in traced)))
         table[binary].append(("(traced total)", 0.0, statistics.median(r["end"] for r in marks)))
     if reasons:
         print(f"({sum(reasons.values())} of the traces could not be read, and are left out: "
@@ -387,8 +417,8 @@ HANDOFF_STEPS = {
     "command exits": "holder's command exits -> reaped",
     "exit noticed": "-> lets go (lockrun: release written; flock: exits)",
     "lock let go": "-> waiter has it (lockrun: grant read; flock: flock() returns)",
-    "waiter has it": "-> waiter clones its command",
-    "spawn": "-> the command's execve done",
+    "waiter has it": "-> waiter forks its command",
+    "fork": "-> the command's execve done",
 }
 
 
@@ -399,7 +429,7 @@ def parse_handoff(path, tool):
     go of the lock (lockrun: writes the release to Redis; flock: exits, and
     the kernel drops the lock with its file); the waiter learns it has the
     lock (lockrun: reads the grant from Redis; flock: its flock() returns);
-    it clones its command, whose execve succeeds. Raises Incomplete, saying
+    it forks its command, whose execve succeeds. Raises Incomplete, saying
     which mark it lacks, for a trace that does not have them all.
     """
     trace = Trace(path)
@@ -416,7 +446,8 @@ def parse_handoff(path, tool):
     def by(pid, names):
         return lambda e: e[3] in names and trace.process(e[0]) == pid
 
-    spawn = trace.spawn(holder, "clone of the holder's command (a clone whose child calls execve)")
+    spawn = trace.spawn(holder, "fork of the holder's command (a fork or clone whose child "
+                                "calls execve)")
     child = child_of(spawn)
     marks = {"command exits": trace.exited(child, "exit_group of the holder's command")[1]}
     marks["exit noticed"] = trace.reaping(holder, child, marks["command exits"],
@@ -441,9 +472,10 @@ def parse_handoff(path, tool):
                                                 and e[5] not in ("", "?", "-1", "0"),
                                                 "read from Redis by the waiter",
                                                 marks["lock let go"])[2]
-    clone = trace.spawn(waiter, "clone of the waiter's command (a clone whose child calls execve)")
-    marks["spawn"] = clone[1]
-    marks["end"] = trace.ran(child_of(clone), "execve of the waiter's command that succeeded")[2]
+    fork = trace.spawn(waiter, "fork of the waiter's command (a fork or clone whose child "
+                               "calls execve)")
+    marks["fork"] = fork[1]
+    marks["end"] = trace.ran(child_of(fork), "execve of the waiter's command that succeeded")[2]
     return in_order(marks)
 
 
