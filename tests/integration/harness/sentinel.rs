@@ -169,15 +169,14 @@ impl SentinelSet {
     /// Waits until every live sentinel has reached every other one, which
     /// their vote for a failover needs. A sentinel that tried to reach
     /// another before it listened tries again only a second later, so the
-    /// set may start without it.
+    /// set may start without it. (After a failover a sentinel keeps
+    /// flagging the others `master_down` for a few seconds: that is their
+    /// last vote, not their link.)
     fn until_linked(&self) {
         for sentinel in self.sentinels.iter().filter(|s| s.is_running()) {
             wait_until("sentinels linked", || {
-                sentinel_list(sentinel, "SENTINELS").is_some_and(|others| {
-                    others
-                        .iter()
-                        .all(|other| field_is(other, "flags", "sentinel"))
-                })
+                sentinel_list(sentinel, "SENTINELS")
+                    .is_some_and(|others| others.iter().all(|other| reached(other)))
             });
         }
     }
@@ -325,6 +324,16 @@ fn pairs(flat: &[String]) -> HashMap<String, String> {
     flat.chunks_exact(2)
         .map(|pair| (pair[0].clone(), pair[1].clone()))
         .collect()
+}
+
+/// Whether a sentinel's account of another instance says it answers: not
+/// down, and not disconnected.
+fn reached(instance: &HashMap<String, String>) -> bool {
+    instance.get("flags").is_some_and(|flags| {
+        flags
+            .split(',')
+            .all(|flag| !matches!(flag, "disconnected" | "s_down" | "o_down"))
+    })
 }
 
 /// Whether `field` of a sentinel's account of an instance is `value`: for
