@@ -173,10 +173,15 @@ impl SentinelSet {
     /// flagging the others `master_down` for a few seconds: that is their
     /// last vote, not their link.)
     fn until_linked(&self) {
-        for sentinel in self.sentinels.iter().filter(|s| s.is_running()) {
+        let live: Vec<&Server> = self.sentinels.iter().filter(|s| s.is_running()).collect();
+        let is_live = |other: &HashMap<String, String>| {
+            live.iter()
+                .any(|s| other.get("port") == Some(&s.port().to_string()))
+        };
+        for sentinel in &live {
             wait_until("sentinels linked", || {
                 sentinel_list(sentinel, "SENTINELS")
-                    .is_some_and(|others| others.iter().all(|other| reached(other)))
+                    .is_some_and(|others| others.iter().filter(|other| is_live(other)).all(reached))
             });
         }
     }
