@@ -114,7 +114,8 @@ fn listening(server: &Server, key: &str) -> usize {
 fn run_and_wait(server: &Server, user: &str, key: &str) -> Result<(), Broken> {
     let run = || as_user(server, user).key(key);
     check("run", &run().command(["true"]).run(), 0)?;
-    let holder = run().args(["--ttl", "2s"]).hold();
+    // Renewing often, so that the renewal awaited below comes at once.
+    let holder = run().args(["--ttl", "2s", "--renew-every", "100ms"]).hold();
     check("busy", &run().command(["true"]).run(), 75)?;
     let renewed = crate::acks::renewed(server, key);
     assert!(renewed, "never renewed: {}", holder.stderr());

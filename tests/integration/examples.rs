@@ -13,7 +13,10 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use wait_timeout::ChildExt;
 
-use crate::harness::{alive, eventually, parent, scratch, Server, LOCKRUN, NO_CONFIG, PATIENCE};
+use crate::harness::{
+    alive, eventually, log_file, parent, read_log, scratch, wait_for_text, Server, LOCKRUN,
+    NO_CONFIG, PATIENCE,
+};
 
 /// Stands in for the project's own deploy script, which deploy.sh runs as
 /// `./scripts/deploy.sh ENV ARG...`: it writes its pid, then either hangs
@@ -57,6 +60,7 @@ impl Deploy {
             .env_remove("LOCKRUN_REDIS_PASSWORD")
             .env_remove("LOCKRUN_PREFIX")
             .stdin(Stdio::null())
+            .stderr(log_file(&dir.path().join("stderr")))
             .spawn()
             .expect("run deploy.sh");
         Deploy { script, dir }
@@ -112,7 +116,12 @@ fn deploy_sh_exits_with_the_deploys_status() {
     // Redis unreachable: the deploy waits it out (--wait 15m) without
     // running, until the CI runner cancels the job.
     let mut deploy = Deploy::start("redis://127.0.0.1:1", "0");
-    std::thread::sleep(std::time::Duration::from_secs(1));
+    let stderr = deploy.dir.path().join("stderr");
+    assert!(
+        wait_for_text(&stderr, "; still waiting"),
+        "lockrun never said it waits for Redis: {}",
+        read_log(&stderr)
+    );
     assert_eq!(deploy.script.try_wait().ok(), Some(None), "still waiting");
     kill(Pid::from_raw(deploy.script.id() as i32), Signal::SIGTERM).expect("SIGTERM deploy.sh");
     assert_eq!(

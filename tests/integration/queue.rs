@@ -302,11 +302,11 @@ fn a_release_skips_a_first_waiter_that_was_killed() {
 fn a_dead_first_waiter_blocks_the_line_no_longer_than_its_ttl() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
-    let mut dead = wait_in_line(&redis, &["--wait", "1m", "--ttl", "2s"], dir.path(), "dead");
+    let mut holder = redis.lockrun("job").args(["--ttl", "1s"]).hold();
+    let mut dead = wait_in_line(&redis, &["--wait", "1m", "--ttl", "1s"], dir.path(), "dead");
     let next = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "next");
     // No release, and no hand-over to notice it by: the holder's lease and
-    // the first waiter's place run out on their own, each within 2s.
+    // the first waiter's place run out on their own, each within 1s.
     let killed = Instant::now();
     holder.run.signal(Signal::SIGKILL);
     dead.signal(Signal::SIGKILL);
@@ -319,7 +319,7 @@ fn a_dead_first_waiter_blocks_the_line_no_longer_than_its_ttl() {
         next,
         "next",
         (killed, "the deaths"),
-        Duration::from_secs(2) + Duration::from_secs(8),
+        Duration::from_secs(1) + Duration::from_secs(8),
     );
 }
 
@@ -327,7 +327,7 @@ fn a_dead_first_waiter_blocks_the_line_no_longer_than_its_ttl() {
 fn a_lease_that_runs_out_unreleased_goes_to_the_first_waiter() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "1s"]).hold();
     let names = ["w1", "w2", "w3"];
     let mut runs: Vec<Running> = names
         .iter()
@@ -344,7 +344,7 @@ fn a_lease_that_runs_out_unreleased_goes_to_the_first_waiter() {
 fn a_waiter_that_becomes_first_notices_a_lease_shorter_than_its_own_refresh() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "1s"]).hold();
     let mut ahead = wait_in_line(&redis, &["--wait", "1m"], dir.path(), "ahead");
     // It refreshes its place every 20s: only being told that it is first,
     // and how long the lease has left, lets it notice the lease run out.
@@ -365,7 +365,7 @@ fn a_waiter_that_becomes_first_notices_a_lease_shorter_than_its_own_refresh() {
         dir.path(),
         slow,
         "slow",
-        (killed, "the holder died with 2s of lease left"),
+        (killed, "the holder died with 1s of lease left"),
         Duration::from_secs(12),
     );
 }

@@ -9,6 +9,7 @@
 //! test of the harness's states. `migration_line.rs` moves the lock's keys
 //! by hand, some to each node.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,13 +25,14 @@ use crate::harness::*;
 const NAME: &str = "job3717";
 const LEASE: &str = "lockrun:{job3717}";
 const FENCE: &str = "lockrun:{job3717}:fence";
+const PLACES: &str = "lockrun:{job3717}:places";
 /// Every key a lock can have (src/lock/protocol.rs).
 const LOCK_KEYS: [&str; 10] = [
     LEASE,
     "lockrun:{job3717}:holder",
     FENCE,
     "lockrun:{job3717}:queue",
-    "lockrun:{job3717}:places",
+    PLACES,
     "lockrun:{job3717}:waiters",
     "lockrun:{job3717}:supersedable",
     "lockrun:{job3717}:done",
@@ -39,11 +41,12 @@ const LOCK_KEYS: [&str; 10] = [
 ];
 
 /// Other keys in the lock's slot. Moved one per `MIGRATE`
-/// (`--cluster-pipeline 1`), they take redis-cli 3.5 s on an idle machine,
-/// and about twice that beside the runs of a test: longer than a lease, and
-/// long enough for a release and both waiters' turns to fall inside the
-/// move.
-const FILLER: usize = 50_000;
+/// (`--cluster-pipeline 1`) beside the runs of the test, they take redis-cli
+/// about 3 s on an idle machine, when the holder has released after about
+/// 700 of them and both waiters' turns take under a second more: the
+/// release and the waiters' turns fall inside the move with room for a
+/// loaded machine, which slows the move as it slows the runs.
+const FILLER: usize = 15_000;
 const PIPELINE: u32 = 1;
 
 /// Every run's lease. The Redis timeout is left to its default, ttl/10 =
@@ -220,6 +223,22 @@ fn lock_keys_on(cluster: &Cluster) -> Vec<(u16, Vec<String>)> {
         .map(|port| (port, keys_held_by(cluster.node(port), &LOCK_KEYS)))
         .filter(|(_, keys)| !keys.is_empty())
         .collect()
+}
+
+/// When each place in the lock's line runs out (ms, Redis's clock), by
+/// run, on the node that owns the lock's slot.
+fn places(cluster: &Cluster) -> BTreeMap<String, u64> {
+    let owner = cluster.node(cluster.owner(LEASE).0);
+    let places: Vec<(String, u64)> = owner
+        .query(
+            redis::cmd("ZRANGE")
+                .arg(PLACES)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+        )
+        .unwrap_or_default();
+    places.into_iter().collect()
 }
 
 /// Starts waiter `name`, and returns once it has its place in line behind
@@ -467,11 +486,19 @@ fn a_release_after_the_slot_moved_hands_the_lock_to_the_line_at_once() {
     move_lock_keys(&slot);
     slot.finish();
     let moved = Instant::now();
+    let before = places(&cluster);
+    assert_eq!(before.len(), 2, "the waiters' places: {before:?}");
     scene.impatient.wait_for_tries(3, moved);
     // Not a wait for an outcome but the scenario: the release comes once
-    // each waiter has refreshed its place since the move.
-    let refresh = Duration::from_millis(2500);
-    std::thread::sleep(refresh.saturating_sub(moved.elapsed()));
+    // each waiter has refreshed its place since the move, which pushes its
+    // end back.
+    let refreshed = eventually(PATIENCE, || {
+        let now = places(&cluster);
+        before
+            .iter()
+            .all(|(id, end)| now.get(id).is_some_and(|later| later > end))
+    });
+    assert!(refreshed, "the waiters never refreshed their places");
     let context = moved_keys_at(&slot, "at the release");
     let released = scene.release(&context);
     scene.waiters_ran(released, &context);

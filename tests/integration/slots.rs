@@ -106,7 +106,11 @@ fn slots_go_to_waiters_in_arrival_order_each_taking_the_place_freed() {
 #[test]
 fn slots_place_of_a_sigkilled_holder_goes_to_the_next_waiter() {
     let redis = Server::start();
-    let mut holders: Vec<Holder> = (0..3).map(|_| slot_holder(&redis, "3", "2s")).collect();
+    // The one to be killed holds the shortest lease, which the test waits out.
+    let mut holders: Vec<Holder> = ["2s", "1s", "2s"]
+        .into_iter()
+        .map(|ttl| slot_holder(&redis, "3", ttl))
+        .collect();
     let mut waiter = slot_waiter(&redis, "3", "2s");
     let mut later = slot_waiter(&redis, "3", "2s");
 
@@ -117,7 +121,7 @@ fn slots_place_of_a_sigkilled_holder_goes_to_the_next_waiter() {
         eventually(PATIENCE, || !alive(holders[1].child())),
         "the command outlived lockrun"
     );
-    // Nobody released the dead run's place: its lease runs out (2s), and the
+    // Nobody released the dead run's place: its lease runs out (1s), and the
     // first waiter, not the second, takes it.
     waiter.until_entered();
     let took = killed.elapsed();

@@ -305,7 +305,7 @@ fn slots_timeout_stops_the_command_and_frees_its_place() {
 #[test]
 fn slots_keys_expire_with_the_latest_lease() {
     let redis = Server::start();
-    let short = slot_holder(&redis, "2", "3s");
+    let short = slot_holder(&redis, "2", "1s");
     let mut long = slot_holder(&redis, "2", "20s");
     let pttl = |suffix: &str| -> i64 {
         redis

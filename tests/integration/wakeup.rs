@@ -92,7 +92,7 @@ fn a_waiter_listens_on_the_connection_it_calls_on() {
 fn a_waiter_acquires_after_the_holder_is_killed_and_its_lease_runs_out() {
     let redis = Server::start();
     let dir = scratch();
-    let mut holder = redis.lockrun("job").args(["--ttl", "3s"]).hold();
+    let mut holder = redis.lockrun("job").args(["--ttl", "1s"]).hold();
     let first = holder.fence();
     let mut waiter = redis
         .lockrun("job")

@@ -54,9 +54,7 @@ impl Cluster {
         let nodes: Vec<Server> = free_ports(6)
             .into_iter()
             .map(|port| match tls {
-                Some(certs) => {
-                    Server::tls(port, false, &format!("{config}tls-cluster yes\n"), certs)
-                }
+                Some(certs) => Server::tls(port, &format!("{config}tls-cluster yes\n"), certs),
                 None => Server::node(port, &config),
             })
             .collect();

@@ -58,46 +58,58 @@ impl SentinelSet {
         let auth = passwords.redis.map_or_else(String::new, |pass| {
             format!("requirepass {pass}\nmasterauth {pass}\n")
         }) + extra;
-        let start = |port: u16, sentinel: bool, config: &str| match (tls, sentinel) {
-            (Some(certs), _) => Server::tls(port, sentinel, config, certs),
-            (None, false) => Server::node(port, config),
-            (None, true) => Server::sentinel(port, config),
+        let start = |port: u16, config: &str| match tls {
+            Some(certs) => Server::tls(port, config, certs),
+            None => Server::node(port, config),
         };
-        let mut servers = vec![start(primary, false, &auth)];
+        let mut servers = vec![start(primary, &auth)];
         for &port in &ports[1..3] {
             servers.push(start(
                 port,
-                false,
                 &format!("{auth}replicaof 127.0.0.1 {primary}\n"),
             ));
         }
-        // Sentinels learn of replicas from the primary's INFO, which they
-        // read on connecting and then only every 10 s: start them once the
-        // replicas are linked, so that the first reading finds both.
         for replica in &servers[1..] {
             wait_until("replica linked", || {
                 replica.info("replication", "master_link_status").as_deref() == Some("up")
             });
         }
+        // What `--replica-acks all` counts: the replicas the primary has
+        // online.
+        wait_until("replicas online", || online_replicas(&servers[0]) == 2);
         let config = sentinel_config(primary, passwords);
-        let sentinels = ports[3..]
+        let configs: Vec<(u16, String)> = ports[3..]
             .iter()
-            .map(|&port| start(port, true, &config))
+            .map(|&port| {
+                let known = known_topology(port, &ports[1..3], &ports[3..]);
+                (port, format!("{config}{known}"))
+            })
             .collect();
+        let sentinels = Server::sentinels_together(&configs, tls);
         let mut set = SentinelSet {
             sentinels,
             servers,
             tls: tls.is_some(),
             started_in: Duration::ZERO,
         };
-        // A failover needs every sentinel to know both replicas and both
-        // other sentinels.
+        // lockrun asks any sentinel for the primary, and its replicas for
+        // acknowledgements: every sentinel knows all three, has reached
+        // them, and knows the other two sentinels (`until_linked` waits
+        // for it to reach them too, which only a failover needs).
         for sentinel in &set.sentinels {
             wait_until("sentinel ready", || {
-                sentinel_master(sentinel).is_some_and(|master| {
+                let counted = sentinel_master(sentinel).is_some_and(|master| {
                     master.get("num-slaves").map(String::as_str) == Some("2")
                         && master.get("num-other-sentinels").map(String::as_str) == Some("2")
-                })
+                        && field_is(&master, "flags", "master")
+                });
+                counted
+                    && sentinel_list(sentinel, "REPLICAS").is_some_and(|replicas| {
+                        replicas.iter().all(|replica| {
+                            field_is(replica, "flags", "slave")
+                                && field_is(replica, "master-link-status", "ok")
+                        })
+                    })
             });
         }
         set.started_in = began.elapsed();
@@ -154,9 +166,30 @@ impl SentinelSet {
         began.elapsed()
     }
 
+    /// Waits until every live sentinel has reached every other one, which
+    /// their vote for a failover needs. A sentinel that tried to reach
+    /// another before it listened tries again only a second later, so the
+    /// set may start without it. (After a failover a sentinel keeps
+    /// flagging the others `master_down` for a few seconds: that is their
+    /// last vote, not their link.)
+    fn until_linked(&self) {
+        let live: Vec<&Server> = self.sentinels.iter().filter(|s| s.is_running()).collect();
+        let is_live = |other: &HashMap<String, String>| {
+            live.iter()
+                .any(|s| other.get("port") == Some(&s.port().to_string()))
+        };
+        for sentinel in &live {
+            wait_until("sentinels linked", || {
+                sentinel_list(sentinel, "SENTINELS")
+                    .is_some_and(|others| others.iter().filter(|other| is_live(other)).all(reached))
+            });
+        }
+    }
+
     /// Kills the current primary and returns its port at once, before the
     /// sentinels notice.
     pub fn kill_primary(&mut self) -> u16 {
+        self.until_linked();
         let old = self.primary().port();
         on_port_mut(&mut self.servers, old).kill();
         old
@@ -182,6 +215,7 @@ impl SentinelSet {
     /// goes on as a primary for a while (Sentinel demotes it about 10 s
     /// later). Returns the new primary's port.
     pub fn manual_failover(&self) -> u16 {
+        self.until_linked();
         let old = self.primary().port();
         let sentinel = self
             .sentinels
@@ -222,6 +256,15 @@ impl SentinelSet {
     }
 }
 
+/// How many replicas `primary` counts as online, as lockrun's scripts
+/// count them.
+fn online_replicas(primary: &Server) -> usize {
+    (0..2)
+        .filter_map(|i| primary.info("replication", &format!("slave{i}")))
+        .filter(|line| line.contains("state=online"))
+        .count()
+}
+
 pub fn is_primary(server: &Server) -> bool {
     server.info("replication", "role").as_deref() == Some("master")
 }
@@ -243,14 +286,63 @@ fn sentinel_config(primary: u16, passwords: Passwords<'_>) -> String {
     config
 }
 
+/// What a sentinel of the set is told in its file, as Sentinel itself
+/// writes there what it learned: its own id, both replicas and the other
+/// sentinels. Left to find them, it would learn of the other sentinels
+/// only from their hello messages, sent every 2 s. Nothing here starts a
+/// failover sooner: the set counts as started only once each sentinel
+/// reached every other instance itself.
+fn known_topology(me: u16, replicas: &[u16], sentinels: &[u16]) -> String {
+    // Any 40 characters; the port makes them unique within the set.
+    let id = |port: u16| format!("{port:040x}");
+    let mut known = format!("sentinel myid {}\n", id(me));
+    for replica in replicas {
+        known += &format!("sentinel known-replica {SERVICE} 127.0.0.1 {replica}\n");
+    }
+    for &other in sentinels.iter().filter(|&&port| port != me) {
+        known += &format!(
+            "sentinel known-sentinel {SERVICE} 127.0.0.1 {other} {}\n",
+            id(other)
+        );
+    }
+    known
+}
+
 /// `SENTINEL MASTER SERVICE` as a map, if the sentinel answers.
 fn sentinel_master(sentinel: &Server) -> Option<HashMap<String, String>> {
     let flat: Vec<String> = sentinel
         .query(redis::cmd("SENTINEL").arg("MASTER").arg(SERVICE))
         .ok()?;
-    Some(
-        flat.chunks_exact(2)
-            .map(|pair| (pair[0].clone(), pair[1].clone()))
-            .collect(),
-    )
+    Some(pairs(&flat))
+}
+
+/// `SENTINEL REPLICAS SERVICE` or `SENTINEL SENTINELS SERVICE`, one map
+/// per instance, if the sentinel answers.
+fn sentinel_list(sentinel: &Server, which: &str) -> Option<Vec<HashMap<String, String>>> {
+    let lists: Vec<Vec<String>> = sentinel
+        .query(redis::cmd("SENTINEL").arg(which).arg(SERVICE))
+        .ok()?;
+    Some(lists.iter().map(|flat| pairs(flat)).collect())
+}
+
+fn pairs(flat: &[String]) -> HashMap<String, String> {
+    flat.chunks_exact(2)
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect()
+}
+
+/// Whether a sentinel's account of another instance says it answers: not
+/// down, and not disconnected.
+fn reached(instance: &HashMap<String, String>) -> bool {
+    instance.get("flags").is_some_and(|flags| {
+        flags
+            .split(',')
+            .all(|flag| !matches!(flag, "disconnected" | "s_down" | "o_down"))
+    })
+}
+
+/// Whether `field` of a sentinel's account of an instance is `value`: for
+/// `flags`, only that flag, so neither down nor disconnected.
+fn field_is(instance: &HashMap<String, String>, field: &str, value: &str) -> bool {
+    instance.get(field).map(String::as_str) == Some(value)
 }

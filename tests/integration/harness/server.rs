@@ -69,27 +69,65 @@ impl Server {
         Self::new(Some(port), false, false, &format!("{DATA}{config}"), &[])
     }
 
-    /// A sentinel on `port` with `config` lines (`sentinel monitor ...`).
-    pub fn sentinel(port: u16, config: &str) -> Self {
-        Self::new(Some(port), false, true, config, &[])
+    /// A TLS-only data server of a topology on `port`, with `config` lines
+    /// added; the harness reaches it over TLS too.
+    pub fn tls(port: u16, config: &str, certs: &Certificates) -> Self {
+        let mut server = Self::configured_tls(port, false, config, certs);
+        server.launch();
+        server
     }
 
-    /// A TLS-only data server of a topology (`sentinel` false) or a
-    /// sentinel, on `port`, with `config` lines added; the harness reaches
-    /// it over TLS too.
-    pub fn tls(port: u16, sentinel: bool, config: &str, certs: &Certificates) -> Self {
+    /// Sentinels on the ports of `configs`, each with its config lines
+    /// (`sentinel monitor ...`; TLS-only with `certs`), all spawned before
+    /// any is waited for: a sentinel that tries to reach another one not
+    /// listening yet tries again only a second later.
+    pub fn sentinels_together(
+        configs: &[(u16, String)],
+        certs: Option<&Certificates>,
+    ) -> Vec<Self> {
+        let mut sentinels: Vec<Server> = configs
+            .iter()
+            .map(|(port, config)| {
+                let mut sentinel = match certs {
+                    Some(certs) => Self::configured_tls(*port, true, config, certs),
+                    None => Self::configured(Some(*port), false, true, config, &[]),
+                };
+                sentinel.spawn();
+                sentinel
+            })
+            .collect();
+        for sentinel in &mut sentinels {
+            sentinel.until_ready();
+        }
+        sentinels
+    }
+
+    fn configured_tls(port: u16, sentinel: bool, config: &str, certs: &Certificates) -> Self {
         let tls = certs.server_config(port);
         let config = if sentinel {
             format!("{tls}{config}")
         } else {
             format!("{DATA}{tls}{config}")
         };
-        let mut server = Self::new(Some(port), false, sentinel, &config, &[]);
+        let mut server = Self::configured(Some(port), false, sentinel, &config, &[]);
         server.tls = Some(certs.for_harness());
         server
     }
 
     fn new(port: Option<u16>, socket: bool, sentinel: bool, config: &str, args: &[&str]) -> Self {
+        let mut server = Self::configured(port, socket, sentinel, config, args);
+        server.launch();
+        server
+    }
+
+    /// Its directory and configuration file, and no process yet.
+    fn configured(
+        port: Option<u16>,
+        socket: bool,
+        sentinel: bool,
+        config: &str,
+        args: &[&str],
+    ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("lockrun-redis-")
             .tempdir()
@@ -113,7 +151,7 @@ impl Server {
             .map(|pair| pair[1])
             .or_else(|| config.lines().find_map(|l| l.strip_prefix("requirepass ")))
             .map(String::from);
-        let mut server = Server {
+        Server {
             dir,
             port,
             socket,
@@ -122,12 +160,15 @@ impl Server {
             sentinel,
             tls: None,
             process: None,
-        };
-        server.launch();
-        server
+        }
     }
 
     fn launch(&mut self) {
+        self.spawn();
+        self.until_ready();
+    }
+
+    fn spawn(&mut self) {
         let mut command = Command::new(redis_server());
         command.arg(self.dir.path().join("redis.conf"));
         if self.sentinel {
@@ -141,6 +182,10 @@ impl Server {
             .spawn()
             .unwrap_or_else(|err| panic!("{}: {err} (scripts/test installs it)", redis_server()));
         self.process = Some(process);
+    }
+
+    /// Waits until it accepts connections.
+    fn until_ready(&mut self) {
         let ready = eventually(PATIENCE, || match (&self.socket, self.port) {
             (Some(socket), _) => UnixStream::connect(socket).is_ok(),
             (None, Some(port)) => TcpStream::connect(("127.0.0.1", port)).is_ok(),

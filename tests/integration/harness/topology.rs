@@ -7,8 +7,8 @@ use super::process::take_port;
 use super::{eventually, Server, PATIENCE};
 
 /// How long a Sentinel set or cluster may take to start or to fail over.
-/// Measured here: about 2.5 s to start and 3 s to fail over; the rest is for
-/// a loaded machine.
+/// Measured here: about 2 s to start a cluster, 0.1 s a Sentinel set, and
+/// 3 s to fail over; the rest is for a loaded machine.
 pub const TOPOLOGY_PATIENCE: Duration = Duration::from_secs(40);
 
 /// `count` free loopback ports, each with port + 10000 free as well (a
