@@ -50,7 +50,7 @@ fn all_with_no_replica_warns_once_and_status_counts_the_acknowledgements() {
     // Held through several renewals, which find no replica either: one line.
     let holder = hold(&url);
     assert_eq!(acknowledged(&url), 0);
-    let renewed = renewed(primary, "job");
+    let renewed = primary.renewed("job", PATIENCE);
     assert!(renewed, "never renewed");
     holder.go();
     let mut holder = holder;
@@ -104,24 +104,6 @@ fn without_replicas(set: &mut SentinelSet) {
         primary.info("replication", "connected_slaves").as_deref() == Some("0")
     });
     assert!(gone, "the primary still counts replicas");
-}
-
-/// Waits until the lease of lock `key` on `server` is renewed: its time left
-/// only shrinks without a renewal, so a reading above the one before proves
-/// one. A reading that fails (an interrupted call) is skipped.
-pub fn renewed(server: &Server, key: &str) -> bool {
-    let pttl = || -> Option<i64> {
-        server
-            .query(redis::cmd("PTTL").arg(format!("lockrun:{{{key}}}")))
-            .ok()
-    };
-    let mut last = pttl();
-    eventually(PATIENCE, || {
-        let now = pttl();
-        let up = matches!((last, now), (Some(last), Some(now)) if last < now);
-        last = now.or(last);
-        up
-    })
 }
 
 /// The config line that takes WAIT away, as managed services and proxies

@@ -117,7 +117,7 @@ fn run_and_wait(server: &Server, user: &str, key: &str) -> Result<(), Broken> {
     // Renewing often, so that the renewal awaited below comes at once.
     let holder = run().args(["--ttl", "2s", "--renew-every", "100ms"]).hold();
     check("busy", &run().command(["true"]).run(), 75)?;
-    let renewed = crate::acks::renewed(server, key);
+    let renewed = server.renewed(key, PATIENCE);
     assert!(renewed, "never renewed: {}", holder.stderr());
     let dir = scratch();
     let log = dir.path().join("waiter");

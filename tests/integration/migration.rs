@@ -49,11 +49,8 @@ fn status(url: &str) -> serde_json::Value {
 
 /// Waits until the lease on `node` is renewed there (its expiry grows).
 fn renewed_on(node: &Server) -> bool {
-    let pttl = || ask(node, redis::cmd("PTTL").arg(LEASE)).unwrap_or(-2);
-    let mut last = pttl();
-    eventually(TOPOLOGY_PATIENCE, || {
-        let now = pttl();
-        std::mem::replace(&mut last, now) < now
+    renewal_seen(TOPOLOGY_PATIENCE, || {
+        ask(node, redis::cmd("PTTL").arg(LEASE))
     })
 }
 

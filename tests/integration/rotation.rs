@@ -7,7 +7,6 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use crate::acks::renewed;
 use crate::harness::*;
 
 /// The ACL user lockrun logs in as: the `default` user stays without a
@@ -79,7 +78,10 @@ fn a_holder_reconnects_with_the_rotated_password_and_keeps_its_lease() {
     // Only the new password lets a connection in now.
     let back = eventually(PATIENCE, || logged_in(&server));
     assert!(back, "lockrun never logged in again: {}", holder.stderr());
-    assert!(renewed(&server, "job"), "never renewed after the rotation");
+    assert!(
+        server.renewed("job", PATIENCE),
+        "never renewed after the rotation"
+    );
 
     holder.go();
     holder.end().assert(

@@ -21,17 +21,6 @@ const SURVIVE_FAILOVER: [&str; 8] = [
     "1s",
 ];
 
-/// Waits until the lease on `node` is renewed there. Without a renewal on
-/// that very node its expiry only shrinks (a failover's snapshot included),
-/// so one reading above the one before proves a renewal in between.
-fn renewed_on(node: &Server, name: &str) -> bool {
-    let mut last = node.pttl(name);
-    eventually(TOPOLOGY_PATIENCE, || {
-        let now = node.pttl(name);
-        std::mem::replace(&mut last, now) < now
-    })
-}
-
 /// A run holding lock `job` through a topology URL until the test says
 /// `go`. It waits for the lock, so that a topology still settling (a replica
 /// slow to acknowledge on a loaded machine) delays the test instead of
@@ -134,7 +123,7 @@ fn sentinel_run_keeps_its_lock_through_a_primary_crash() {
     let primary = set.primary();
     assert_ne!(primary.port(), first);
     assert!(
-        renewed_on(primary, "job"),
+        primary.renewed("job", TOPOLOGY_PATIENCE),
         "no renewal on the new primary; lockrun said: {}",
         holder.stderr()
     );
@@ -168,7 +157,7 @@ fn sentinel_run_moves_to_the_new_primary_while_the_old_one_still_takes_writes() 
     // lapse. Each call checks whom the sentinels name.
     let new = set.manual_failover();
     assert!(
-        renewed_on(set.server(new), "job"),
+        set.server(new).renewed("job", TOPOLOGY_PATIENCE),
         "no renewal on the new primary; lockrun said: {}",
         holder.stderr()
     );
@@ -377,7 +366,7 @@ fn cluster_run_keeps_its_lock_through_a_failover_of_its_slot() {
     let (new_owner, took) = cluster.kill_owner_and_fail_over("lockrun:{job}");
     eprintln!("cluster failover took {took:?}");
     assert!(
-        renewed_on(cluster.node(new_owner), "job"),
+        cluster.node(new_owner).renewed("job", TOPOLOGY_PATIENCE),
         "no renewal on the new owner; lockrun said: {}",
         holder.stderr()
     );

@@ -1,8 +1,9 @@
 //! What lockrun left in a `Server` for lock NAME under the default prefix: lease, fencing counter, wait queue.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
-use super::Server;
+use super::{eventually, Server};
 
 /// The prefix lockrun puts before every key unless told otherwise.
 pub(super) const DEFAULT_PREFIX: &str = "lockrun:";
@@ -17,7 +18,27 @@ fn key(name: &str, suffix: &str) -> String {
     format!("{}:{suffix}", lock_key(DEFAULT_PREFIX, name))
 }
 
+/// Whether a lease is renewed within `patience`. Without a renewal its time
+/// left only shrinks (a failover's snapshot included), so a PTTL that `pttl`
+/// reads above the one before proves one; a reading that fails (`None`: an
+/// interrupted call) is skipped.
+pub fn renewal_seen(patience: Duration, mut pttl: impl FnMut() -> Option<i64>) -> bool {
+    let mut last = pttl();
+    eventually(patience, || {
+        let now = pttl();
+        let up = matches!((last, now), (Some(last), Some(now)) if last < now);
+        last = now.or(last);
+        up
+    })
+}
+
 impl Server {
+    /// Whether the lease of lock `name` here is renewed within `patience`.
+    pub fn renewed(&self, name: &str, patience: Duration) -> bool {
+        let lease = lock_key(DEFAULT_PREFIX, name);
+        renewal_seen(patience, || self.query(redis::cmd("PTTL").arg(&lease)).ok())
+    }
+
     /// The lease: the value lockrun set on the lock key, if it is held.
     pub fn lock_value(&self, name: &str) -> Option<String> {
         self.get(&lock_key(DEFAULT_PREFIX, name))

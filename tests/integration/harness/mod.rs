@@ -39,6 +39,7 @@ pub use cluster::*;
 pub use command::*;
 pub use expect::Expect;
 pub use holder::*;
+pub use keys::renewal_seen;
 pub use migration::*;
 pub use postgres::PostgresServer;
 pub use process::*;
