@@ -76,7 +76,9 @@ impl SentinelSet {
         }
         // What `--replica-acks all` counts: the replicas the primary has
         // online.
-        wait_until("replicas online", || online_replicas(&servers[0]) == 2);
+        wait_until("replicas online", || {
+            online_replica_lines(&servers[0], 2).count() == 2
+        });
         let config = sentinel_config(primary, passwords);
         let configs: Vec<(u16, String)> = ports[3..]
             .iter()
@@ -246,9 +248,7 @@ impl SentinelSet {
             let Some(offset) = primary.info("replication", "master_repl_offset") else {
                 return false;
             };
-            let online = (0..live)
-                .filter_map(|i| primary.info("replication", &format!("slave{i}")))
-                .filter(|line| line.contains("state=online"))
+            let online = online_replica_lines(primary, live)
                 .filter(|line| line.contains(&format!("offset={offset},")))
                 .count();
             online == live
@@ -256,13 +256,12 @@ impl SentinelSet {
     }
 }
 
-/// How many replicas `primary` counts as online, as lockrun's scripts
-/// count them.
-fn online_replicas(primary: &Server) -> usize {
-    (0..2)
+/// The `INFO replication` lines of the first `count` replicas of `primary`
+/// that it counts as online, as lockrun's scripts count them.
+fn online_replica_lines(primary: &Server, count: usize) -> impl Iterator<Item = String> + '_ {
+    (0..count)
         .filter_map(|i| primary.info("replication", &format!("slave{i}")))
         .filter(|line| line.contains("state=online"))
-        .count()
 }
 
 pub fn is_primary(server: &Server) -> bool {
