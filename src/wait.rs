@@ -474,7 +474,8 @@ impl<L: Contended> Waiter<'_, L> {
             tokio::select! {
                 wake = wakes.next() => match wake {
                     Some(Wake::Granted { fence, slot }) => {
-                        // Not usable as it is: the next attempt confirms it.
+                        // `None` (not usable as it is): the attempt that
+                        // follows confirms the lease, which is ours already.
                         return self
                             .lock
                             .handed_over(fence, slot, self.timing.renew_every)
