@@ -483,12 +483,14 @@ impl<L: Contended> Waiter<'_, L> {
                     }
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),
                     // The attempt just made said it listens: look again at
-                    // once to say it does not, then poll.
+                    // once to say it does not, then poll. An ACL refusal is
+                    // said after that attempt (`judge`): said before it, a
+                    // release in between would still find this run listening
+                    // and, hearing nobody on its channel, take it for dead.
                     Some(Wake::Unheard(unheard)) => {
                         self.wakes = None;
                         if unheard.by_acl {
                             self.refused_wakes = Some(unheard.why);
-                            self.say_refused_wakes();
                         } else {
                             self.polling(&unheard.why);
                         }
