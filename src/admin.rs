@@ -124,6 +124,10 @@ pub(crate) struct HolderJson {
     /// lock is only kept for --min-hold; null while the command runs.
     pub(crate) finished_at_ms: Option<u64>,
     pub(crate) fencing_token: u64,
+    /// Whether it ran on this host and its process is gone: the lock is
+    /// free only when its lease expires. False for a holder on another
+    /// host, which this host cannot check.
+    pub(crate) gone: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -168,6 +172,7 @@ impl HolderJson {
             held_for_ms: now_us.saturating_sub(h.acquired_us) / 1000,
             fencing_token: h.fence,
             finished_at_ms: h.finished_us.map(|us| us / 1000),
+            gone: is_gone_from_here(&h.host, h.pid),
         }
     }
 }
@@ -409,9 +414,10 @@ fn members_text(json: &StatusJson, text: &mut String) {
         let view = match (&member.error, &member.holder) {
             (Some(error), _) => format!("unreachable: {error}"),
             (None, Some(h)) => format!(
-                "held by {} pid {}, {}, fencing token {}",
+                "held by {} pid {}{}, {}, fencing token {}",
                 h.host,
                 h.pid,
+                gone_note(h),
                 member.ttl_left_ms.map_or_else(
                     || "no expiry".into(),
                     |ms| format!("lease expires in {}", show(Duration::from_millis(ms)))
@@ -425,6 +431,15 @@ fn members_text(json: &StatusJson, text: &mut String) {
             },
         };
         let _ = write!(text, "\n  {}: {view}", member.redis);
+    }
+}
+
+/// What a holder line adds for a holder that is gone; nothing otherwise.
+fn gone_note(holder: &HolderJson) -> &'static str {
+    if holder.gone {
+        " (gone: no such process on this host)"
+    } else {
+        ""
     }
 }
 
@@ -471,7 +486,7 @@ fn holder_text(json: &StatusJson) -> String {
                 h.command
             )
         }
-        Some(h) if is_gone_from_here(&h.host, h.pid) => format!(
+        Some(h) if h.gone => format!(
             "{}: held by {} pid {}, which is gone (no such process on this host): the lock is \
              free when its lease expires{}; fencing token {}\n  command: {}",
             json.key,

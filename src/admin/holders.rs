@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::HolderJson;
+use super::{gone_note, HolderJson};
 use crate::clock::show;
 use crate::lock::{Holder, Status};
 
@@ -81,10 +81,11 @@ pub(crate) fn together_text(key: &str, slots: Option<u32>, holders: &[HoldingJso
         };
         let _ = write!(
             text,
-            "\n  {place}: {} pid {} for {}, {lease}, fencing token {}, token {}\n    command: {}",
+            "\n  {place}: {} pid {} for {}{}, {lease}, fencing token {}, token {}\n    command: {}",
             h.holder.host,
             h.holder.pid,
             show(Duration::from_millis(h.holder.held_for_ms)),
+            gone_note(&h.holder),
             h.holder.fencing_token,
             h.token.as_deref().unwrap_or("?"),
             h.holder.command

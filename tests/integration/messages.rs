@@ -300,4 +300,33 @@ fn a_holder_killed_on_this_host_is_gone_and_durations_read_as_a_person_would() {
             ", which is gone (no such process on this host): the lock is free when its lease \
              expires in 2h; not running true (exit 75)",
         ));
+    let (code, json) = server.lockrun("job").status_json();
+    assert_eq!(code, Some(0), "{json}");
+    assert_eq!(json["holder"]["gone"], true, "{json}");
+    assert_eq!(json["holders"][0]["gone"], true, "{json}");
+
+    // A run holding the lock together is said gone on its own line.
+    let mut slot = server
+        .lockrun("slots")
+        .args(["--slots", "2", "--ttl", "2h"])
+        .hold();
+    slot.run.signal(Signal::SIGKILL);
+    slot.run.wait();
+    let line = format!(
+        "slot 0: {} pid {} for ",
+        nix::unistd::gethostname()
+            .expect("the host name")
+            .to_string_lossy(),
+        slot.run.pid()
+    );
+    let status = server.lockrun("slots").subcommand("status").run();
+    status.assert(Expect::code(0).stdout_any());
+    assert!(
+        status.stdout.contains(&line)
+            && status
+                .stdout
+                .contains(" (gone: no such process on this host), lease expires in 2h,"),
+        "says the holder in slot 0 is gone: {}",
+        status.stdout
+    );
 }

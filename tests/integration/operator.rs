@@ -70,11 +70,13 @@ fn status_reports_holder_and_free_lock() {
             "command",
             "fencing_token",
             "finished_at_ms",
+            "gone",
             "held_for_ms",
             "host",
             "pid"
         ]
     );
+    assert_eq!(holder_json["gone"], false, "its lockrun runs");
     assert_eq!(
         holder_json["finished_at_ms"],
         serde_json::Value::Null,

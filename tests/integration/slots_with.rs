@@ -9,11 +9,12 @@ use crate::harness::*;
 use crate::slots::{slot_holder, slot_waiter, NAME};
 
 /// The fields of each entry of `holders` in `status --json`.
-const HOLDER_FIELDS: [&str; 11] = [
+const HOLDER_FIELDS: [&str; 12] = [
     "acquired_at_ms",
     "command",
     "fencing_token",
     "finished_at_ms",
+    "gone",
     "held_for_ms",
     "host",
     "pid",
@@ -61,6 +62,7 @@ fn slots_status_shows_every_holder_and_release_force_frees_one_or_all() {
         assert_eq!(entry["pid"], holder.run.pid().as_raw(), "{entry}");
         assert_eq!(entry["fencing_token"], holder.fence(), "{entry}");
         assert!(entry["finished_at_ms"].is_null(), "{entry}");
+        assert_eq!(entry["gone"], false, "{entry}");
         assert!(
             entry["ttl_left_ms"].as_u64().is_some_and(|ms| ms <= 10_000),
             "{entry}"
