@@ -10,7 +10,7 @@ use nix::sys::signal::Signal;
 
 use crate::child::SpawnError;
 use crate::clock::{show, show_exact, unix_now_us};
-use crate::exit_code;
+use crate::exit_code::{self, Exit};
 use crate::lease::Loss;
 use crate::lock::{is_gone_from_here, Holder, LockError};
 
@@ -107,6 +107,15 @@ pub(crate) enum Loudness {
 }
 
 impl Error {
+    /// How lockrun ends for this error: a signal that ended the wait ends
+    /// lockrun too, as it would have ended the command.
+    pub(crate) fn exit(&self) -> Exit {
+        match self {
+            Error::Interrupted(signal) => Exit::Signal(*signal),
+            _ => Exit::Status(self.exit_code()),
+        }
+    }
+
     pub(crate) fn exit_code(&self) -> u8 {
         match self {
             Error::Usage(_) => exit_code::USAGE,

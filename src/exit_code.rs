@@ -6,9 +6,10 @@
 //! outcomes sysexits has no name for sit right next to its range: 76 for a
 //! lost lease, 79 for a run superseded in line.
 
+use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
-use std::os::unix::process::ExitStatusExt;
+use nix::sys::signal::Signal;
 
 /// Bad flag, bad duration, missing command, unsafe timing (EX_USAGE).
 pub const USAGE: u8 = 64;
@@ -37,6 +38,37 @@ pub const TIMED_OUT: u8 = 124;
 pub const NOT_EXECUTABLE: u8 = 126;
 /// The command was not found.
 pub const NOT_FOUND: u8 = 127;
+
+/// How lockrun ends: with an exit status, or by dying of the signal its
+/// command died of (or that ended its wait), so that its parent sees the
+/// death it would have seen without lockrun, as coreutils' timeout(1) does:
+/// a shell stops its script on Ctrl-C only when its child died of SIGINT,
+/// and systemd counts death by SIGTERM as a clean stop, but not status 143.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Status(u8),
+    Signal(Signal),
+}
+
+impl Exit {
+    /// How the command ended, as lockrun passes it on.
+    #[must_use]
+    pub fn of_child(status: ExitStatus) -> Exit {
+        match status.signal().map(Signal::try_from) {
+            Some(Ok(signal)) => Exit::Signal(signal),
+            _ => Exit::Status(from_child(status)),
+        }
+    }
+
+    /// The status a shell reports for this ending: 128+N for signal N.
+    #[must_use]
+    pub fn status(self) -> u8 {
+        match self {
+            Exit::Status(status) => status,
+            Exit::Signal(signal) => from_signal(signal as i32),
+        }
+    }
+}
 
 /// The shell's convention for "killed by signal N".
 #[must_use]
@@ -74,6 +106,24 @@ mod tests {
         assert_eq!(from_child(ExitStatus::from_raw(9)), 137);
         assert_eq!(from_child(ExitStatus::from_raw(15)), 143);
         assert_eq!(from_signal(2), 130);
+    }
+
+    #[test]
+    fn a_signal_death_is_passed_on_as_one() {
+        assert_eq!(
+            Exit::of_child(ExitStatus::from_raw(15)),
+            Exit::Signal(Signal::SIGTERM)
+        );
+        assert_eq!(
+            Exit::of_child(ExitStatus::from_raw(3 << 8)),
+            Exit::Status(3)
+        );
+        // A core dump is still a death by the signal.
+        assert_eq!(
+            Exit::of_child(ExitStatus::from_raw(6 | 0x80)),
+            Exit::Signal(Signal::SIGABRT)
+        );
+        assert_eq!(Exit::Signal(Signal::SIGINT).status(), 130);
     }
 
     #[test]

@@ -97,6 +97,7 @@ use std::process::ExitCode;
 
 use crate::config::{FileSettings, Invocation, Passwords};
 use crate::error::Error;
+use crate::exit_code::Exit;
 use crate::lock::Token;
 use crate::report::{Event, Report};
 use crate::signals::{Blocked, Signals};
@@ -183,7 +184,7 @@ async fn execute(
     invocation: Invocation,
     blocked: io::Result<Blocked>,
     report: Report,
-) -> Result<u8, Error> {
+) -> Result<Exit, Error> {
     match invocation {
         Invocation::Run(config) => {
             // Before anything is taken: a run that cannot catch signals or
@@ -206,7 +207,7 @@ async fn execute(
         }
         Invocation::Status { lock, json } => {
             unblock(blocked);
-            admin::status(lock, json).await
+            admin::status(lock, json).await.map(Exit::Status)
         }
         Invocation::Release {
             lock,
@@ -214,11 +215,13 @@ async fn execute(
             holder,
         } => {
             unblock(blocked);
-            admin::release(lock, force, holder.as_deref()).await
+            admin::release(lock, force, holder.as_deref())
+                .await
+                .map(Exit::Status)
         }
         Invocation::List(list) => {
             unblock(blocked);
-            admin::list(list).await
+            admin::list(list).await.map(Exit::Status)
         }
     }
 }
@@ -232,12 +235,15 @@ fn unblock(blocked: io::Result<Blocked>) {
 }
 
 /// The one place where an outcome becomes an exit status, and an error is
-/// reported.
-fn exit(report: Report, outcome: Result<u8, Error>) -> u8 {
-    let code = outcome.unwrap_or_else(|err| {
+/// reported. A signal death is lockrun's own last act, once all is said.
+fn exit(report: Report, outcome: Result<Exit, Error>) -> u8 {
+    let exit = outcome.unwrap_or_else(|err| {
         report.failure(&err);
-        err.exit_code()
+        err.exit()
     });
     report::flush(report);
-    code
+    match exit {
+        Exit::Status(status) => status,
+        Exit::Signal(signal) => signals::die_of(signal),
+    }
 }

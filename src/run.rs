@@ -8,7 +8,7 @@ use crate::child::{Child, SpawnError};
 use crate::clock::{show, BootInstant};
 use crate::config::RunConfig;
 use crate::error::{Busy, Error, Unreleased};
-use crate::exit_code;
+use crate::exit_code::{self, Exit};
 use crate::lease::Lease;
 use crate::lock::{
     Attempt, DoneRecord, Grant, Hold, Keys, Lock, LockError, Me, Released, Role, Servers, Taken,
@@ -31,7 +31,7 @@ pub(crate) async fn run(
     report: Report,
     signals: Signals,
     token: Token,
-) -> Result<u8, Error> {
+) -> Result<Exit, Error> {
     // The one place that sees how every run ends, for the metrics file.
     let mut metrics = MetricsFile::new(&config, report);
     // Dropped when the run ends, however it ends: that removes the command's
@@ -54,14 +54,14 @@ async fn run_steps(
     token: Token,
     metrics: &mut MetricsFile,
     systemd: &mut Systemd,
-) -> Result<u8, Error> {
+) -> Result<Exit, Error> {
     let mut lock = lock(&config, &token, report);
     let asked = BootInstant::now();
     let grant = match acquire(&config, &mut lock, &mut signals, systemd, report).await? {
         Turn::Run(grant) => grant,
         Turn::Skip(done) => {
             say_skipped(&done, lock.keys(), report);
-            return Ok(0);
+            return Ok(Exit::Status(0));
         }
     };
     metrics.acquired();
@@ -501,7 +501,7 @@ fn exit_status(
     lock: &Lock,
     unreleased: Option<Box<Unreleased>>,
     report: Report,
-) -> Result<u8, Error> {
+) -> Result<Exit, Error> {
     match ended.stop {
         None => {
             if let Some(unreleased) = unreleased {
@@ -512,7 +512,7 @@ fn exit_status(
             }
             ended
                 .status
-                .map(exit_code::from_child)
+                .map(Exit::of_child)
                 .map_err(|source| Error::Internal {
                     doing: "wait for the command",
                     source,

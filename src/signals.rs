@@ -1,11 +1,12 @@
 //! The signals lockrun catches, and why.
 //!
 //! These are the ones an operator, a terminal or a service manager sends to
-//! ask a job to stop, reload or redraw, and SIGCHLD. While lockrun waits for
-//! the lock they abort the wait; while the command runs they are forwarded to
-//! its process group, and lockrun keeps renewing until the command exits.
-//! Catching them also means lockrun never dies of one of them and leaves a
-//! lock behind.
+//! ask a job to stop, reload or redraw (SIGABRT is systemd's watchdog
+//! signal), and SIGCHLD. While lockrun waits for the lock they abort the
+//! wait; while the command runs they are forwarded to its process group, and
+//! lockrun keeps renewing until the command exits. Catching them also means
+//! lockrun never dies of one of them and leaves a lock behind: it dies of
+//! one only at the very end, by choice (`die_of`), after the release.
 //!
 //! They are blocked from the first line of `lockrun::main` for lockrun's
 //! whole life, before any other thread exists, so that every thread lockrun
@@ -15,20 +16,32 @@
 //! lockrun is doing, until lockrun reads it. The command starts with an
 //! empty mask (`child::spawn`), so it gets them as if lockrun were not
 //! there.
+//!
+//! A signal ignored when lockrun started is another matter: an exec keeps
+//! it ignored, so the command would ignore what lockrun passes on. A
+//! non-interactive shell starts every background job (`lockrun … &`, as a
+//! CI script that traps signals runs it) with SIGINT and SIGQUIT ignored:
+//! lockrun takes those two back to their default, as coreutils' timeout(1)
+//! does, so that a cancelled job stops. Any other signal ignored at start
+//! was ignored on purpose (nohup's SIGHUP) and stays so, for lockrun and the
+//! command alike: lockrun does not take it, and says nothing of it.
 
 use std::io;
 use std::marker::PhantomData;
 
-use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signal::{SigHandler, SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
-pub(crate) const FORWARDED: [Signal; 7] = [
+use crate::exit_code;
+
+pub(crate) const FORWARDED: [Signal; 8] = [
     Signal::SIGINT,
     Signal::SIGTERM,
     Signal::SIGHUP,
     Signal::SIGQUIT,
+    Signal::SIGABRT,
     Signal::SIGUSR1,
     Signal::SIGUSR2,
     Signal::SIGWINCH,
@@ -85,9 +98,19 @@ pub(crate) struct Signals {
 }
 
 impl Signals {
-    /// Opens the signalfd that reads the signals `blocked` holds back.
+    /// Opens the signalfd that reads the signals `blocked` holds back, less
+    /// those left ignored (see the module's comment).
     pub(crate) fn install(blocked: Blocked) -> io::Result<Self> {
-        let fd = SignalFd::with_flags(&handled(), SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        let mut taken = handled();
+        for signal in FORWARDED {
+            if stays_ignored(signal)? {
+                taken.remove(signal);
+                let mut one = SigSet::empty();
+                one.add(signal);
+                nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&one), None)?;
+            }
+        }
+        let fd = SignalFd::with_flags(&taken, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
         // SAFETY: the SignalFd owns its fd, which stays open and the same
         // until the AsyncFd drops it: nothing replaces the SignalFd inside.
         let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }?;
@@ -126,4 +149,43 @@ impl Signals {
             }
         }
     }
+}
+
+/// Sets `signal`'s action to the default, which the command inherits,
+/// unless it was ignored on purpose when lockrun started: then it stays
+/// ignored, and the answer is true.
+fn stays_ignored(signal: Signal) -> io::Result<bool> {
+    let background_job = matches!(signal, Signal::SIGINT | Signal::SIGQUIT);
+    // SAFETY: SIG_DFL and SIG_IGN are no handlers: no code of lockrun's
+    // ever runs in a signal's context.
+    let before = unsafe { nix::sys::signal::signal(signal, SigHandler::SigDfl) }?;
+    if before == SigHandler::SigIgn && !background_job {
+        // SAFETY: as above.
+        unsafe { nix::sys::signal::signal(signal, SigHandler::SigIgn) }?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Ends lockrun by `signal`, the way its command ended (or the way the
+/// signal that ended its wait would have ended it), so that its parent
+/// sees that death: `exit_code::Exit` says why. Called last, once the lock
+/// is released and everything is said. A core file of lockrun's is not what
+/// a SIGABRT or SIGQUIT asked for (the command's is): undumpable, lockrun
+/// leaves none, not even to a core_pattern pipe; the size limit is for an
+/// emulator (qemu-user) that writes its guest's core itself. Returns, with
+/// the shell's 128+N, only for a signal whose default action does not end
+/// a process.
+pub(crate) fn die_of(signal: Signal) -> u8 {
+    let _ = nix::sys::prctl::set_dumpable(false);
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+    // SAFETY: SIG_DFL is no handler: no code runs in the signal's context.
+    let _ = unsafe { nix::sys::signal::signal(signal, SigHandler::SigDfl) };
+    // Still blocked, as lockrun's signals are: the signal waits for this
+    // thread, and the unblocking delivers it.
+    let _ = nix::sys::signal::raise(signal);
+    let mut one = SigSet::empty();
+    one.add(signal);
+    let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&one), None);
+    exit_code::from_signal(signal as i32)
 }

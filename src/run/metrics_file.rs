@@ -20,6 +20,7 @@ use tokio::task::JoinHandle;
 use crate::clock::{unix_now_us, BootInstant};
 use crate::config::RunConfig;
 use crate::error::Error;
+use crate::exit_code::Exit;
 use crate::metrics::{self, Change, Held, Outcome, Process};
 use crate::report::{Event, Report};
 
@@ -106,7 +107,7 @@ impl MetricsFile {
 
     /// The run ended with `result`, after the lock was given back or lost:
     /// counts its outcome and, if it held the lock, how it ended.
-    pub(super) async fn ended(self, result: &Result<u8, Error>) {
+    pub(super) async fn ended(self, result: &Result<Exit, Error>) {
         let Some(file) = self.file else { return };
         let at_us = unix_now_us();
         let change = outcome(result).map(|outcome| match self.acquired {
@@ -117,7 +118,9 @@ impl MetricsFile {
                 held: Some(Held {
                     acquired_us,
                     duration: at.elapsed(),
-                    exit_status: result.as_ref().map_or_else(Error::exit_code, |code| *code),
+                    exit_status: result
+                        .as_ref()
+                        .map_or_else(Error::exit_code, |exit| exit.status()),
                 }),
             },
             None => Change::Ended {
@@ -147,9 +150,9 @@ impl MetricsFile {
 
 /// The `outcome` label for how a run ended; None for a run that a signal
 /// ended while it waited, which leaves the file as it was.
-fn outcome(result: &Result<u8, Error>) -> Option<Outcome> {
+fn outcome(result: &Result<Exit, Error>) -> Option<Outcome> {
     Some(match result {
-        Ok(0) => Outcome::Ok,
+        Ok(Exit::Status(0)) => Outcome::Ok,
         // The command ran, or was to run, and did not succeed.
         Ok(_) | Err(Error::Spawn { .. } | Error::Internal { .. }) => Outcome::Failed,
         Err(Error::Busy(_)) => Outcome::Busy,

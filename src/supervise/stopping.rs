@@ -149,7 +149,10 @@ impl<'a> Stopping<'a> {
     /// stop: the command decides how long it takes, and lockrun keeps the
     /// lease meanwhile.
     pub(super) fn forward(&mut self, target: &impl Target, signal: Signal) {
-        let ends = matches!(signal, Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT);
+        let ends = matches!(
+            signal,
+            Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT | Signal::SIGABRT
+        );
         let (event, line) = if ends && !self.asked && self.reason.is_none() {
             self.asked = true;
             self.systemd

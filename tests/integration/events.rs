@@ -208,7 +208,9 @@ fn a_forwarded_sigterm_says_stopping_then_released() {
         .args(["--log-format", "json", "-v"])
         .hold_script("sh", r#"echo $$ > "$1/pid"; exec sleep 60"#);
     holder.run.signal(Signal::SIGTERM);
-    holder.end().assert(Expect::code(143).stderr_any());
+    holder
+        .end()
+        .assert(Expect::killed_by(Signal::SIGTERM).stderr_any());
     let events = checked_events(&holder.stderr(), Some("job"));
     assert_eq!(story(&events, &[]), ["acquired", "stopping", "released"]);
     // The command decides how long it takes: no SIGKILL of lockrun's own.

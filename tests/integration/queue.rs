@@ -255,7 +255,9 @@ fn a_waiter_interrupted_by_sigint_leaves_the_line() {
     assert_eq!(redis.in_line("job"), 2);
 
     quitter.signal(Signal::SIGINT);
-    quitter.exits_saying(Expect::code(130), || stderr_of(dir.path(), "quitter"));
+    quitter.exits_saying(Expect::killed_by(Signal::SIGINT), || {
+        stderr_of(dir.path(), "quitter")
+    });
     // Gone from line by the time it exited, not when its place runs out.
     assert_eq!(redis.in_line("job"), 1);
     let records = redis.waiter_records("job");
@@ -355,7 +357,7 @@ fn a_waiter_that_becomes_first_notices_a_lease_shorter_than_its_own_refresh() {
         "slow",
     );
     ahead.signal(Signal::SIGINT);
-    ahead.exits(Expect::code(130));
+    ahead.exits(Expect::killed_by(Signal::SIGINT));
     let killed = Instant::now();
     holder.run.signal(Signal::SIGKILL);
     holder.run.wait();

@@ -1,5 +1,6 @@
 //! Signals to lockrun: forwarded while the command runs, abort the wait before it.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ const TRAPS: &str = r#"
 ulimit -c 0 2>/dev/null
 note() { echo "$1" >> "$dir/log"; }
 dir=$1
-for s in INT TERM HUP QUIT USR1 USR2 WINCH; do trap "note $s" "$s"; done
+for s in INT TERM HUP QUIT ABRT USR1 USR2 WINCH; do trap "note $s" "$s"; done
 echo $$ > "$dir/pid"
 while [ ! -e "$dir/stop" ]; do sleep 0.05; done
 exit 42
@@ -22,9 +23,9 @@ exit 42
 
 /// lockrun blocks the signals it forwards and SIGCHLD, and ignores SIGPIPE;
 /// the command must start as if lockrun were not there: nothing blocked,
-/// and none of those ignored. (A signal ignored when lockrun started stays
-/// ignored, as across any exec: the test harness, linked statically, starts
-/// lockrun with glibc's two internal signals ignored.)
+/// and none of those ignored. (Any other signal ignored when lockrun started
+/// stays ignored, as across any exec: the test harness, linked statically,
+/// starts lockrun with glibc's two internal signals ignored.)
 #[test]
 fn the_command_starts_with_no_signal_blocked_or_ignored() {
     let redis = Server::start();
@@ -51,6 +52,7 @@ fn the_command_starts_with_no_signal_blocked_or_ignored() {
         Signal::SIGHUP,
         Signal::SIGINT,
         Signal::SIGQUIT,
+        Signal::SIGABRT,
         Signal::SIGUSR1,
         Signal::SIGUSR2,
         Signal::SIGPIPE,
@@ -65,6 +67,55 @@ fn the_command_starts_with_no_signal_blocked_or_ignored() {
         0,
         "the command started with lockrun's signals ignored"
     );
+}
+
+/// The signals `pid` ignores, from /proc: bit N-1 for signal N.
+fn ignored_by(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let hex = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigIgn:"))
+        .unwrap_or_else(|| panic!("no SigIgn in {status}"));
+    u64::from_str_radix(hex.trim(), 16).unwrap_or_else(|_| panic!("{hex}"))
+}
+
+fn bit(signal: Signal) -> u64 {
+    1 << (signal as u64 - 1)
+}
+
+/// A non-interactive shell starts a background job (`lockrun … &`, as a CI
+/// script that traps signals runs it) with SIGINT and SIGQUIT ignored, and
+/// the command would inherit that: a cancelled job whose SIGINT lockrun
+/// "forwards" would deploy to the end. lockrun takes those two back, as
+/// timeout(1) does. nohup's SIGHUP is ignored on purpose: it stays ignored,
+/// and lockrun neither takes nor forwards it.
+#[test]
+fn a_background_job_passes_sigint_on_and_a_nohup_hangup_stays_ignored() {
+    let redis = Server::start();
+    let mut holder = redis
+        .lockrun("job")
+        .arg("-v")
+        .ignoring("INT QUIT HUP")
+        .hold_script("sh", r#"echo $$ > "$1/pid"; exec sleep 60"#);
+    let ignored = ignored_by(holder.child());
+    assert_eq!(
+        ignored & (bit(Signal::SIGINT) | bit(Signal::SIGQUIT)),
+        0,
+        "the command ignores SIGINT or SIGQUIT"
+    );
+    assert_ne!(ignored & bit(Signal::SIGHUP), 0, "nohup's SIGHUP was reset");
+
+    // The hangup goes first: had lockrun taken it, it would say so before
+    // the SIGINT's stop.
+    holder.run.signal(Signal::SIGHUP);
+    holder.run.signal(Signal::SIGINT);
+    holder.end().assert(
+        Expect::killed_by(Signal::SIGINT)
+            .stderr_has("SIGINT")
+            .stderr_lacks("SIGHUP"),
+    );
+    assert!(!alive(holder.child()), "the command survived SIGINT");
+    redis.assert_only_fence("job");
 }
 
 fn stderr(dir: &Path) -> String {
@@ -84,6 +135,7 @@ fn every_forwarded_signal_reaches_the_command_once_and_lockrun_waits_for_it() {
         (Signal::SIGTERM, "TERM"),
         (Signal::SIGHUP, "HUP"),
         (Signal::SIGQUIT, "QUIT"),
+        (Signal::SIGABRT, "ABRT"),
         (Signal::SIGUSR1, "USR1"),
         (Signal::SIGUSR2, "USR2"),
         (Signal::SIGWINCH, "WINCH"),
@@ -137,11 +189,12 @@ fn start_waiting(redis: &Server, dir: &Path, ran: &Path) -> Running {
 }
 
 #[test]
-fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
+fn sigterm_sigint_and_sigabrt_abort_a_wait_without_running_the_command() {
     let redis = Server::start();
     let mut holder = redis.lockrun("job").args(["--ttl", "2s"]).hold();
 
-    for signal in [Signal::SIGTERM, Signal::SIGINT] {
+    // SIGABRT: systemd's watchdog, for a standby that stopped pinging.
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGABRT] {
         let dir = scratch();
         let ran = dir.path().join("ran");
         let mut waiter = start_waiting(&redis, dir.path(), &ran);
@@ -151,10 +204,11 @@ fn sigterm_and_sigint_abort_a_wait_without_running_the_command() {
         let status = waiter
             .wait_for(Duration::from_secs(10))
             .unwrap_or_else(|| panic!("{signal} did not abort the wait"));
+        // Ended by it, as the signal would have ended the command.
         assert_eq!(
-            status.code(),
-            Some(128 + signal as i32),
-            "{}",
+            status.signal(),
+            Some(signal as i32),
+            "{status:?}: {}",
             stderr(dir.path())
         );
         assert!(!ran.exists(), "the command ran after {signal}");
@@ -193,8 +247,9 @@ fn sigterm_from_a_service_manager_stops_the_command_and_releases_the_lock() {
         .lockrun("job")
         .hold_script("sh", r#"echo $$ > "$1/pid"; exec sleep 60"#);
     holder.run.signal(Signal::SIGTERM);
-    // The command died of the forwarded SIGTERM, and lockrun says so.
-    holder.end().assert(Expect::code(143));
+    // The command died of the forwarded SIGTERM, and lockrun ends the same
+    // way, which systemd counts as a clean stop (exit 143 it would not).
+    holder.end().assert(Expect::killed_by(Signal::SIGTERM));
     assert!(!alive(holder.child()));
     redis.assert_only_fence("job");
 }

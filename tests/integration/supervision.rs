@@ -1,9 +1,12 @@
 //! The command's life: stdin and stdout pass through, process group, exec failures, a command killed by a signal.
 
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
+
+use nix::sys::signal::Signal;
 
 use crate::harness::*;
 
@@ -77,13 +80,59 @@ fn large_stdout_carries_only_the_commands_bytes() {
     );
 }
 
+/// lockrun ends as its command ended, so that its parent sees the same
+/// death: a shell's `$?` is 128+N, and a shell script stops on Ctrl-C.
 #[test]
-fn a_command_killed_by_a_signal_gives_128_plus_n() {
+fn a_command_killed_by_a_signal_ends_lockrun_by_the_same_signal() {
     let redis = Server::start();
-    for (script, want) in [("kill -9 $$", 137), ("kill -TERM $$", 143)] {
-        let ran = redis.lockrun("job").command(["sh", "-c", script]).run();
-        ran.assert(Expect::code(want).context(script));
+    for signal in [Signal::SIGKILL, Signal::SIGTERM, Signal::SIGINT] {
+        let script = format!("kill -{} $$", signal as i32);
+        let ran = redis.lockrun("job").command(["sh", "-c", &script]).run();
+        ran.assert(Expect::killed_by(signal).context(script));
     }
+    redis.assert_only_fence("job");
+
+    let line = format!(
+        "{LOCKRUN} --redis {} --key job -- sh -c 'kill -TERM $$'; echo $?",
+        redis.url()
+    );
+    let shell = std::process::Command::new("sh")
+        .args(["-c", &line])
+        .output()
+        .expect("run sh");
+    assert_eq!(String::from_utf8_lossy(&shell.stdout), "143\n", "{shell:?}");
+}
+
+/// A command that dumps core (a crash, or the SIGABRT of systemd's watchdog
+/// passed on) has its core file; lockrun, dying of the same signal, leaves
+/// none of its own, even where cores are allowed.
+#[test]
+fn lockrun_dies_of_the_commands_crash_without_a_core_of_its_own() {
+    let redis = Server::start();
+    let dir = scratch();
+    for signal in [Signal::SIGABRT, Signal::SIGSEGV, Signal::SIGQUIT] {
+        // The command's own core is kept off: it is not what is checked.
+        let script = format!("ulimit -c 0; kill -{} $$", signal as i32);
+        let status = std::process::Command::new("sh")
+            .args(["-c", r#"ulimit -c unlimited && exec "$@""#, "sh", &LOCKRUN])
+            .args([
+                "--redis",
+                &redis.url(),
+                "--key",
+                "job",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .current_dir(dir.path())
+            .status()
+            .expect("run lockrun");
+        assert_eq!(status.signal(), Some(signal as i32), "{signal}: {status:?}");
+        assert!(!status.core_dumped(), "lockrun dumped core on {signal}");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").collect();
+    assert!(left.is_empty(), "files left: {left:?}");
     redis.assert_only_fence("job");
 }
 

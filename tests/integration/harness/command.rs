@@ -2,6 +2,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::thread::JoinHandle;
@@ -65,6 +66,8 @@ pub struct Lockrun<'a> {
     pub(super) prefix: Option<String>,
     env: Vec<(OsString, OsString)>,
     input: Option<Vec<u8>>,
+    /// Signal names lockrun starts with ignored, as `trap '' NAMES` leaves them.
+    ignored: Option<&'static str>,
     pub(super) stdout: Option<Stdio>,
     pub(super) stderr: Option<Stdio>,
 }
@@ -186,8 +189,24 @@ impl<'a> Lockrun<'a> {
         self.command.is_empty()
     }
 
+    /// Starts lockrun with these signals (names as `trap` takes them)
+    /// ignored, as a non-interactive shell starts a background job (INT
+    /// QUIT) or nohup its command (HUP): a shell sets them and execs it.
+    pub fn ignoring(mut self, names: &'static str) -> Self {
+        self.ignored = Some(names);
+        self
+    }
+
     pub(super) fn build(&mut self) -> Command {
-        let mut command = Command::new(&LOCKRUN);
+        let mut command = match self.ignored {
+            None => Command::new(&LOCKRUN),
+            Some(names) => {
+                let mut shell = Command::new("sh");
+                let script = format!("trap '' {names}; exec \"$0\" \"$@\"");
+                shell.args(["-c", &script]).arg(&LOCKRUN);
+                shell
+            }
+        };
         clear_lockrun_env(&mut command);
         command.args(self.subcommand).args(&self.args);
         for url in &self.redis {
@@ -331,6 +350,8 @@ pub(super) fn read_all(pipe: Option<impl Read + Send + 'static>) -> JoinHandle<V
 pub struct Ran {
     /// The exit code; None when a signal ended the process.
     pub code: Option<i32>,
+    /// The signal that ended the process, if one did.
+    pub signal: Option<i32>,
     /// stdout as text (invalid UTF-8 replaced); `stdout_bytes` has it exactly.
     pub stdout: String,
     pub stderr: String,
@@ -353,6 +374,7 @@ impl Ran {
     ) -> Self {
         Ran {
             code: status.code(),
+            signal: status.signal(),
             stdout: String::from_utf8_lossy(&stdout).into_owned(),
             stderr: String::from_utf8_lossy(stderr).into_owned(),
             stdout_bytes: stdout,

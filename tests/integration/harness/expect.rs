@@ -11,6 +11,8 @@
 
 use std::fmt::Write as _;
 
+use nix::sys::signal::Signal;
+
 use super::Ran;
 
 /// How a run must end: an exit code and what it must have written.
@@ -18,9 +20,35 @@ use super::Ran;
 pub struct Expect {
     /// What the run was, when the command line alone does not say.
     context: Option<String>,
-    code: i32,
+    end: End,
     stdout: Stream,
     stderr: Stream,
+}
+
+/// How the process must end.
+#[derive(Clone, Copy, PartialEq)]
+enum End {
+    Code(i32),
+    /// Killed by this signal, as lockrun ends when its command did.
+    Signal(Signal),
+}
+
+impl End {
+    fn of(ran: &Ran) -> Option<End> {
+        match (ran.code, ran.signal.map(Signal::try_from)) {
+            (Some(code), _) => Some(End::Code(code)),
+            (None, Some(Ok(signal))) => Some(End::Signal(signal)),
+            _ => None,
+        }
+    }
+
+    fn show(end: Option<End>) -> String {
+        match end {
+            Some(End::Code(code)) => code.to_string(),
+            Some(End::Signal(signal)) => format!("killed by {signal}"),
+            None => "unknown".to_string(),
+        }
+    }
 }
 
 /// What one output stream must hold.
@@ -45,9 +73,18 @@ impl Expect {
     pub fn code(code: i32) -> Self {
         Expect {
             context: None,
-            code,
+            end: End::Code(code),
             stdout: Stream::default(),
             stderr: Stream::default(),
+        }
+    }
+
+    /// Killed by `signal` (lockrun ends so when its command died of it, or
+    /// when the signal ended its wait), with nothing on stdout or stderr.
+    pub fn killed_by(signal: Signal) -> Self {
+        Expect {
+            end: End::Signal(signal),
+            ..Self::code(0)
         }
     }
 
@@ -163,11 +200,11 @@ impl Expect {
     }
 
     /// What of this expectation `ran` misses, one line each.
-    fn misses(&self, code: Option<i32>, stdout: &str, stderr: &str) -> Vec<String> {
+    fn misses(&self, end: Option<End>, stdout: &str, stderr: &str) -> Vec<String> {
         let mut misses = Vec::new();
-        if code != Some(self.code) {
-            let got = code.map_or("killed by a signal".to_string(), |c| c.to_string());
-            misses.push(format!("exit code: want {}, got {got}", self.code));
+        if end != Some(self.end) {
+            let (want, got) = (End::show(Some(self.end)), End::show(end));
+            misses.push(format!("exit code: want {want}, got {got}"));
         }
         self.stdout.misses("stdout", stdout, &mut misses);
         self.stderr.misses("stderr", stderr, &mut misses);
@@ -214,7 +251,7 @@ impl Ran {
     /// it missed, its command line, status, stdout and stderr.
     #[track_caller]
     pub fn assert(&self, expect: Expect) -> &Self {
-        let misses = expect.misses(self.code, &self.stdout, &self.stderr);
+        let misses = expect.misses(End::of(self), &self.stdout, &self.stderr);
         if !misses.is_empty() {
             panic!("{}", self.report(&misses, expect.context.as_deref()));
         }
@@ -231,9 +268,7 @@ impl Ran {
         for miss in misses {
             let _ = writeln!(report, "  - {miss}");
         }
-        let code = self
-            .code
-            .map_or("killed by a signal".to_string(), |c| c.to_string());
+        let code = End::show(End::of(self));
         let _ = write!(
             report,
             "\ncommand: {}\nexit code: {code}, after {:?}\n\nstdout:\n{}\nstderr:\n{}==========\n",
