@@ -65,7 +65,8 @@ The manual, with the configuration file: man lockrun.";
 const EXIT_STATUS: &str = "\
 Exit status:
   N        the command's own exit status
-  128+N    the command died of signal N, or lockrun got signal N while waiting
+  128+N    the command died of signal N, or lockrun got signal N while waiting:
+           lockrun ends by signal N itself, after releasing the lock
   75       the lock is busy (see --busy-exit-code); the command did not run
   79       superseded in line by a newer --supersede run; the command did not run
   76       the lease was lost while the command ran; lockrun stopped it

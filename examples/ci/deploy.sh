@@ -9,18 +9,22 @@
 # 79 instead: nothing is stuck, the newer push deploys. --timeout stops a deploy that hangs instead, so the bound on
 # the wait means something.
 #
-# When CI cancels the job it signals this script. A signal that stops only
-# this shell would leave lockrun and the deploy running without it, holding
-# the lock. So lockrun runs in the background and this script waits for it:
-# on SIGTERM, SIGINT or SIGHUP the trap passes the signal to lockrun, which
+# When CI cancels the job it signals this script (GitHub Actions: SIGINT,
+# then SIGTERM 7.5 s later, then SIGKILL). A signal that stops only this
+# shell would leave lockrun and the deploy running without it, holding the
+# lock. So lockrun runs in the background and this script waits for it: on
+# SIGINT, SIGTERM or SIGHUP the trap passes the signal to lockrun, which
 # passes it to the deploy, keeps the lock while the deploy shuts down,
-# releases it once the deploy has exited, and exits with the deploy's
-# status; this script then exits with that status too (143 for a deploy
-# that SIGTERM ended). A runner that signals the whole process group reaches
-# lockrun directly as well, so the deploy may get the signal twice. SIGKILL
-# cannot be passed on: if the runner kills only this script, lockrun and the
-# deploy carry on to the end (at most --timeout) and then release the lock.
-# As for any background job, the deploy's stdin is /dev/null.
+# releases it once the deploy has exited, and ends as the deploy ended;
+# this script then exits with the shell's status for that: 130 for a
+# deploy that SIGINT (a cancel, or Ctrl-C) ended, 143 for SIGTERM. A shell
+# starts a background job with SIGINT ignored; lockrun gives the deploy
+# SIGINT back, so that it can act on the one passed on. A runner that
+# signals the whole process group (as Ctrl-C does) reaches lockrun directly
+# as well, so the deploy may get the signal twice. SIGKILL cannot be passed
+# on: if the runner kills only this script, lockrun and the deploy carry on
+# to the end (at most --timeout) and then release the lock. As for any
+# background job, the deploy's stdin is /dev/null.
 #
 # Usage: deploy.sh ENVIRONMENT [ARG]...
 # Needs lockrun on PATH, the Redis server (LOCKRUN_REDIS_URL, or redis in the
@@ -35,7 +39,7 @@ shift
 # so three quick pushes deploy the first and the last; a running deploy goes on.
 lockrun --key "deploy-$env" --wait 15m --supersede --timeout 45m -- ./scripts/deploy.sh "$env" "$@" &
 lockrun_pid=$!
-for signal in TERM INT HUP; do
+for signal in INT TERM HUP; do
     trap "kill -$signal $lockrun_pid 2>/dev/null" "$signal"
 done
 # A trapped signal ends `wait` early, with lockrun still running: wait again

@@ -1,15 +1,17 @@
 //! The examples do what their comments say, run for real with the lockrun
 //! just built: `examples/ci/deploy.sh` passes the exit status through (69
-//! when Redis is unreachable), and a SIGTERM to the script alone (a CI runner
-//! cancelling the job) stops the deploy and frees the lock before the script
-//! exits.
+//! when Redis is unreachable), and a CI runner cancelling the job (SIGINT or
+//! SIGTERM, to the script alone or to its process group) stops the deploy
+//! and frees the lock before the script exits.
 
 use std::fs::Permissions;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
 
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use wait_timeout::ChildExt;
 
@@ -61,6 +63,8 @@ impl Deploy {
             .env_remove("LOCKRUN_PREFIX")
             .stdin(Stdio::null())
             .stderr(log_file(&dir.path().join("stderr")))
+            // A group of its own, as a runner starts a job's shell.
+            .process_group(0)
             .spawn()
             .expect("run deploy.sh");
         Deploy { script, dir }
@@ -158,6 +162,59 @@ fn sigterm_to_deploy_sh_alone_stops_the_deploy_and_frees_the_lock() {
     assert!(!alive(deploy_pid), "the deploy is still running");
     assert!(!alive(lockrun_pid), "lockrun is still running");
     assert!(!redis.is_locked(LOCK), "the lock is still held");
+}
+
+/// Cancels the job as GitHub Actions does: SIGINT, SIGTERM 7.5 s later,
+/// SIGKILL 2.5 s after that, to the script alone or, as Ctrl-C in a
+/// terminal does, to its whole process group. Returns how the script ended
+/// and the last signal it took.
+fn cancel(deploy: &mut Deploy, group: bool) -> (ExitStatus, Signal) {
+    let pid = Pid::from_raw(deploy.script.id() as i32);
+    let steps = [
+        (Signal::SIGINT, Duration::from_millis(7500)),
+        (Signal::SIGTERM, Duration::from_millis(2500)),
+        (Signal::SIGKILL, PATIENCE),
+    ];
+    for (signal, grace) in steps {
+        let sent = if group {
+            killpg(pid, signal)
+        } else {
+            kill(pid, signal)
+        };
+        sent.expect("signal deploy.sh");
+        if let Some(status) = deploy.script.wait_timeout(grace).expect("wait") {
+            return (status, signal);
+        }
+    }
+    panic!("deploy.sh survived SIGKILL");
+}
+
+/// A cancelled CI job stops at the first signal: the deploy ends, the lock
+/// is freed and the script exits 130, as its comments say. lockrun runs in
+/// the background there, where a shell starts it with SIGINT ignored.
+#[test]
+fn a_cancelled_ci_job_stops_at_sigint_with_130_and_frees_the_lock() {
+    let redis = Server::start();
+    for group in [false, true] {
+        let mut deploy = Deploy::start(&redis.url(), "hang");
+        let deploy_pid = deploy.deploy_pid();
+        let lockrun_pid = parent(deploy_pid).expect("the deploy's parent, lockrun");
+        let (status, last) = cancel(&mut deploy, group);
+        let to = if group {
+            "its process group"
+        } else {
+            "the script"
+        };
+        assert_eq!(
+            (status.code(), last),
+            (Some(130), Signal::SIGINT),
+            "SIGINT to {to}: {status}; {}",
+            read_log(&deploy.dir.path().join("stderr"))
+        );
+        assert!(!alive(deploy_pid), "the deploy is still running");
+        assert!(!alive(lockrun_pid), "lockrun is still running");
+        assert!(!redis.is_locked(LOCK), "the lock is still held");
+    }
 }
 
 /// A pipeline waiting for the lock that a newer push supersedes exits 79,
