@@ -48,6 +48,13 @@ impl Server {
         self.lock_value(name).is_some()
     }
 
+    /// A field of the holder record of lock `name` (`host`, `pid`,
+    /// `fence`...), if it is held.
+    pub fn holder_field(&self, name: &str, field: &str) -> Option<String> {
+        self.query(redis::cmd("HGET").arg(key(name, "holder")).arg(field))
+            .expect("HGET")
+    }
+
     /// Ends the lease of lock `name` and its holder record now, as their
     /// expiry would: for a test whose holder is dead, so that it need not
     /// wait out the ttl. Redis still expires the keys itself.

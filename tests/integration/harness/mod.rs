@@ -15,12 +15,15 @@
 //!   their place in line, the job that logs who is inside, and the check of
 //!   that log.
 //! - `process`: `Running`, pids, polling with deadlines, scratch files.
+//! - `container`: `Container`, a host with systemd as PID 1 under
+//!   systemd-nspawn, and the Redis its units share with the other hosts.
 //! - `terminal`: `Terminal`, a command line on a pseudo-terminal.
 //! - `postgres`: `PostgresServer`, for the fencing example.
 //! - `tls`: `Certificates`, a private CA and a server certificate.
 
 mod cluster;
 mod command;
+mod container;
 mod expect;
 mod holder;
 mod keys;
@@ -37,6 +40,7 @@ mod topology;
 
 pub use cluster::*;
 pub use command::*;
+pub use container::{container_redis, epoch_seconds, Container, HostSetup};
 pub use expect::Expect;
 pub use holder::*;
 pub use keys::renewal_seen;

@@ -207,6 +207,11 @@ impl Server {
         }
     }
 
+    /// Its unix socket, if it has one.
+    pub fn socket(&self) -> Option<&std::path::Path> {
+        self.socket.as_deref()
+    }
+
     pub fn tcp_url(&self) -> String {
         format!("redis://{}", self.addr())
     }
