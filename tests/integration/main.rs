@@ -48,6 +48,7 @@ mod slots;
 mod slots_race;
 mod slots_with;
 mod supervision;
+mod supervisors;
 mod tls;
 mod topology;
 mod wakeup;
