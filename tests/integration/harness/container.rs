@@ -139,16 +139,22 @@ impl<'a> HostSetup<'a> {
             std::fs::create_dir_all(&drop_in).expect("create the drop-in directory");
             let text = format!(
                 "# This site's Redis: the test's, on a socket bound into every host.\n\
-                 [Service]\nEnvironment=LOCKRUN_REDIS_URL=unix://{REDIS_DIR}/{}\n{extra}",
-                self.redis
-                    .socket()
-                    .and_then(Path::file_name)
-                    .expect("a socket")
-                    .to_string_lossy()
+                 [Service]\nEnvironment=LOCKRUN_REDIS_URL={}\n{extra}",
+                self.redis_url()
             );
             std::fs::write(drop_in.join("test.conf"), text).expect("write the drop-in");
         }
         self
+    }
+
+    /// The Redis as the host reaches it.
+    fn redis_url(&self) -> String {
+        let socket = self
+            .redis
+            .socket()
+            .and_then(Path::file_name)
+            .expect("a socket");
+        format!("unix://{REDIS_DIR}/{}", socket.to_string_lossy())
     }
 
     /// An executable `script` at `path` inside, bound read-only.
@@ -168,6 +174,7 @@ impl<'a> HostSetup<'a> {
     pub fn boot(self) -> Container {
         let mut container = Container {
             name: self.name.to_owned(),
+            redis_url: self.redis_url(),
             dir: self.dir,
             binds: self.binds,
             nspawn: None,
@@ -183,6 +190,7 @@ impl<'a> HostSetup<'a> {
 /// everything in it when dropped.
 pub struct Container {
     pub name: String,
+    redis_url: String,
     dir: TempDir,
     binds: Vec<OsString>,
     nspawn: Option<Child>,
@@ -301,6 +309,20 @@ impl Container {
     #[track_caller]
     pub fn must(&self, command: &[&str]) -> String {
         self.run(command).ok()
+    }
+
+    /// lockrun inside, as an operator runs it there: with the units' Redis
+    /// and password file.
+    pub fn lockrun(&self, args: &[&str]) -> Inside {
+        let url = format!("LOCKRUN_REDIS_URL={}", self.redis_url);
+        let mut command = vec![
+            "env",
+            &url,
+            "LOCKRUN_REDIS_PASSWORD_FILE=/etc/lockrun/redis-password",
+            "lockrun",
+        ];
+        command.extend(args);
+        self.run(&command)
     }
 
     /// `systemctl show` of `unit`'s properties.
