@@ -10,6 +10,7 @@ use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
@@ -172,8 +173,15 @@ impl<'a> HostSetup<'a> {
 
     /// Boots it and waits until systemd says the boot is over.
     pub fn boot(self) -> Container {
+        static BOOTED: AtomicUsize = AtomicUsize::new(0);
+        let machine = format!(
+            "lockrun-{}-{}",
+            std::process::id(),
+            BOOTED.fetch_add(1, Ordering::Relaxed)
+        );
         let mut container = Container {
             name: self.name.to_owned(),
+            machine,
             redis_url: self.redis_url(),
             dir: self.dir,
             binds: self.binds,
@@ -189,7 +197,9 @@ impl<'a> HostSetup<'a> {
 /// A booted host: systemd as PID 1 under systemd-nspawn. Killed with
 /// everything in it when dropped.
 pub struct Container {
+    /// Its hostname, which lockrun's holder records give.
     pub name: String,
+    machine: String,
     redis_url: String,
     dir: TempDir,
     binds: Vec<OsString>,
@@ -212,12 +222,11 @@ impl Container {
                 "--keep-unit",
                 "--private-network",
             ])
-            .args([
-                "--volatile=overlay",
-                "--console=pipe",
-                "--machine",
-                &self.name,
-            ])
+            .args(["--volatile=overlay", "--console=pipe"])
+            // Every test has a host-a: the machine name, which nspawn's
+            // directories in /run are named by, is this one's alone.
+            .arg(format!("--machine={}", self.machine))
+            .arg(format!("--hostname={}", self.name))
             .arg("-D")
             .arg(root())
             .args(&self.binds)
