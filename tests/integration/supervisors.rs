@@ -75,6 +75,17 @@ fn holder_and_standby(redis: &Server, extra: &str) -> (Container, Container) {
     (a, b)
 }
 
+/// Asserts that systemd saw the unit's main process, lockrun, killed by
+/// `signal`, with no core dumped: the core is the command's to dump.
+#[track_caller]
+fn assert_killed(unit: &Unit, signal: u8) {
+    assert_eq!(
+        (unit.get("ExecMainCode"), unit.get("ExecMainStatus")),
+        (KILLED, signal.to_string().as_str()),
+        "lockrun, the main process, was not killed by signal {signal} (without a core): {unit:?}"
+    );
+}
+
 /// Asserts that singleton.service on `host` is active, standing by in line
 /// behind `holder`, alone.
 #[track_caller]
@@ -158,11 +169,8 @@ fn a_stop_ends_clean_and_the_standby_takes_over_at_once_and_a_stopped_standby_le
     let (a, b) = holder_and_standby(&redis, "");
     let journal = stop_ends_clean(&a, SINGLETON);
     let stopped = a.show(SINGLETON);
-    assert_eq!(
-        (stopped.get("ExecMainCode"), stopped.get("ExecMainStatus")),
-        (KILLED, "15"),
-        "lockrun ends as its command did, killed by SIGTERM: {stopped:?}"
-    );
+    // lockrun ends as its command did.
+    assert_killed(&stopped, 15);
     standby_took_over(&redis, &b, &journal);
 
     // Host A again, now the standby; stopped while it waits in line.
@@ -193,11 +201,7 @@ fn a_watchdog_timeout_hands_the_lock_to_the_standby_at_once() {
     let journal = a.journal(SINGLETON);
     println!("host-a, watchdog timeout:\n{journal}");
     assert_eq!(failed.get("Result"), "watchdog", "{failed:?}");
-    assert_eq!(
-        (failed.get("ExecMainCode"), failed.get("ExecMainStatus")),
-        (KILLED, "6"),
-        "lockrun dies of the watchdog's SIGABRT, without a core of its own: {failed:?}"
-    );
+    assert_killed(&failed, 6);
     standby_took_over(&redis, &b, &journal);
     // Back in line once restarted, pinging the watchdog itself.
     let restarted = a.until_state(SINGLETON, "active/running");
@@ -220,11 +224,7 @@ fn a_command_that_crashes_fails_the_unit_and_frees_the_lock_at_once() {
         "signal",
         "a crash is a failure: {failed:?}"
     );
-    assert_eq!(
-        (failed.get("ExecMainCode"), failed.get("ExecMainStatus")),
-        (KILLED, "11"),
-        "{failed:?}"
-    );
+    assert_killed(&failed, 11);
     standby_took_over(&redis, &b, &journal);
 }
 
