@@ -17,10 +17,10 @@ while :; do
 done
 "#;
 
-/// billing.service's job: its fencing token, then work until told to finish.
+/// billing.service's job: its fencing token, then work until stopped.
 const INVOICE: &str = r#"#!/bin/bash
 echo "$LOCKRUN_FENCING_TOKEN" >/out/invoice.token
-until [ -e /out/finish ]; do sleep 0.1; done
+exec sleep infinity
 "#;
 
 const SINGLETON: &str = "singleton.service";
@@ -308,6 +308,9 @@ fn a_reboot_releases_the_lock_during_shutdown_and_the_unit_stands_by_after_it() 
     let said = format!("{}{}", enabled.stdout, enabled.stderr);
     println!("host-a, systemctl enable --now:\n{said}");
     a.reboot();
+    let journal = a.journal_of(SINGLETON, true);
+    println!("host-a, before the reboot:\n{journal}");
+    standby_took_over(&redis, &b, &journal);
     let is_enabled = a.run(&["systemctl", "is-enabled", SINGLETON]).stdout;
     assert_eq!(
         is_enabled.trim(),
@@ -315,9 +318,6 @@ fn a_reboot_releases_the_lock_during_shutdown_and_the_unit_stands_by_after_it() 
         "after the reboot, singleton.service is not started at boot: `systemctl enable` \
          said:\n{said}"
     );
-    let journal = a.journal_of(SINGLETON, true);
-    println!("host-a, before the reboot:\n{journal}");
-    standby_took_over(&redis, &b, &journal);
     a.until_state(SINGLETON, "active/running");
     stands_by_behind(&a, "host-b");
     assert_eq!(redis.in_line("scheduler"), 1);
