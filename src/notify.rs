@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use crate::exit_code;
+use crate::exit_code::Exit;
 use crate::lease::Loss;
 use crate::lock::Taken;
 use crate::report::{Event, Report};
@@ -171,7 +171,10 @@ impl Systemd {
         if let Some(link) = &self.link {
             link.command_status.store(false, Ordering::Relaxed);
             let how = match status {
-                Some(status) => format!("exited with status {}", exit_code::from_child(status)),
+                Some(status) => match Exit::of_child(status) {
+                    Exit::Status(code) => format!("exited with status {code}"),
+                    Exit::Signal(signal) => format!("was killed by {signal}"),
+                },
                 None => "is gone".to_owned(),
             };
             link.status(&format!("the command {how}; releasing {lock}"), false);

@@ -251,7 +251,7 @@ fn a_holder_says_its_lock_and_the_command_s_status_replaces_it_until_lockrun_sto
     assert_eq!(texts[2], "STATUS=stopping the command: --timeout passed\n");
     assert_eq!(
         texts[3],
-        "STATUS=the command exited with status 143; releasing job\n"
+        "STATUS=the command was killed by SIGTERM; releasing job\n"
     );
     // Why lockrun exits, as it says on stderr.
     assert_eq!(
@@ -502,7 +502,7 @@ fn a_sigterm_passed_on_is_the_stopping_status() {
         texts[1..],
         [
             "STATUS=stopping the command: SIGTERM passed on to the command\n",
-            "STATUS=the command exited with status 143; releasing job\n",
+            "STATUS=the command was killed by SIGTERM; releasing job\n",
         ],
         "{texts:?}"
     );
