@@ -13,6 +13,7 @@ mod basics;
 mod completion;
 mod connection;
 mod contention;
+mod cron;
 mod docs;
 mod empty_root;
 mod events;

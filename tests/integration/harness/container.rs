@@ -22,7 +22,7 @@ use super::{eventually, scratch, Server, LOCKRUN, PATIENCE};
 
 /// The password the containers' Redis requires, so that the units'
 /// `LoadCredential=` is what lets lockrun in.
-const REDIS_PASSWORD: &str = "container-test-password";
+pub const REDIS_PASSWORD: &str = "container-test-password";
 
 /// Where a container finds the Redis socket's directory.
 const REDIS_DIR: &str = "/run/redis";
@@ -149,7 +149,7 @@ impl<'a> HostSetup<'a> {
     }
 
     /// The Redis as the host reaches it.
-    fn redis_url(&self) -> String {
+    pub fn redis_url(&self) -> String {
         let socket = self
             .redis
             .socket()
@@ -159,14 +159,19 @@ impl<'a> HostSetup<'a> {
     }
 
     /// An executable `script` at `path` inside, bound read-only.
-    pub fn program(mut self, path: &str, script: &str) -> Self {
+    pub fn program(self, path: &str, script: &str) -> Self {
+        self.file(path, script, 0o755)
+    }
+
+    /// A file of `text` at `path` inside, with `mode`, bound read-only.
+    pub fn file(mut self, path: &str, text: &str, mode: u32) -> Self {
         let file = self
             .dir
             .path()
             .join(path.trim_start_matches('/').replace('/', "_"));
-        std::fs::write(&file, script).expect("write the program");
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755))
-            .expect("chmod the program");
+        std::fs::write(&file, text).expect("write the file");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))
+            .expect("chmod the file");
         self.bind(&file, path, true);
         self
     }

@@ -40,7 +40,7 @@ mod topology;
 
 pub use cluster::*;
 pub use command::*;
-pub use container::{container_redis, epoch_seconds, Container, HostSetup, Unit};
+pub use container::{container_redis, epoch_seconds, Container, HostSetup, Unit, REDIS_PASSWORD};
 pub use expect::Expect;
 pub use holder::*;
 pub use keys::renewal_seen;
