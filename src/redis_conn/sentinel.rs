@@ -200,7 +200,9 @@ impl Sentinels {
             .into_connection_info()
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings);
-        let mut conn = connect(&info, timeout).await.map_err(|err| failed(&err))?;
+        let mut conn = connect(&info, self.tls_config.as_ref(), timeout)
+            .await
+            .map_err(|err| failed(&err))?;
         let named: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.service)
@@ -259,7 +261,7 @@ impl Sentinels {
             .and_then(|info| trusting(self.tls_config.as_ref(), info))
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings.clone());
-        let (mut conn, pushes) = connect_carrying(&info, timeout, pushes)
+        let (mut conn, pushes) = connect_carrying(&info, self.tls_config.as_ref(), timeout, pushes)
             .await
             .map_err(|err| failed(&err))?;
         let role: Role = redis::cmd("ROLE")

@@ -151,6 +151,8 @@ pub(crate) struct Target {
     /// Whether `parse` was given the password (LOCKRUN_REDIS_PASSWORD, or
     /// the file's), replacing any in the URL: where a refused one came from.
     pub(super) password_given: bool,
+    /// Whom to trust over TLS, for the connections lockrun opens itself.
+    pub(super) tls: Option<Tls>,
 }
 
 /// How lockrun finds the server that holds a lock.
@@ -241,6 +243,7 @@ impl Target {
             password_file: None,
             source: UrlSource::Option,
             password_given,
+            tls: None,
         })
     }
 
@@ -273,6 +276,7 @@ impl Target {
     /// this target reaches over TLS.
     pub(crate) fn with_tls(mut self, tls: &Tls) -> redis::RedisResult<Self> {
         self.info = tls.trusted_info(self.info)?;
+        self.tls = Some(tls.clone());
         match &mut self.topology {
             Topology::Single => {}
             Topology::Sentinel(sentinels) => sentinels.trust(tls)?,

@@ -79,6 +79,20 @@ impl RedisError {
                 "the server's TLS certificate is for another host",
                 "reach the server by a name or address the certificate holds",
             ),
+            TlsRefusal::NoNames => (
+                "the server's TLS certificate names no host: it has no subjectAltName, and \
+                 lockrun, like browsers and other current TLS clients, does not read the CN",
+                "make it again with the names and addresses lockrun dials, e.g. openssl req ... \
+                 -addext subjectAltName=DNS:localhost,IP:127.0.0.1 (man lockrun-redis, TLS, has \
+                 a recipe)",
+            ),
+            TlsRefusal::Version1 => (
+                "the server's TLS certificate is an X.509 version 1 certificate (openssl x509 \
+                 -req without extensions makes one), which lockrun's TLS (rustls) cannot use",
+                "sign it again with -extfile naming a file that holds \
+                 subjectAltName=DNS:localhost,IP:127.0.0.1, the names and addresses lockrun \
+                 dials (man lockrun-redis, TLS, has a recipe)",
+            ),
             TlsRefusal::Expired => (
                 "the server's TLS certificate has expired",
                 "the server needs a new one; no lockrun option accepts an expired certificate",
