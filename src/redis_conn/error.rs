@@ -35,6 +35,10 @@ pub(crate) enum ErrorKind {
     NoPassword,
     /// The server refused the password it was given.
     Auth,
+    /// The server was sent a password for its `default` user, which has
+    /// none (Redis: `AUTH <password> called without any password
+    /// configured for the default user`).
+    PasswordUnset,
     /// Whatever answered does not speak the Redis protocol.
     NotRedis,
     /// Redis answered, but cannot serve the lock yet: asking again later
@@ -125,6 +129,8 @@ impl Target {
             (_, Some(hint)) => hint,
             // The crate's words for WRONGPASS name no one.
             (ErrorKind::Auth, None) => self.whose_password(),
+            (ErrorKind::NoPassword, None) => self.user().unwrap_or("default").to_owned(),
+            (ErrorKind::PasswordUnset, None) => self.password_source(),
             (_, None) => one_line(err),
         };
         self.failure(kind, &detail, node)
@@ -134,6 +140,7 @@ impl Target {
     /// password is masked, however the detail came to hold it.
     pub(super) fn failure(&self, kind: ErrorKind, detail: &str, node: Option<&str>) -> RedisError {
         let mut detail = detail.to_owned();
+        // `password()` is never empty: an empty one would mask every gap.
         let secrets = [self.password(), self.sentinel_password()];
         for secret in secrets.into_iter().flatten() {
             detail = detail.replace(secret, "***");
@@ -157,6 +164,9 @@ impl Target {
             return ErrorKind::Tls(why);
         }
         if is_auth_error(err) {
+            if err.to_string().contains("without any password configured") {
+                return ErrorKind::PasswordUnset;
+            }
             return if self.password().is_some() {
                 ErrorKind::Auth
             } else {

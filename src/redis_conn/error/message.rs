@@ -13,10 +13,26 @@ impl fmt::Display for RedisError {
             ErrorKind::Unreachable => self.fmt_unreachable(f),
             ErrorKind::Tls(why) => self.fmt_tls(f, why),
             ErrorKind::Scheme => write!(f, "cannot reach Redis at {target}: {}", self.detail),
+            ErrorKind::NoPassword if self.detail != "default" => write!(
+                f,
+                "Redis at {target} refused user '{}' without a password (WRONGPASS: the user \
+                 needs one, or does not exist, or is off), and none was given; give it in \
+                 LOCKRUN_REDIS_PASSWORD, --redis-password-file or redis-password-file in \
+                 lockrun.conf",
+                self.detail
+            ),
             ErrorKind::NoPassword => write!(
                 f,
                 "Redis at {target} requires a password; give it in LOCKRUN_REDIS_PASSWORD, \
                  --redis-password-file or the URL"
+            ),
+            ErrorKind::PasswordUnset => write!(
+                f,
+                "Redis at {target} has no password set (it said: AUTH <password> called \
+                 without any password configured for the default user), but lockrun sent one \
+                 from {}; leave the password out, or set one on the server (requirepass, or an \
+                 ACL user named in the URL)",
+                self.detail
             ),
             ErrorKind::Auth => write!(
                 f,
