@@ -89,3 +89,78 @@ fn a_password_sent_to_a_server_without_one_is_said_so() {
         server.addr()
     )));
 }
+
+/// flock(1)'s options, typed from habit, each get one line with the
+/// lockrun way, exit 64; a bare number of seconds is told its unit once.
+#[test]
+fn flock_habits_are_answered_with_the_lockrun_way() {
+    let url = "redis://127.0.0.1:1";
+    for (args, command, want) in [
+        (
+            &["-n", "--key", "job"][..],
+            &["true"][..],
+            "lockrun: unexpected argument '-n' found; flock's -n is lockrun's default: a run \
+             that finds the lock taken exits 75 at once; leave -n out (--wait DURATION waits); \
+             see 'lockrun --help'\n",
+        ),
+        (
+            &["--key", "job", "-c", "echo hi"],
+            &[],
+            "lockrun: unexpected argument '-c' found; flock's -c CMD is -- sh -c CMD in \
+             lockrun: lockrun --key NAME -- sh -c 'CMD'; see 'lockrun --help'\n",
+        ),
+        (
+            &["-E", "0", "--key", "job"],
+            &["true"],
+            "lockrun: unexpected argument '-E' found; flock's -E N is --busy-exit-code N in \
+             lockrun; see 'lockrun --help'\n",
+        ),
+        (
+            &["-w", "5", "--key", "job"],
+            &["true"],
+            "lockrun: invalid value '5' for '--wait <DURATION|forever>': a number needs a \
+             unit: write 5s for 5 seconds, or 500ms, 2m, 1h30m; see 'lockrun --help'\n",
+        ),
+        (
+            &["--wait", "5", "--key", "job"],
+            &["true"],
+            "lockrun: invalid value '5' for '--wait <DURATION|forever>': a number needs a \
+             unit: write 5s for 5 seconds, or 500ms, 2m, 1h30m; see 'lockrun --help'\n",
+        ),
+    ] {
+        Lockrun::via(url)
+            .args(args)
+            .command(command)
+            .run()
+            .assert(Expect::code(64).stderr(want).context(args.join(" ")));
+    }
+}
+
+/// A ttl too short for the other values is answered with one a person
+/// would type, rounded up to a value that fits with the defaults it moves;
+/// that value then works.
+#[test]
+fn a_suggested_ttl_is_one_a_person_types_and_it_fits() {
+    let server = Server::start();
+    server
+        .lockrun("job")
+        .args(["--ttl", "30s", "--kill-grace", "20s"])
+        .command(["true"])
+        .run()
+        .assert(Expect::code(64).stderr(
+            "lockrun: unsafe timing: renew every 10s + redis timeout 2s + kill grace 20s + \
+             clock-drift allowance 302ms = 32s302ms, which does not fit inside the ttl of 30s; \
+             use --ttl 34s or more, or --kill-grace 17s or less\n",
+        ));
+    for fits in [
+        ["--ttl", "34s", "--kill-grace", "20s"],
+        ["--ttl", "30s", "--kill-grace", "17s"],
+    ] {
+        server
+            .lockrun("job")
+            .args(fits)
+            .command(["true"])
+            .run()
+            .assert(Expect::success().context(fits.join(" ")));
+    }
+}

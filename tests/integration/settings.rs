@@ -172,8 +172,7 @@ fn a_file_that_cannot_be_used_exits_64_naming_file_and_line() {
             b"redis-timeout = 5\n",
             format!(
                 "configuration file {shown} (named by LOCKRUN_CONFIG): line 1: redis-timeout 5: \
-                 time unit needed, for example 5sec or 5ms; write a number with a unit, like \
-                 500ms, 30s, 2m or 1h30m"
+                 a number needs a unit: write 5s for 5 seconds, or 500ms, 2m, 1h30m"
             ),
         ),
         (
