@@ -49,6 +49,9 @@ pub(crate) enum ErrorKind {
     /// The server refused lockrun's user a command, key or channel (NOPERM,
     /// or a script's command refused the same way).
     NoPerm,
+    /// The server is out of memory: over its `maxmemory`, with a policy
+    /// that evicts nothing (`noeviction`), it refuses every write (OOM).
+    OutOfMemory,
     /// The server does not know WAIT (renamed away, or a service or proxy
     /// without it): it cannot acknowledge replication.
     NoWait,
@@ -194,6 +197,7 @@ impl Target {
             }
             Some("READONLY") => ErrorKind::ReadOnly,
             Some("NOPERM") => ErrorKind::NoPerm,
+            Some("OOM") => ErrorKind::OutOfMemory,
             Some("BUSY") => ErrorKind::Transient(Unready::Busy),
             // min-replicas-to-write: too few replicas are connected right now.
             Some("NOREPLICAS") => ErrorKind::Transient(Unready::Replicas),

@@ -164,3 +164,34 @@ fn a_suggested_ttl_is_one_a_person_types_and_it_fits() {
             .assert(Expect::success().context(fits.join(" ")));
     }
 }
+
+/// A server out of memory (`maxmemory` reached, `noeviction`) is said as
+/// that, with what to do, without the script's hash and line that Redis's
+/// reply names; exit 69 as for any server that cannot serve the lock.
+#[test]
+fn a_server_out_of_memory_is_said_so() {
+    let server = Server::start_with(
+        None,
+        &["--maxmemory", "1mb", "--maxmemory-policy", "noeviction"],
+    );
+    // Filled from a script: a script that started under the limit may go
+    // past it, which single writes may not.
+    let _: () = server
+        .query(
+            redis::cmd("EVAL")
+                .arg("for i = 1, 20000 do redis.call('SET', 'fill' .. i, string.rep('x', 100)) end")
+                .arg(0),
+        )
+        .expect("fill the server");
+    let ran = server.lockrun("job").command(["true"]).run();
+    ran.assert(
+        Expect::code(69)
+            .stderr(format!(
+                "lockrun: Redis at {} is out of memory (OOM): its used memory is over its \
+                 maxmemory and its maxmemory-policy evicts nothing, so it refuses every write; \
+                 free memory there or raise its maxmemory (redis-cli CONFIG SET maxmemory)\n",
+                server.url()
+            ))
+            .stderr_lacks("@user_script"),
+    );
+}

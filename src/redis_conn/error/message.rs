@@ -61,6 +61,14 @@ impl fmt::Display for RedisError {
                      ACL rules (see man lockrun-redis, REDIS PERMISSIONS)"
                 )
             }
+            // Redis's words name the script's hash and line, which say
+            // nothing to the operator; the reply's code is all that counts.
+            ErrorKind::OutOfMemory => write!(
+                f,
+                "Redis at {target} is out of memory (OOM): its used memory is over its \
+                 maxmemory and its maxmemory-policy evicts nothing, so it refuses every write; \
+                 free memory there or raise its maxmemory (redis-cli CONFIG SET maxmemory)"
+            ),
             ErrorKind::NoWait => write!(
                 f,
                 "Redis at {target} cannot acknowledge replication: it does not know WAIT \
