@@ -495,3 +495,32 @@ fn a_file_setting_lockrun_cannot_use_is_named_by_file_and_line() {
         ),
     );
 }
+
+/// `redis = redis://10.0.0.5:6379 # main`: a comment after a value, after a
+/// space, is a comment; a relative path is taken from the file's
+/// directory, whatever directory the run starts in.
+#[test]
+fn a_comment_may_follow_a_value_and_paths_are_the_files() {
+    let redis = Server::start_with(Some(free_port()), &["--requirepass", "s3cret"]);
+    let dir = scratch();
+    let secret = dir.path().join("redis-password");
+    std::fs::write(&secret, "s3cret\n").expect("write the password file");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let file = config(
+        dir.path(),
+        &format!(
+            "redis = {} # main\nredis-password-file = redis-password # next to this file\n",
+            redis.tcp_url()
+        ),
+        0o644,
+    );
+    // lockrun starts in the test's directory, not the file's.
+    assert_ne!(std::env::current_dir().expect("cwd"), dir.path());
+    Lockrun::new()
+        .config(&file)
+        .key("job")
+        .arg("-v")
+        .command(["true"])
+        .run()
+        .assert(Expect::success().stderr_has(format!("on {} (from ", redis.tcp_url())));
+}
