@@ -195,3 +195,53 @@ fn a_server_out_of_memory_is_said_so() {
             .stderr_lacks("@user_script"),
     );
 }
+
+/// What lockrun(1) says a fencing token looks like: the server's clock in
+/// microseconds at the grant (or the last token plus one), growing.
+#[test]
+fn a_fencing_token_is_the_servers_clock_in_microseconds() {
+    let redis = Server::start();
+    let server_us = || -> u64 {
+        let (secs, micros): (u64, u64) = redis.query(&redis::cmd("TIME")).expect("TIME");
+        secs * 1_000_000 + micros
+    };
+    let before = server_us();
+    let first = redis.lockrun("job").next_fence();
+    let after = server_us();
+    assert!(
+        (before..=after).contains(&first),
+        "token {first} is not the server's clock between {before} and {after}"
+    );
+    let second = redis.lockrun("job").next_fence();
+    assert!(second > first, "{first} then {second}");
+}
+
+/// What lockrun(1) SIGNALS says `kill -9` of lockrun leaves behind: the
+/// command dies with it, what the command started keeps running, and the
+/// lock stays taken until its ttl runs out.
+#[test]
+fn kill_9_of_lockrun_leaves_what_the_command_started_and_the_lock() {
+    let redis = Server::start();
+    let mut holder = redis.lockrun("job").args(["--ttl", "1h"]).hold_script(
+        "sh",
+        "sleep 300 & echo $! > \"$1/started\"; echo $$ > \"$1/pid\"; wait",
+    );
+    let started = read_pid(&holder.dir().join("started"));
+    holder.run.signal(nix::sys::signal::Signal::SIGKILL);
+    holder.run.wait();
+    assert!(
+        eventually(PATIENCE, || !alive(holder.child())),
+        "the command outlived lockrun"
+    );
+    let still = alive(started);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(started),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(still, "what the command started was stopped");
+    redis
+        .lockrun("job")
+        .command(["true"])
+        .run()
+        .assert(Expect::code(75).stderr_any());
+}
