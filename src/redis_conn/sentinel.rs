@@ -78,12 +78,17 @@ enum Rank {
 
 impl Failure {
     pub(super) fn into_error(self, target: &Target) -> RedisError {
-        // The primary refused the data password: whose, and from where.
-        let detail = match self.kind {
-            ErrorKind::Auth => target.whose_password(),
-            _ => self.detail,
+        // The primary refused the data password: whose, and from where; or
+        // the user named without one, who needs one.
+        let (kind, detail) = match (self.kind, target.password()) {
+            (ErrorKind::Auth, Some(_)) => (ErrorKind::Auth, target.whose_password()),
+            (ErrorKind::Auth, None) => (
+                ErrorKind::NoPassword,
+                target.user().unwrap_or("default").to_owned(),
+            ),
+            (kind, _) => (kind, self.detail),
         };
-        target.failure(self.kind, &detail, self.node.as_deref())
+        target.failure(kind, &detail, self.node.as_deref())
     }
 }
 

@@ -245,3 +245,38 @@ fn kill_9_of_lockrun_leaves_what_the_command_started_and_the_lock() {
         .run()
         .assert(Expect::code(75).stderr_any());
 }
+
+/// Behind Sentinel too, a user named without a password logs in as that
+/// user on the primary, and one that needs a password is told none was
+/// given.
+#[test]
+fn behind_sentinel_a_user_named_without_a_password_is_that_user() {
+    let set = SentinelSet::start();
+    // ACL rules are not replicated: each server gets its own.
+    for server in &set.servers {
+        setuser(server, &["lockrun", "on", "nopass", "~*", "&*", "+@all"]);
+        setuser(server, &["secretive", "on", ">s3cret", "~*", "&*", "+@all"]);
+    }
+    let as_user = |user: &str| set.url().replacen("://", &format!("://{user}@"), 1);
+    Lockrun::via(&as_user("lockrun"))
+        .key("job")
+        .args(["--replica-acks", "0", "-v"])
+        .command(["true"])
+        .run()
+        .assert(Expect::success().stderr_has(" as user 'lockrun' (from --redis)"));
+    Lockrun::via(&as_user("secretive"))
+        .key("job")
+        .args(["--replica-acks", "0"])
+        .command(["true"])
+        .run()
+        .assert(
+            Expect::code(69)
+                .stderr_has(
+                    "refused user 'secretive' without a password (WRONGPASS: the user needs \
+                     one, or does not exist, or is off), and none was given; give it in \
+                     LOCKRUN_REDIS_PASSWORD, --redis-password-file or redis-password-file in \
+                     lockrun.conf",
+                )
+                .stderr_one_line(),
+        );
+}
