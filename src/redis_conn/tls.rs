@@ -270,8 +270,9 @@ fn client_config(ca: &Ca, identity: Option<&Identity>) -> Result<rustls::ClientC
         .collect::<Result<Vec<_>, _>>()
         .map_err(|err| format!("not a PEM certificate: {err}"))?;
     let mut roots = RootCertStore::empty();
-    // As the crate's trust store does: a certificate webpki cannot read as
-    // a trust anchor is skipped (a platform bundle may hold one).
+    // A certificate webpki cannot take as a trust anchor is skipped here:
+    // the crate's own parse of the same file refuses it, for the CA file
+    // (`Ca::from_pem`) and the platform's bundle alike.
     roots.add_parsable_certificates(anchors.iter().cloned());
     let webpki = if roots.is_empty() {
         None
