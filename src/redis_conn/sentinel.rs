@@ -21,7 +21,7 @@ use super::hosts::{self, MultiHost};
 use super::pushes::Pushes;
 use super::session::{connect, connect_carrying};
 use super::target::show_addr;
-use super::tls::{trusting, Tls};
+use super::tls::Tls;
 use super::{ErrorKind, InvalidUrl, RedisError, Target, Unready};
 
 /// The sentinels of one service.
@@ -119,13 +119,10 @@ impl Sentinels {
         self.password = Some(password);
     }
 
-    /// Uses `tls` on the sentinels and on the primaries they name.
-    pub(super) fn trust(&mut self, tls: &Tls) -> redis::RedisResult<()> {
-        for addr in &mut self.addrs {
-            *addr = tls.trusted(addr.clone())?;
-        }
+    /// Uses `tls` on the sentinels and on the primaries they name: lockrun
+    /// opens those connections itself (`tls.rs`).
+    pub(super) fn trust(&mut self, tls: &Tls) {
         self.tls_config = Some(tls.clone());
-        Ok(())
     }
 
     pub(super) fn password(&self) -> Option<&str> {
@@ -263,7 +260,6 @@ impl Sentinels {
         let scheme = if self.tls { "rediss" } else { "redis" };
         let info = format!("{scheme}://{node}")
             .into_connection_info()
-            .and_then(|info| trusting(self.tls_config.as_ref(), info))
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings.clone());
         let (mut conn, pushes) = connect_carrying(&info, self.tls_config.as_ref(), timeout, pushes)

@@ -284,12 +284,16 @@ impl Target {
     /// Uses `tls` (whom to trust, the client certificate) on every server
     /// this target reaches over TLS.
     pub(crate) fn with_tls(mut self, tls: &Tls) -> redis::RedisResult<Self> {
-        self.info = tls.trusted_info(self.info)?;
         self.tls = Some(tls.clone());
         match &mut self.topology {
+            // lockrun opens these connections itself (`tls.rs`): the crate
+            // would parse the certificates again for nothing.
             Topology::Single => {}
-            Topology::Sentinel(sentinels) => sentinels.trust(tls)?,
-            Topology::Cluster(seeds) => seeds.trust(tls)?,
+            Topology::Sentinel(sentinels) => sentinels.trust(tls),
+            Topology::Cluster(seeds) => {
+                self.info = tls.trusted_info(self.info)?;
+                seeds.trust(tls)?;
+            }
         }
         Ok(self)
     }

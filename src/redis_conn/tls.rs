@@ -17,8 +17,9 @@
 //!
 //! To one server (and to Sentinel's servers) lockrun opens the TLS
 //! connection itself and hands the stream to the crate, whose own TLS
-//! cannot be given a certificate check; a cluster's nodes are reached
-//! through the crate's, which trusts no pinned certificate.
+//! cannot be given a certificate check; the crate then never sees the
+//! certificates. A cluster's nodes are reached through the crate's TLS,
+//! which trusts no pinned certificate.
 
 use std::fmt;
 use std::sync::Arc;
@@ -297,17 +298,6 @@ fn client_config(ca: &Ca, identity: Option<&Identity>) -> Result<rustls::ClientC
     builder
         .with_client_auth_cert(chain, key)
         .map_err(|err| err.to_string())
-}
-
-/// `info`, with `tls` if there is one.
-pub(super) fn trusting(
-    tls: Option<&Tls>,
-    info: ConnectionInfo,
-) -> redis::RedisResult<ConnectionInfo> {
-    match tls {
-        Some(tls) => tls.trusted_info(info),
-        None => Ok(info),
-    }
 }
 
 #[cfg(test)]
