@@ -229,7 +229,7 @@ fn status_json(keys: &Keys, servers: &Servers, views: &Views) -> StatusJson {
                 .collect()
         }),
         server: match servers {
-            Servers::One(target) => Some(target.to_string()),
+            Servers::One(target) => Some(target.with_user_shown()),
             Servers::Quorum(_) => None,
         },
         redis_node: one.and_then(|one| one.node.clone()),

@@ -125,18 +125,39 @@ pub(crate) fn whole_up(d: Duration, unit: Duration) -> u64 {
     u64::try_from(d.as_nanos().div_ceil(unit.as_nanos())).unwrap_or(u64::MAX)
 }
 
+/// The precision a person reads and writes `d` at: milliseconds under a
+/// second, whole seconds under an hour, whole minutes above.
+fn person_unit(d: Duration) -> Duration {
+    const MINUTE: Duration = Duration::from_secs(60);
+    const HOUR: Duration = Duration::from_secs(60 * 60);
+    match d {
+        d if d < SECOND => MS,
+        d if d < HOUR => SECOND,
+        _ => MINUTE,
+    }
+}
+
+/// A limit to suggest, at the precision a person writes it (milliseconds
+/// under a second, whole seconds under an hour, whole minutes above),
+/// rounded `up` for a least value and down for a most, so that the value
+/// suggested still fits: `32s326ms or more` is `33s or more`. Shown with
+/// `show_exact`.
+pub(crate) fn limit(d: Duration, up: bool) -> Duration {
+    let unit = person_unit(d);
+    let units = if up {
+        whole_up(d, unit)
+    } else {
+        whole(d, unit)
+    };
+    unit.saturating_mul(u32::try_from(units).unwrap_or(u32::MAX))
+}
+
 /// A duration at the precision a person reads it: milliseconds under a
 /// second, whole seconds under an hour, whole minutes above, each rounded
 /// to the nearest (`49m59s972ms` is `50m`). Every time lockrun measured (a
 /// lease's time left, how long a run held or waited) is shown this way.
 pub(crate) fn show(d: Duration) -> String {
-    const MINUTE: Duration = Duration::from_secs(60);
-    const HOUR: Duration = Duration::from_secs(60 * 60);
-    let unit = match d {
-        d if d < SECOND => MS,
-        d if d < HOUR => SECOND,
-        _ => MINUTE,
-    };
+    let unit = person_unit(d);
     // Rounded half up; 59m59s600ms becomes 1h, which is right at either
     // precision.
     let units = whole(d.saturating_add(unit / 2), unit);

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::{Action, Cli, ListArgs, RedisArgs, RunArgs};
-use crate::clock::show_exact;
+use crate::clock::{limit, show_exact};
 use crate::error::Error;
 use crate::lease::Timing;
 use crate::lock::{Keys, ReplicaAcks, Servers, Share};
@@ -477,31 +477,52 @@ fn timing(
             show_exact(ttl)
         )));
     }
-    let timing = Timing {
+    let renew_every = positive("--renew-every", renew_every)?;
+    let redis_timeout = positive("--redis-timeout", redis_timeout)?;
+    let with_ttl = |ttl: Duration| Timing {
         ttl,
-        renew_every: positive("--renew-every", renew_every)?.unwrap_or(ttl / 3),
-        redis_timeout: positive("--redis-timeout", redis_timeout)?
-            .unwrap_or((ttl / 10).min(MAX_DEFAULT_REDIS_TIMEOUT)),
+        renew_every: renew_every.unwrap_or(ttl / 3),
+        redis_timeout: redis_timeout.unwrap_or((ttl / 10).min(MAX_DEFAULT_REDIS_TIMEOUT)),
         kill_grace: kill_grace.unwrap_or((ttl / 4).min(MAX_DEFAULT_KILL_GRACE)),
     };
+    let timing = with_ttl(ttl);
     if timing.needed() < ttl {
         return Ok(timing);
     }
-    Err(Error::Usage(unsafe_timing(&timing)))
+    Err(Error::Usage(unsafe_timing(&timing, with_ttl)))
 }
 
-/// Why `timing` does not fit its ttl, and the smallest change that would.
-fn unsafe_timing(timing: &Timing) -> String {
+/// Why `timing` does not fit its ttl, and the smallest change that would:
+/// a ttl as a person writes it that fits with the other values as given
+/// (`with_ttl`: those left to their defaults scale with the ttl).
+fn unsafe_timing(timing: &Timing, with_ttl: impl Fn(Duration) -> Timing) -> String {
     let ttl = timing.ttl;
-    // The smallest ttl that fits: renew + timeout + grace + ttl/100 + 2ms < ttl.
+    // The smallest ttl that fits the values now: renew + timeout + grace +
+    // ttl/100 + 2ms < ttl.
     let fixed = timing.renew_every + timing.redis_timeout + timing.kill_grace;
     let min_ttl_ms = fixed.as_millis().saturating_add(2).saturating_mul(100) / 99 + 1;
-    let min_ttl = Duration::from_millis(u64::try_from(min_ttl_ms).unwrap_or(u64::MAX));
+    let mut min_ttl = Duration::from_millis(u64::try_from(min_ttl_ms).unwrap_or(u64::MAX));
+    // Rounded up to what a person writes, then up again while the defaults
+    // that grow with it still do not fit: a few steps at most, as they add
+    // up to less than the ttl.
+    for _ in 0..100 {
+        let shown = limit(min_ttl, true);
+        let next = with_ttl(shown);
+        if next.needed() < shown {
+            min_ttl = shown;
+            break;
+        }
+        min_ttl = next.needed().max(shown + Duration::from_millis(1));
+    }
     let grace_room = ttl.saturating_sub(timing.needed().saturating_sub(timing.kill_grace));
     let mut advice = format!("use --ttl {} or more", show_exact(min_ttl));
     if grace_room > Duration::from_millis(1) {
         let grace = grace_room.saturating_sub(Duration::from_millis(1));
-        let _ = write!(advice, ", or --kill-grace {} or less", show_exact(grace));
+        let _ = write!(
+            advice,
+            ", or --kill-grace {} or less",
+            show_exact(limit(grace, false))
+        );
     }
     format!(
         "unsafe timing: renew every {} + redis timeout {} + kill grace {} + clock-drift \

@@ -121,7 +121,7 @@ fn say_acquired(
     report: Report,
 ) {
     let server = match on {
-        Servers::One(target) => format!("{target} (from {})", target.source()),
+        Servers::One(target) => format!("{} (from {})", target.with_user_shown(), target.source()),
         Servers::Quorum(targets) => {
             let all: Vec<String> = targets.iter().map(ToString::to_string).collect();
             format!("a quorum of {}: {}", all.len(), all.join(", "))

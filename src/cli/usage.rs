@@ -64,6 +64,9 @@ fn unknown_argument_hint(err: &clap::Error, subcommand: Option<&str>) -> Option<
         let names = cmd.get_arguments().filter_map(clap::Arg::get_long);
         return closest(flag, names).map(|name| format!("did you mean '--{name}'?"));
     }
+    if let Some(way) = flock_habit(arg) {
+        return Some(way.to_owned());
+    }
     // `lockrun help` gets the "see 'lockrun --help'" every usage error ends
     // with, not advice to run `help` as the command.
     if arg.starts_with('-') || subcommand.is_some() || arg == "help" {
@@ -75,6 +78,21 @@ fn unknown_argument_hint(err: &clap::Error, subcommand: Option<&str>) -> Option<
     Some(format!(
         "put the command after '--': lockrun --key NAME -- {arg} ..."
     ))
+}
+
+/// The lockrun way of a flock(1) option lockrun does not have, for users
+/// whose hands know flock. (flock's `-w SECONDS` is lockrun's `-w`, which
+/// wants a unit: `parse_duration` says so.)
+fn flock_habit(arg: &str) -> Option<&'static str> {
+    Some(match arg {
+        "-n" => {
+            "flock's -n is lockrun's default: a run that finds the lock taken exits 75 at once; \
+             leave -n out (--wait DURATION waits)"
+        }
+        "-c" => "flock's -c CMD is -- sh -c CMD in lockrun: lockrun --key NAME -- sh -c 'CMD'",
+        "-E" => "flock's -E N is --busy-exit-code N in lockrun",
+        _ => return None,
+    })
 }
 
 /// The candidate nearest to `typed`, if one is a typo away: one edit, plus
@@ -150,6 +168,28 @@ mod tests {
         assert!(line.contains("did you mean '--json'?"), "{line}");
         assert!(line.ends_with("; see 'lockrun status --help'"), "{line}");
         assert_eq!(line.lines().count(), 1);
+    }
+
+    #[test]
+    fn flock_habits_get_the_lockrun_way() {
+        for (args, want) in [
+            (
+                &["lockrun", "-n", "--key", "x", "--", "true"][..],
+                "is lockrun's default",
+            ),
+            (
+                &["lockrun", "--key", "x", "-c", "echo hi"],
+                "-- sh -c 'CMD'",
+            ),
+            (
+                &["lockrun", "-E", "0", "--key", "x", "--", "true"],
+                "--busy-exit-code N",
+            ),
+        ] {
+            let line = usage_line(args);
+            assert!(line.contains(want), "{line}");
+            assert_eq!(line.lines().count(), 1);
+        }
     }
 
     #[test]

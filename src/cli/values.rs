@@ -8,8 +8,16 @@ use crate::report::Format;
 use crate::wait::Wait;
 
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text)
-        .map_err(|err| format!("{err}; write a number with a unit, like 500ms, 30s, 2m or 1h30m"))
+    humantime::parse_duration(text).map_err(|err| match err {
+        // humantime's own advice ("for example 5sec or 5ms") would come
+        // before lockrun's; a bare number is most often flock's seconds.
+        humantime::DurationError::UnknownUnit { unit, value, .. } if unit.is_empty() => {
+            format!(
+                "a number needs a unit: write {value}s for {value} seconds, or 500ms, 2m, 1h30m"
+            )
+        }
+        err => format!("{err}; write a number with a unit, like 500ms, 30s, 2m or 1h30m"),
+    })
 }
 
 pub(crate) fn parse_replica_acks(text: &str) -> Result<ReplicaAcks, String> {

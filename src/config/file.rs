@@ -6,9 +6,12 @@
 //! another, which must then exist; LOCKRUN_CONFIG set to nothing reads none
 //! (the test harness does so, so that a host's own file cannot reach a
 //! test). One setting per line, `name = value`, the name being the long
-//! option's without its dashes; `#` starts a comment line; blank lines are
-//! fine. A value is taken as written, spaces at either end trimmed: no
-//! quotes, no comment after it (a URL may hold a `#`).
+//! option's without its dashes; `#` starts a comment, at the start of a
+//! line or after a space or tab, as in sh: a `#` inside a word, as in a
+//! URL's `/2#x`, is part of the value; blank lines are fine. A value is
+//! taken as written, spaces at either end trimmed, no quotes. A relative
+//! path is taken from the file's directory, not from wherever the run
+//! started (cron starts in the user's home).
 //!
 //! An option or its environment variable wins over the file. Anything the
 //! file gets wrong is a usage error naming the file and line, before
@@ -167,10 +170,11 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<FileSettings, Why> {
     for (index, raw) in bytes.split(|&b| b == b'\n').enumerate() {
         let number = index + 1;
         let at = |why: String| Why::Line(number, why);
-        let text = std::str::from_utf8(raw)
-            .map_err(|_| at("it is not UTF-8 text".into()))?
-            .trim();
-        if text.is_empty() || text.starts_with('#') {
+        let text = without_comment(
+            std::str::from_utf8(raw).map_err(|_| at("it is not UTF-8 text".into()))?,
+        )
+        .trim();
+        if text.is_empty() {
             continue;
         }
         // The line is never quoted back: it may hold a password.
@@ -193,7 +197,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<FileSettings, Why> {
             return Err(at(format!("{known} has no value")));
         }
         let refused = |why: String| at(format!("{known} {value}: {why}"));
-        let file = || Some(PathBuf::from(value));
+        let file = || Some(path.parent().unwrap_or(Path::new("")).join(value));
         match known {
             "redis" => {
                 for url in value.split_whitespace() {
@@ -232,6 +236,18 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<FileSettings, Why> {
     }
     settings.lines = seen;
     Ok(settings)
+}
+
+/// `line` up to its comment: a `#` at its start or after a space or tab.
+fn without_comment(line: &str) -> &str {
+    let mut previous = ' ';
+    for (at, c) in line.char_indices() {
+        if c == '#' && previous.is_whitespace() {
+            return &line[..at];
+        }
+        previous = c;
+    }
+    line
 }
 
 /// The line for a setting lockrun does not know, with the one meant when a
@@ -280,6 +296,41 @@ mod tests {
         assert_eq!(s.ca_file.as_deref(), Some(Path::new("/etc/ssl/ca.pem")));
         let quorum = settings("redis = redis://a redis://b  redis://c").expect("valid");
         assert_eq!(quorum.redis.len(), 3);
+    }
+
+    #[test]
+    fn a_comment_may_follow_a_value_after_a_space() {
+        let s = settings(
+            "redis = redis://10.0.0.5:6379 # main
+prefix = jobs:	# shared
+             metrics-file = /run/m#1 #
+",
+        )
+        .expect("valid");
+        assert_eq!(s.redis.len(), 1);
+        assert_eq!(s.redis[0].0, "redis://10.0.0.5:6379");
+        assert_eq!(s.prefix.as_deref(), Some("jobs:"));
+        assert_eq!(s.metrics_file.as_deref(), Some(Path::new("/run/m#1")));
+        let only = settings("prefix = # nothing but a comment").expect_err("no value");
+        assert!(only.ends_with("line 1: prefix has no value"), "{only}");
+    }
+
+    #[test]
+    fn a_relative_path_is_taken_from_the_files_directory() {
+        let s = parse(
+            Path::new("/etc/lockrun/lockrun.conf"),
+            b"redis-ca-file = ca.pem
+redis-password-file = ../secret
+metrics-file = /run/m
+",
+        )
+        .expect("valid");
+        assert_eq!(s.ca_file.as_deref(), Some(Path::new("/etc/lockrun/ca.pem")));
+        assert_eq!(
+            s.password_file.as_deref(),
+            Some(Path::new("/etc/lockrun/../secret"))
+        );
+        assert_eq!(s.metrics_file.as_deref(), Some(Path::new("/run/m")));
     }
 
     #[test]

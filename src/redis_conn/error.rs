@@ -35,6 +35,10 @@ pub(crate) enum ErrorKind {
     NoPassword,
     /// The server refused the password it was given.
     Auth,
+    /// The server was sent a password for its `default` user, which has
+    /// none (Redis: `AUTH <password> called without any password
+    /// configured for the default user`).
+    PasswordUnset,
     /// Whatever answered does not speak the Redis protocol.
     NotRedis,
     /// Redis answered, but cannot serve the lock yet: asking again later
@@ -45,6 +49,9 @@ pub(crate) enum ErrorKind {
     /// The server refused lockrun's user a command, key or channel (NOPERM,
     /// or a script's command refused the same way).
     NoPerm,
+    /// The server is out of memory: over its `maxmemory`, with a policy
+    /// that evicts nothing (`noeviction`), it refuses every write (OOM).
+    OutOfMemory,
     /// The server does not know WAIT (renamed away, or a service or proxy
     /// without it): it cannot acknowledge replication.
     NoWait,
@@ -125,6 +132,8 @@ impl Target {
             (_, Some(hint)) => hint,
             // The crate's words for WRONGPASS name no one.
             (ErrorKind::Auth, None) => self.whose_password(),
+            (ErrorKind::NoPassword, None) => self.user().unwrap_or("default").to_owned(),
+            (ErrorKind::PasswordUnset, None) => self.password_source(),
             (_, None) => one_line(err),
         };
         self.failure(kind, &detail, node)
@@ -134,6 +143,7 @@ impl Target {
     /// password is masked, however the detail came to hold it.
     pub(super) fn failure(&self, kind: ErrorKind, detail: &str, node: Option<&str>) -> RedisError {
         let mut detail = detail.to_owned();
+        // `password()` is never empty: an empty one would mask every gap.
         let secrets = [self.password(), self.sentinel_password()];
         for secret in secrets.into_iter().flatten() {
             detail = detail.replace(secret, "***");
@@ -157,6 +167,9 @@ impl Target {
             return ErrorKind::Tls(why);
         }
         if is_auth_error(err) {
+            if err.to_string().contains("without any password configured") {
+                return ErrorKind::PasswordUnset;
+            }
             return if self.password().is_some() {
                 ErrorKind::Auth
             } else {
@@ -184,6 +197,7 @@ impl Target {
             }
             Some("READONLY") => ErrorKind::ReadOnly,
             Some("NOPERM") => ErrorKind::NoPerm,
+            Some("OOM") => ErrorKind::OutOfMemory,
             Some("BUSY") => ErrorKind::Transient(Unready::Busy),
             // min-replicas-to-write: too few replicas are connected right now.
             Some("NOREPLICAS") => ErrorKind::Transient(Unready::Replicas),

@@ -22,13 +22,20 @@ impl Target {
 
     /// Whose password a server refused, and where lockrun took it from.
     pub(super) fn whose_password(&self) -> String {
-        let user = self.info.redis_settings().username().unwrap_or("default");
-        let source = match &self.password_file {
+        let user = self.user().unwrap_or("default");
+        format!(
+            "user '{user}' with the password from {}",
+            self.password_source()
+        )
+    }
+
+    /// Where lockrun took the password it sends.
+    pub(super) fn password_source(&self) -> String {
+        match &self.password_file {
             Some(path) => format!("the password file {}", path.display()),
             None if self.password_given => "LOCKRUN_REDIS_PASSWORD".to_owned(),
             None => "the URL".to_owned(),
-        };
-        format!("user '{user}' with the password from {source}")
+        }
     }
 
     /// Takes the password the file holds now, before a connection is

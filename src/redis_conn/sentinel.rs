@@ -21,7 +21,7 @@ use super::hosts::{self, MultiHost};
 use super::pushes::Pushes;
 use super::session::{connect, connect_carrying};
 use super::target::show_addr;
-use super::tls::{trusting, Tls};
+use super::tls::Tls;
 use super::{ErrorKind, InvalidUrl, RedisError, Target, Unready};
 
 /// The sentinels of one service.
@@ -78,12 +78,17 @@ enum Rank {
 
 impl Failure {
     pub(super) fn into_error(self, target: &Target) -> RedisError {
-        // The primary refused the data password: whose, and from where.
-        let detail = match self.kind {
-            ErrorKind::Auth => target.whose_password(),
-            _ => self.detail,
+        // The primary refused the data password: whose, and from where; or
+        // the user named without one, who needs one.
+        let (kind, detail) = match (self.kind, target.password()) {
+            (ErrorKind::Auth, Some(_)) => (ErrorKind::Auth, target.whose_password()),
+            (ErrorKind::Auth, None) => (
+                ErrorKind::NoPassword,
+                target.user().unwrap_or("default").to_owned(),
+            ),
+            (kind, _) => (kind, self.detail),
         };
-        target.failure(self.kind, &detail, self.node.as_deref())
+        target.failure(kind, &detail, self.node.as_deref())
     }
 }
 
@@ -114,13 +119,10 @@ impl Sentinels {
         self.password = Some(password);
     }
 
-    /// Uses `tls` on the sentinels and on the primaries they name.
-    pub(super) fn trust(&mut self, tls: &Tls) -> redis::RedisResult<()> {
-        for addr in &mut self.addrs {
-            *addr = tls.trusted(addr.clone())?;
-        }
+    /// Uses `tls` on the sentinels and on the primaries they name: lockrun
+    /// opens those connections itself (`tls.rs`).
+    pub(super) fn trust(&mut self, tls: &Tls) {
         self.tls_config = Some(tls.clone());
-        Ok(())
     }
 
     pub(super) fn password(&self) -> Option<&str> {
@@ -200,7 +202,9 @@ impl Sentinels {
             .into_connection_info()
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings);
-        let mut conn = connect(&info, timeout).await.map_err(|err| failed(&err))?;
+        let mut conn = connect(&info, self.tls_config.as_ref(), timeout)
+            .await
+            .map_err(|err| failed(&err))?;
         let named: Option<(String, u16)> = redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&self.service)
@@ -256,10 +260,9 @@ impl Sentinels {
         let scheme = if self.tls { "rediss" } else { "redis" };
         let info = format!("{scheme}://{node}")
             .into_connection_info()
-            .and_then(|info| trusting(self.tls_config.as_ref(), info))
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings.clone());
-        let (mut conn, pushes) = connect_carrying(&info, timeout, pushes)
+        let (mut conn, pushes) = connect_carrying(&info, self.tls_config.as_ref(), timeout, pushes)
             .await
             .map_err(|err| failed(&err))?;
         let role: Role = redis::cmd("ROLE")

@@ -13,13 +13,14 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Client, ConnectionInfo, Value};
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, Value};
 use tokio::time::Instant;
 
 use super::cluster;
 use super::error::{is_read_only, is_unknown_command};
 use super::pushes::{self, Pushes};
 use super::target::{show_addr, Topology};
+use super::tls::Tls;
 use super::{ErrorKind, RedisError, Target, Unready};
 use crate::clock::{show_exact, whole, MS};
 
@@ -160,7 +161,7 @@ impl Session {
         match &target.topology {
             Topology::Single => {
                 let opened = tokio::select! {
-                    opened = connect_carrying(&target.info, timeout, self.carries_pushes) => opened,
+                    opened = connect_carrying(&target.info, target.tls.as_ref(), timeout, self.carries_pushes) => opened,
                     mismatch = self.plain_at_tls_url(timeout) => return Err(mismatch),
                 };
                 let (conn, pushes) = match opened {
@@ -453,33 +454,59 @@ impl Session {
     }
 }
 
-/// Opens one connection to the server at `info`; every call on it is
+/// Opens one connection to the server at `info`, over TLS with `tls`
+/// (`tls.rs` says why lockrun opens that itself); every call on it is
 /// limited to `timeout`.
 pub(super) async fn connect(
     info: &ConnectionInfo,
+    tls: Option<&Tls>,
     timeout: Duration,
 ) -> redis::RedisResult<MultiplexedConnection> {
-    Client::open(info.clone())?
-        .get_multiplexed_async_connection_with_config(&call_limits(timeout))
-        .await
+    open(info, tls, call_limits(timeout), timeout).await
 }
 
 /// Opens one connection to the server at `info` like `connect`; with
 /// `pushes`, one that speaks RESP3 and hands its push messages over.
 pub(super) async fn connect_carrying(
     info: &ConnectionInfo,
+    tls: Option<&Tls>,
     timeout: Duration,
     pushes: bool,
 ) -> redis::RedisResult<(MultiplexedConnection, Option<Pushes>)> {
     if !pushes {
-        return Ok((connect(info, timeout).await?, None));
+        return Ok((connect(info, tls, timeout).await?, None));
     }
     let (info, config, pushes) = pushes::carried(info, call_limits(timeout));
-    let client = Client::open(info)?;
-    let conn = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?;
-    Ok((conn, Some(pushes)))
+    Ok((open(&info, tls, config, timeout).await?, Some(pushes)))
+}
+
+async fn open(
+    info: &ConnectionInfo,
+    tls: Option<&Tls>,
+    config: AsyncConnectionConfig,
+    timeout: Duration,
+) -> redis::RedisResult<MultiplexedConnection> {
+    match (info.addr(), tls) {
+        (
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                ..
+            },
+            Some(tls),
+        ) => tokio::time::timeout(
+            timeout,
+            tls.connect((host, *port), info.redis_settings(), config),
+        )
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into())),
+        _ => {
+            Client::open(info.clone())?
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+        }
+    }
 }
 
 /// Connect and response limits for the redis crate, so that its own limits

@@ -151,6 +151,8 @@ pub(crate) struct Target {
     /// Whether `parse` was given the password (LOCKRUN_REDIS_PASSWORD, or
     /// the file's), replacing any in the URL: where a refused one came from.
     pub(super) password_given: bool,
+    /// Whom to trust over TLS, for the connections lockrun opens itself.
+    pub(super) tls: Option<Tls>,
 }
 
 /// How lockrun finds the server that holds a lock.
@@ -233,6 +235,15 @@ impl Target {
         let password_given = password.is_some();
         if let Some(password) = password {
             settings = settings.set_password(password);
+        } else if settings.username().is_some_and(|user| !user.is_empty())
+            && settings.password().is_none()
+        {
+            // The redis crate logs in only when it has a password, so a
+            // user named alone would run as `default`, with whatever that
+            // user may do. `AUTH user ""` logs in a `nopass` user (any
+            // password does) and gets WRONGPASS for one that needs a
+            // password, which `classify` says was not given.
+            settings = settings.set_password("");
         }
         info = info.set_redis_settings(settings);
         Ok(Target {
@@ -241,6 +252,7 @@ impl Target {
             password_file: None,
             source: UrlSource::Option,
             password_given,
+            tls: None,
         })
     }
 
@@ -272,11 +284,16 @@ impl Target {
     /// Uses `tls` (whom to trust, the client certificate) on every server
     /// this target reaches over TLS.
     pub(crate) fn with_tls(mut self, tls: &Tls) -> redis::RedisResult<Self> {
-        self.info = tls.trusted_info(self.info)?;
+        self.tls = Some(tls.clone());
         match &mut self.topology {
+            // lockrun opens these connections itself (`tls.rs`): the crate
+            // would parse the certificates again for nothing.
             Topology::Single => {}
-            Topology::Sentinel(sentinels) => sentinels.trust(tls)?,
-            Topology::Cluster(seeds) => seeds.trust(tls)?,
+            Topology::Sentinel(sentinels) => sentinels.trust(tls),
+            Topology::Cluster(seeds) => {
+                self.info = tls.trusted_info(self.info)?;
+                seeds.trust(tls)?;
+            }
         }
         Ok(self)
     }
@@ -299,9 +316,31 @@ impl Target {
     }
 
     /// The data nodes' password, to mask in messages and to tell a wrong
-    /// password from a missing one.
+    /// password from a missing one; `None` for a user named without one,
+    /// whom lockrun logs in with an empty password.
     pub(super) fn password(&self) -> Option<&str> {
-        self.info.redis_settings().password()
+        self.info
+            .redis_settings()
+            .password()
+            .filter(|p| !p.is_empty())
+    }
+
+    /// The user lockrun logs in as, if the URL names one (else `default`).
+    pub(super) fn user(&self) -> Option<&str> {
+        self.info
+            .redis_settings()
+            .username()
+            .filter(|u| !u.is_empty())
+    }
+
+    /// This target for `-v` and `status`: its URL, without credentials,
+    /// and the user it logs in as if the URL names one (never the
+    /// password).
+    pub(crate) fn with_user_shown(&self) -> String {
+        match self.user() {
+            Some(user) => format!("{self} as user '{user}'"),
+            None => self.to_string(),
+        }
     }
 
     /// The sentinels' own password, to mask in messages.
@@ -329,6 +368,20 @@ mod tests {
         )));
         assert_eq!(err.kind, ErrorKind::Auth);
         assert!(!err.to_string().contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn a_user_named_without_a_password_logs_in_with_an_empty_one() {
+        let target = Target::parse("redis://lockrun@h:1", None).expect("valid");
+        assert_eq!(target.info.redis_settings().username(), Some("lockrun"));
+        assert_eq!(target.info.redis_settings().password(), Some(""));
+        assert_eq!(target.password(), None);
+        assert_eq!(target.with_user_shown(), "redis://h:1 as user 'lockrun'");
+        let given = Target::parse("redis://lockrun@h:1", Some("pw".into())).expect("valid");
+        assert_eq!(given.password(), Some("pw"));
+        let nobody = Target::parse("redis://h:1", None).expect("valid");
+        assert_eq!(nobody.info.redis_settings().password(), None);
+        assert_eq!(nobody.with_user_shown(), "redis://h:1");
     }
 
     #[test]

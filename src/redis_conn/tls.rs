@@ -6,22 +6,35 @@
 //! CA certificates in that file, as `redis-cli --cacert` does: a private CA
 //! is trusted for Redis alone, and the command keeps the environment it had,
 //! where `SSL_CERT_FILE` would have replaced the trust of every TLS client it
-//! runs. The host name is verified either way.
+//! runs. The host name is verified either way, but for a server
+//! certificate that is itself in `--redis-ca-file` (`pinned`).
 //!
 //! lockrun always hands the redis crate the certificates to trust, read
 //! once per run: left to itself, the crate reads and parses the whole system
 //! store at every connection, even one given its own CA, which made a TLS
 //! run cost twice a TCP run. With `--redis-ca-file` the system store is
 //! never read.
+//!
+//! To one server (and to Sentinel's servers) lockrun opens the TLS
+//! connection itself and hands the stream to the crate, whose own TLS
+//! cannot be given a certificate check; the crate then never sees the
+//! certificates. A cluster's nodes are reached through the crate's TLS,
+//! which trusts no pinned certificate.
 
 use std::fmt;
+use std::sync::Arc;
 
+use redis::aio::MultiplexedConnection;
 use redis::{
-    Client, ClientTlsConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, TlsCertificates,
+    AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, ConnectionInfo,
+    IntoConnectionInfo, RedisConnectionInfo, TlsCertificates,
 };
+use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::RootCertStore;
 
+mod pinned;
 mod system;
 
 /// CA certificates to trust (PEM): those of `--redis-ca-file`, checked to
@@ -29,6 +42,10 @@ mod system;
 #[derive(Clone)]
 pub(crate) struct Ca {
     pem: Vec<u8>,
+    /// Whether a server may show one of these certificates as its own
+    /// (`pinned`): those of `--redis-ca-file`, which the operator named,
+    /// not the platform's.
+    pinned: bool,
 }
 
 impl fmt::Debug for Ca {
@@ -44,10 +61,10 @@ impl Ca {
         if count == 0 {
             return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".into());
         }
-        let ca = Ca { pem };
+        let ca = Ca { pem, pinned: true };
         // The redis crate parses them again into its trust store; a
         // certificate it cannot use is refused now rather than at connect.
-        Tls::with(Some(ca.clone()), None)
+        Tls::with(ca.clone(), None)?
             .trusted(ConnectionAddr::TcpTls {
                 host: "localhost".into(),
                 port: 6379,
@@ -63,6 +80,7 @@ impl Ca {
     pub(crate) fn system() -> Result<Self, String> {
         Ok(Ca {
             pem: system::pem()?,
+            pinned: false,
         })
     }
 }
@@ -155,7 +173,10 @@ fn is_version_1(err: &rustls::Error) -> bool {
 /// show when asked.
 #[derive(Clone)]
 pub(crate) struct Tls {
+    /// For the crate's TLS: a cluster's nodes.
     certs: TlsCertificates,
+    /// For lockrun's own: one server, and the servers Sentinel names.
+    config: Arc<rustls::ClientConfig>,
 }
 
 impl fmt::Debug for Tls {
@@ -177,19 +198,45 @@ impl Tls {
                 )
             })?,
         };
-        Ok(Self::with(Some(ca), identity))
+        Self::with(ca, identity)
     }
 
-    fn with(ca: Option<Ca>, identity: Option<Identity>) -> Self {
-        Tls {
+    fn with(ca: Ca, identity: Option<Identity>) -> Result<Self, String> {
+        let config = Arc::new(client_config(&ca, identity.as_ref())?);
+        Ok(Tls {
             certs: TlsCertificates {
                 client_tls: identity.map(|Identity { cert, key }| ClientTlsConfig {
                     client_cert: cert,
                     client_key: key,
                 }),
-                root_cert: ca.map(|ca| ca.pem),
+                root_cert: Some(ca.pem),
             },
-        }
+            config,
+        })
+    }
+
+    /// Opens a connection to the server at `host:port` over TLS, checking
+    /// its certificate as `pinned` says, and logs in with `settings`. The
+    /// caller bounds the whole, as the crate's connection timeout would.
+    pub(super) async fn connect(
+        &self,
+        (host, port): (&str, u16),
+        settings: &RedisConnectionInfo,
+        config: AsyncConnectionConfig,
+    ) -> redis::RedisResult<MultiplexedConnection> {
+        let name = ServerName::try_from(host.to_owned()).map_err(|err| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, err.to_string())
+        })?;
+        let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+        let stream = tokio_rustls::TlsConnector::from(Arc::clone(&self.config))
+            .connect(name, tcp)
+            .await?;
+        let (conn, driver) =
+            MultiplexedConnection::new_with_config(settings, stream, config).await?;
+        // The driver ends when the last handle to the connection is
+        // dropped, or the server closes it.
+        tokio::spawn(driver);
+        Ok(conn)
     }
 
     pub(super) fn certificates(&self) -> TlsCertificates {
@@ -217,15 +264,40 @@ impl Tls {
     }
 }
 
-/// `info`, with `tls` if there is one.
-pub(super) fn trusting(
-    tls: Option<&Tls>,
-    info: ConnectionInfo,
-) -> redis::RedisResult<ConnectionInfo> {
-    match tls {
-        Some(tls) => tls.trusted_info(info),
-        None => Ok(info),
-    }
+/// rustls's client configuration: trusting `ca` (`pinned`), and showing
+/// `identity` when the server asks for a certificate.
+fn client_config(ca: &Ca, identity: Option<&Identity>) -> Result<rustls::ClientConfig, String> {
+    let anchors = CertificateDer::pem_slice_iter(&ca.pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|err| format!("not a PEM certificate: {err}"))?;
+    let mut roots = RootCertStore::empty();
+    // A certificate webpki cannot take as a trust anchor is skipped here:
+    // the crate's own parse of the same file refuses it, for the CA file
+    // (`Ca::from_pem`) and the platform's bundle alike.
+    roots.add_parsable_certificates(anchors.iter().cloned());
+    let webpki = if roots.is_empty() {
+        None
+    } else {
+        Some(
+            WebPkiServerVerifier::builder(Arc::new(roots))
+                .build()
+                .map_err(|err| err.to_string())?,
+        )
+    };
+    let pinned = if ca.pinned { anchors } else { Vec::new() };
+    let builder = rustls::ClientConfig::builder()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(pinned::Verifier::new(pinned, webpki)));
+    let Some(identity) = identity else {
+        return Ok(builder.with_no_client_auth());
+    };
+    let chain = CertificateDer::pem_slice_iter(&identity.cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|err| err.to_string())?;
+    let key = PrivateKeyDer::from_pem_slice(&identity.key).map_err(|err| err.to_string())?;
+    builder
+        .with_client_auth_cert(chain, key)
+        .map_err(|err| err.to_string())
 }
 
 #[cfg(test)]

@@ -172,8 +172,7 @@ fn a_file_that_cannot_be_used_exits_64_naming_file_and_line() {
             b"redis-timeout = 5\n",
             format!(
                 "configuration file {shown} (named by LOCKRUN_CONFIG): line 1: redis-timeout 5: \
-                 time unit needed, for example 5sec or 5ms; write a number with a unit, like \
-                 500ms, 30s, 2m or 1h30m"
+                 a number needs a unit: write 5s for 5 seconds, or 500ms, 2m, 1h30m"
             ),
         ),
         (
@@ -495,4 +494,33 @@ fn a_file_setting_lockrun_cannot_use_is_named_by_file_and_line() {
             ca.display()
         ),
     );
+}
+
+/// `redis = redis://10.0.0.5:6379 # main`: a comment after a value, after a
+/// space, is a comment; a relative path is taken from the file's
+/// directory, whatever directory the run starts in.
+#[test]
+fn a_comment_may_follow_a_value_and_paths_are_the_files() {
+    let redis = Server::start_with(Some(free_port()), &["--requirepass", "s3cret"]);
+    let dir = scratch();
+    let secret = dir.path().join("redis-password");
+    std::fs::write(&secret, "s3cret\n").expect("write the password file");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let file = config(
+        dir.path(),
+        &format!(
+            "redis = {} # main\nredis-password-file = redis-password # next to this file\n",
+            redis.tcp_url()
+        ),
+        0o644,
+    );
+    // lockrun starts in the test's directory, not the file's.
+    assert_ne!(std::env::current_dir().expect("cwd"), dir.path());
+    Lockrun::new()
+        .config(&file)
+        .key("job")
+        .arg("-v")
+        .command(["true"])
+        .run()
+        .assert(Expect::success().stderr_has(format!("on {} (from ", redis.tcp_url())));
 }

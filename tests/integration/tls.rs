@@ -414,3 +414,228 @@ fn tls_cluster_follows_moved_to_tls_ports_over_mutual_tls() {
     assert!(url.starts_with("rediss+cluster://"), "{url}");
     lock_busy_wait_and_status(&url, &certs, cluster.node(owner), "1");
 }
+
+/// Runs the shell command `line` in `dir`, as a user would type it.
+fn shell(dir: &std::path::Path, line: &str) {
+    let status = std::process::Command::new("sh")
+        .args(["-c", line])
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("sh runs");
+    assert!(status.success(), "{line}");
+}
+
+/// A TLS-only server on `port` with `cert` and `key` (files in `dir`),
+/// trusting `ca` for clients, which it does not ask for a certificate.
+fn server_with(dir: &std::path::Path, port: u16, cert: &str, key: &str, ca: &str) -> Server {
+    let file = |name: &str| dir.join(name).display().to_string();
+    let (cert, key, ca, port) = (file(cert), file(key), file(ca), port.to_string());
+    Server::start_with(
+        None,
+        &[
+            "--port",
+            "0",
+            "--tls-port",
+            &port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+            "--bind",
+            "127.0.0.1 127.0.0.2",
+        ],
+    )
+}
+
+/// The certificate most people make first, its own CA (OpenSSL marks it
+/// CA:TRUE) and without a subjectAltName, given to the server and to
+/// `--redis-ca-file`, is trusted as redis-cli trusts it, at any host; with
+/// a subjectAltName, that name is held to it.
+#[test]
+fn a_self_signed_certificate_in_the_ca_file_is_trusted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    shell(
+        dir.path(),
+        "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -keyout key.pem -out \
+         cert.pem",
+    );
+    // The same marked CA:FALSE, which webpki took for naming no host.
+    shell(
+        dir.path(),
+        "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -addext \
+         basicConstraints=critical,CA:FALSE -keyout leaf.key -out leaf.pem",
+    );
+    for (cert, key) in [("cert.pem", "key.pem"), ("leaf.pem", "leaf.key")] {
+        let port = free_port();
+        let redis = server_with(dir.path(), port, cert, key, cert);
+        let ca = dir.path().join(cert);
+        for url in [
+            format!("rediss://localhost:{port}"),
+            format!("rediss://127.0.0.1:{port}"),
+        ] {
+            let ran = Lockrun::via(&url)
+                .arg("--redis-ca-file")
+                .arg(&ca)
+                .key("job")
+                .command(["true"])
+                .run();
+            ran.assert(Expect::success().context(format!("{cert} at {url}")));
+        }
+        redis.assert_only_fence("job");
+    }
+
+    // With a subjectAltName: trusted at the names it holds, not elsewhere.
+    shell(
+        dir.path(),
+        "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -addext \
+         subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout san.key -out san.pem",
+    );
+    let port = free_port();
+    let _redis = server_with(dir.path(), port, "san.pem", "san.key", "san.pem");
+    let ca = dir.path().join("san.pem");
+    let url = format!("rediss://localhost:{port}");
+    Lockrun::via(&url)
+        .arg("--redis-ca-file")
+        .arg(&ca)
+        .key("job")
+        .command(["true"])
+        .run()
+        .assert(Expect::success());
+    let other_host = format!("rediss://127.0.0.2:{port}");
+    Lockrun::via(&other_host)
+        .arg("--redis-ca-file")
+        .arg(&ca)
+        .key("job")
+        .command(["true"])
+        .run()
+        .assert(
+            Expect::code(69)
+                .stderr_starts(format!(
+                    "lockrun: cannot reach Redis at {other_host}: the server's TLS certificate \
+                     is for another host (invalid peer certificate: certificate not valid for \
+                     name \"127.0.0.2\""
+                ))
+                .stderr_one_line(),
+        );
+    // Some other self-signed certificate, not the one in the CA file, is
+    // not trusted for looking like it.
+    let ran = Lockrun::via(&url)
+        .arg("--redis-ca-file")
+        .arg(dir.path().join("cert.pem"))
+        .key("job")
+        .command(["true"])
+        .run();
+    ran.assert(
+        Expect::code(69)
+            .stderr_has("invalid peer certificate")
+            .stderr_one_line(),
+    );
+}
+
+/// A certificate a CA signed without a subjectAltName names no host for
+/// lockrun (nor for any current TLS client): the line says so, and how to
+/// make one that does.
+#[test]
+fn a_certificate_without_a_subject_alt_name_is_refused_with_the_fix() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for line in [
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca -keyout ca.key \
+         -out ca.pem",
+        "openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout redis.key -out redis.csr",
+        // Without extensions: an X.509 version 1 certificate.
+        "openssl x509 -req -in redis.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -out \
+         v1.pem",
+        "echo basicConstraints=CA:FALSE > leaf.ext",
+        "openssl x509 -req -in redis.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+         -extfile leaf.ext -out redis.pem",
+    ] {
+        shell(dir.path(), line);
+    }
+    let run = |url: &str| {
+        Lockrun::via(url)
+            .arg("--redis-ca-file")
+            .arg(dir.path().join("ca.pem"))
+            .key("job")
+            .command(["true"])
+            .run()
+    };
+    let port = free_port();
+    let v1 = server_with(dir.path(), port, "v1.pem", "redis.key", "ca.pem");
+    let url = format!("rediss://localhost:{port}");
+    run(&url).assert(
+        Expect::code(69)
+            .stderr_starts(format!(
+                "lockrun: cannot reach Redis at {url}: the server's TLS certificate is an X.509 \
+                 version 1 certificate (openssl x509 -req without extensions makes one), which \
+                 lockrun's TLS (rustls) cannot use ("
+            ))
+            .stderr_has(
+                "sign it again with -extfile naming a file that holds \
+                 subjectAltName=DNS:localhost,IP:127.0.0.1, the names and addresses lockrun \
+                 dials (man lockrun-redis, TLS, has a recipe)\n",
+            )
+            .stderr_one_line(),
+    );
+    drop(v1);
+    let port = free_port();
+    let _redis = server_with(dir.path(), port, "redis.pem", "redis.key", "ca.pem");
+    let url = format!("rediss://localhost:{port}");
+    let ran = run(&url);
+    ran.assert(
+        Expect::code(69)
+            .stderr_starts(format!(
+                "lockrun: cannot reach Redis at {url}: the server's TLS certificate names no \
+                 host: it has no subjectAltName, and lockrun, like browsers and other current \
+                 TLS clients, does not read the CN (invalid peer certificate: "
+            ))
+            .stderr_has(
+                "make it again with the names and addresses lockrun dials, e.g. openssl req \
+                 ... -addext subjectAltName=DNS:localhost,IP:127.0.0.1 (man lockrun-redis, TLS, \
+                 has a recipe)\n",
+            )
+            .stderr_one_line(),
+    );
+}
+
+/// lockrun-redis(7)'s recipe for a test CA and a server certificate, its
+/// commands run as the page writes them, makes a server lockrun reaches.
+#[test]
+fn the_man_pages_certificate_recipe_works() {
+    let roff = include_str!("../../man/lockrun-redis.roff");
+    let recipe = roff
+        .split("tests/integration/tls.rs runs these commands")
+        .nth(1)
+        .and_then(|rest| rest.split("\n.fi").next())
+        .expect("man/lockrun-redis.roff has the certificate recipe");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let lines: Vec<String> = recipe
+        .lines()
+        .skip(1)
+        .map(|line| line.replace("\\-", "-"))
+        .collect();
+    assert!(lines.len() >= 3, "{lines:?}");
+    for line in &lines {
+        shell(dir.path(), line);
+    }
+    let port = free_port();
+    let redis = server_with(dir.path(), port, "redis.pem", "redis.key", "ca.pem");
+    for url in [
+        format!("rediss://localhost:{port}"),
+        format!("rediss://127.0.0.1:{port}"),
+    ] {
+        Lockrun::via(&url)
+            .arg("--redis-ca-file")
+            .arg(dir.path().join("ca.pem"))
+            .key("job")
+            .command(["true"])
+            .run()
+            .assert(Expect::success().context(url));
+    }
+    redis.assert_only_fence("job");
+}

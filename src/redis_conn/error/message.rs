@@ -13,10 +13,26 @@ impl fmt::Display for RedisError {
             ErrorKind::Unreachable => self.fmt_unreachable(f),
             ErrorKind::Tls(why) => self.fmt_tls(f, why),
             ErrorKind::Scheme => write!(f, "cannot reach Redis at {target}: {}", self.detail),
+            ErrorKind::NoPassword if self.detail != "default" => write!(
+                f,
+                "Redis at {target} refused user '{}' without a password (WRONGPASS: the user \
+                 needs one, or does not exist, or is off), and none was given; give it in \
+                 LOCKRUN_REDIS_PASSWORD, --redis-password-file or redis-password-file in \
+                 lockrun.conf",
+                self.detail
+            ),
             ErrorKind::NoPassword => write!(
                 f,
                 "Redis at {target} requires a password; give it in LOCKRUN_REDIS_PASSWORD, \
                  --redis-password-file or the URL"
+            ),
+            ErrorKind::PasswordUnset => write!(
+                f,
+                "Redis at {target} has no password set (it said: AUTH <password> called \
+                 without any password configured for the default user), but lockrun sent one \
+                 from {}; leave the password out, or set one on the server (requirepass, or an \
+                 ACL user named in the URL)",
+                self.detail
             ),
             ErrorKind::Auth => write!(
                 f,
@@ -45,6 +61,14 @@ impl fmt::Display for RedisError {
                      ACL rules (see man lockrun-redis, REDIS PERMISSIONS)"
                 )
             }
+            // Redis's words name the script's hash and line, which say
+            // nothing to the operator; the reply's code is all that counts.
+            ErrorKind::OutOfMemory => write!(
+                f,
+                "Redis at {target} is out of memory (OOM): its used memory is over its \
+                 maxmemory and its maxmemory-policy evicts nothing, so it refuses every write; \
+                 free memory there or raise its maxmemory (redis-cli CONFIG SET maxmemory)"
+            ),
             ErrorKind::NoWait => write!(
                 f,
                 "Redis at {target} cannot acknowledge replication: it does not know WAIT \
@@ -78,6 +102,20 @@ impl RedisError {
             TlsRefusal::OtherHost => (
                 "the server's TLS certificate is for another host",
                 "reach the server by a name or address the certificate holds",
+            ),
+            TlsRefusal::NoNames => (
+                "the server's TLS certificate names no host: it has no subjectAltName, and \
+                 lockrun, like browsers and other current TLS clients, does not read the CN",
+                "make it again with the names and addresses lockrun dials, e.g. openssl req ... \
+                 -addext subjectAltName=DNS:localhost,IP:127.0.0.1 (man lockrun-redis, TLS, has \
+                 a recipe)",
+            ),
+            TlsRefusal::Version1 => (
+                "the server's TLS certificate is an X.509 version 1 certificate (openssl x509 \
+                 -req without extensions makes one), which lockrun's TLS (rustls) cannot use",
+                "sign it again with -extfile naming a file that holds \
+                 subjectAltName=DNS:localhost,IP:127.0.0.1, the names and addresses lockrun \
+                 dials (man lockrun-redis, TLS, has a recipe)",
             ),
             TlsRefusal::Expired => (
                 "the server's TLS certificate has expired",

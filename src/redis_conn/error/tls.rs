@@ -26,8 +26,14 @@ pub(crate) enum TlsRefusal {
     UnknownIssuer,
     /// The server's certificate does not name the host lockrun dialled.
     OtherHost,
+    /// The server's certificate names no host at all: it has no
+    /// subjectAltName, and TLS clients no longer read the CN.
+    NoNames,
     /// The server's certificate has expired.
     Expired,
+    /// The server's certificate is X.509 version 1, which rustls cannot
+    /// use (`openssl x509 -req` without extensions makes one).
+    Version1,
     /// lockrun refused the server's certificate for another reason.
     Certificate,
 }
@@ -66,11 +72,20 @@ fn of_error(err: &rustls::Error) -> Option<TlsRefusal> {
         ) => TlsRefusal::ClientCertificate,
         rustls::Error::InvalidCertificate(cert) => match cert {
             CertificateError::UnknownIssuer => TlsRefusal::UnknownIssuer,
+            CertificateError::NotValidForNameContext { presented, .. } if presented.is_empty() => {
+                TlsRefusal::NoNames
+            }
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
                 TlsRefusal::OtherHost
             }
             CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
                 TlsRefusal::Expired
+            }
+            CertificateError::Other(other)
+                if other.0.downcast_ref::<webpki::Error>()
+                    == Some(&webpki::Error::UnsupportedCertVersion) =>
+            {
+                TlsRefusal::Version1
             }
             _ => TlsRefusal::Certificate,
         },
@@ -96,6 +111,10 @@ fn by_text(text: &str) -> Option<TlsRefusal> {
     let why = text.split("invalid peer certificate: ").nth(1)?;
     Some(if why.starts_with("UnknownIssuer") {
         TlsRefusal::UnknownIssuer
+    } else if why.contains("UnsupportedCertVersion") {
+        TlsRefusal::Version1
+    } else if why.contains("not valid for any names") {
+        TlsRefusal::NoNames
     } else if why.starts_with("certificate not valid for name")
         || why.starts_with("NotValidForName")
     {
@@ -133,6 +152,15 @@ mod tests {
             (
                 rustls::Error::InvalidCertificate(CertificateError::NotValidForName),
                 TlsRefusal::OtherHost,
+            ),
+            (
+                rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
+                    expected: rustls::pki_types::ServerName::try_from("localhost")
+                        .expect("a name")
+                        .to_owned(),
+                    presented: Vec::new(),
+                }),
+                TlsRefusal::NoNames,
             ),
             (
                 rustls::Error::InvalidCertificate(CertificateError::Expired),

@@ -12,10 +12,10 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::ConnectionAddr;
+use redis::{ConnectionAddr, RedisConnectionInfo};
 use tokio::net::{TcpStream, UnixStream};
 
-use super::{Session, Topology};
+use super::{connect, Session, Topology};
 use crate::redis_conn::error::is_closed;
 use crate::redis_conn::{ErrorKind, RedisError, Unready};
 
@@ -51,10 +51,38 @@ impl Session {
         } else {
             self.error(err)
         };
+        if error.kind == ErrorKind::Auth && self.lets_in_without_password(timeout).await {
+            return self.target.failure(
+                ErrorKind::PasswordUnset,
+                &self.target.password_source(),
+                None,
+            );
+        }
         if error.kind == ErrorKind::Transient(Unready::MaxClients) {
             self.at_limit = true;
         }
         error
+    }
+
+    /// Whether the one server in the URL lets a client in without a
+    /// password, when it refused the one lockrun sent for `default`: then
+    /// it has none to check. Redis says so (`AUTH <password> called without
+    /// any password configured for the default user`), but the redis crate
+    /// keeps only that authentication failed.
+    async fn lets_in_without_password(&self, timeout: Duration) -> bool {
+        if !matches!(self.target.topology, Topology::Single) || self.target.user().is_some() {
+            return false;
+        }
+        let info = self
+            .target
+            .info
+            .clone()
+            .set_redis_settings(RedisConnectionInfo::default().set_skip_set_lib_name());
+        let ping = async {
+            let mut conn = connect(&info, self.target.tls.as_ref(), timeout).await?;
+            redis::cmd("PING").query_async::<String>(&mut conn).await
+        };
+        matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(_)))
     }
 
     /// What the one server in the URL, or the first of the cluster nodes it
