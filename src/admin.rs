@@ -44,6 +44,9 @@ pub(crate) struct StatusJson {
     /// (`redis://host:port`, `unix:///path`, or the Sentinel or Cluster URL);
     /// null for a quorum, whose `members` each name theirs.
     pub(crate) server: Option<String>,
+    /// The ACL user the URL names, whom lockrun logs in as; null when it
+    /// names none (`default`) and for a quorum.
+    pub(crate) user: Option<String>,
     /// The server that answered: `host:port` or a socket path; behind
     /// Sentinel the primary it named, in a cluster the node owning the key's
     /// slot. Null when it cannot be told.
@@ -229,7 +232,11 @@ fn status_json(keys: &Keys, servers: &Servers, views: &Views) -> StatusJson {
                 .collect()
         }),
         server: match servers {
-            Servers::One(target) => Some(target.with_user_shown()),
+            Servers::One(target) => Some(target.to_string()),
+            Servers::Quorum(_) => None,
+        },
+        user: match servers {
+            Servers::One(target) => target.user().map(str::to_owned),
             Servers::Quorum(_) => None,
         },
         redis_node: one.and_then(|one| one.node.clone()),
@@ -391,6 +398,9 @@ fn status_text(json: &StatusJson) -> String {
     }
     if let Some(server) = &json.server {
         let _ = write!(text, "\n  server: {server}");
+        if let Some(user) = &json.user {
+            let _ = write!(text, " as user '{user}'");
+        }
     }
     text
 }

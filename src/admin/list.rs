@@ -91,6 +91,7 @@ mod tests {
             last_fencing_token: Some(7),
             waiters: Vec::new(),
             server: None,
+            user: None,
             redis_node: None,
             replicas_acknowledged: None,
             members: Vec::new(),

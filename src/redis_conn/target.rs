@@ -326,7 +326,7 @@ impl Target {
     }
 
     /// The user lockrun logs in as, if the URL names one (else `default`).
-    pub(super) fn user(&self) -> Option<&str> {
+    pub(crate) fn user(&self) -> Option<&str> {
         self.info
             .redis_settings()
             .username()

@@ -47,6 +47,7 @@ fn status_reports_holder_and_free_lock() {
             "server",
             "slots",
             "ttl_left_ms",
+            "user",
             "waiters"
         ]
     );

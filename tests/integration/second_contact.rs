@@ -44,6 +44,10 @@ fn a_user_named_without_a_password_is_the_user_lockrun_logs_in_as() {
         "\n  server: redis://{} as user 'lockrun'\n",
         server.addr()
     )));
+    // For scripts, the URL stays a URL and the user has a field of its own.
+    let (_, json) = Lockrun::via(&url).key("job").status_json();
+    assert_eq!(json["server"], format!("redis://{}", server.addr()));
+    assert_eq!(json["user"], "lockrun");
 
     for user in ["secretive", "nosuchuser"] {
         let ran = Lockrun::via(&format!("redis://{user}@{}", server.addr()))
