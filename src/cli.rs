@@ -185,7 +185,8 @@ pub(crate) struct RunArgs {
     ///
     /// After acquiring and after each renewal, lockrun asks the primary to
     /// WAIT until this many replicas have the write, within --redis-timeout;
-    /// "all" means every replica connected at that moment, 0 not to wait.
+    /// "all" means every replica online that acknowledged within 2s, 0 not
+    /// to wait.
     /// With too few, the command does not start (the lock is given back and
     /// lockrun exits 69, or keeps waiting under --wait), and a renewal counts
     /// as failed.

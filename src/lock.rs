@@ -2,8 +2,9 @@
 //! Sentinel names, or a cluster) is a quorum of one; `--redis` given three or
 //! more times makes a quorum of independent servers (Redlock). Every
 //! operation asks all the servers at once and counts their answers by one
-//! majority rule (`tally`); where a quorum must act differently, `Rules`
-//! says so, in one place, with the reason.
+//! majority rule (`tally`); a run's own operations go on as soon as the
+//! answers decide, without the slowest member. Where a quorum must act
+//! differently, `Rules` says so, in one place, with the reason.
 //!
 //! The protocol itself is a set of atomic Lua scripts (`lock/*.lua`) that
 //! touch a lock's keys only while they hold the caller's token; `server`
@@ -25,8 +26,6 @@ mod wake;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::Duration;
-
-use futures_util::future::join_all;
 
 pub(crate) use self::attempt::{Attempt, Grant, Mode};
 pub(crate) use self::error::LockError;
@@ -224,7 +223,7 @@ impl Lock {
     /// Connects to every server now, allowing `within`, so that a lock that
     /// cannot be reached is reported before anything else happens.
     pub(crate) async fn connect(&mut self, within: Duration) -> Result<(), LockError> {
-        let connected = ask(&mut self.servers, |s| s.connect(within)).await;
+        let connected = ask(&mut self.servers, |s| s.connect(within), Until::Majority).await;
         connected.of_a_majority().map(drop)
     }
 
@@ -263,9 +262,18 @@ impl Lock {
     ) -> Result<Attempt, LockError> {
         let rules = Rules::new(self.servers.len(), timing, mode);
         let sent = BootInstant::now();
-        let tally = ask(&mut self.servers, |s| {
-            s.acquire(timing.ttl, me, rules.mode, rules.min_uptime)
-        })
+        let granted = |attempt: &Attempt| match attempt {
+            Attempt::Acquired(grant) => Some(grant.fence),
+            _ => None,
+        };
+        let is_done = |attempt: &Attempt| matches!(attempt, Attempt::Done(_));
+        let tally = ask(
+            &mut self.servers,
+            |s| s.acquire(timing.ttl, me, rules.mode, rules.min_uptime),
+            Until::Settled(&|tally: &Tally<Attempt>| {
+                tally.count(is_done) > 0 || tally.decided(|a| granted(a).is_some())
+            }),
+        )
         .await;
         // A success is recorded only by a run that held a majority and is
         // recorded on every member of it that still held its lease (the
@@ -281,10 +289,10 @@ impl Lock {
             self.give_back(not_given_back).await;
             return Ok(Attempt::Done(done));
         }
-        let granted = |attempt: &Attempt| match attempt {
-            Attempt::Acquired(grant) => Some(grant.fence),
-            _ => None,
-        };
+        // The highest token among the grants counted. Every earlier holder's
+        // majority shares a member with the granting majority counted here,
+        // whose token is above that holder's: a grant that comes later would
+        // add nothing.
         if tally.is_majority(tally.count(|a| granted(a).is_some())) {
             let fence = tally.answers().filter_map(granted).max().unwrap_or(0);
             // Slots are refused on a quorum (config), so only one server
@@ -314,7 +322,9 @@ impl Lock {
 
     /// `abandon`, noting in `not_given_back` each server where it failed.
     async fn give_back(&mut self, not_given_back: &mut Vec<NotGivenBack>) {
-        let tally = ask(&mut self.servers, Server::abandon).await;
+        // A member that has not answered yet is said too: the release is on
+        // its way, but may not follow the grant on the same connection.
+        let tally = ask(&mut self.servers, Server::abandon, Until::Majority).await;
         let failed = self
             .servers
             .iter()
@@ -330,7 +340,7 @@ impl Lock {
     /// The second phase of fencing: every member's counter raised to at
     /// least `fence`, which a majority must confirm.
     async fn raise_fences(&mut self, fence: u64) -> Result<(), LockError> {
-        let raised = ask(&mut self.servers, |s| s.raise_fence(fence)).await;
+        let raised = ask(&mut self.servers, |s| s.raise_fence(fence), Until::Majority).await;
         raised.of_a_majority().map(drop)
     }
 
@@ -353,7 +363,13 @@ impl Lock {
     /// token that no majority can ever renew again; otherwise an error, to
     /// retry while time is left. The deadline counts from the send.
     pub(crate) async fn renew(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
-        let tally = ask(&mut self.servers, |s| s.renew(ttl)).await;
+        let extended = |renewal: &Renewal| *renewal == Renewal::Extended;
+        let tally = ask(
+            &mut self.servers,
+            |s| s.renew(ttl),
+            Until::Settled(&|tally: &Tally<Renewal>| tally.decided(extended)),
+        )
+        .await;
         let yes = tally.count(|renewal| *renewal == Renewal::Extended);
         let gone = tally.count(|renewal| *renewal == Renewal::Lost);
         if tally.is_majority(yes) {
@@ -377,8 +393,14 @@ impl Lock {
         keep_for: Option<Duration>,
         done_for: Option<Duration>,
     ) -> Result<Released, LockError> {
-        let tally = ask(&mut self.servers, |s| s.release(keep_for, done_for)).await;
-        let ours = tally.count(|r| *r != Released::NotOurs);
+        let ours = |released: &Released| *released != Released::NotOurs;
+        let tally = ask(
+            &mut self.servers,
+            |s| s.release(keep_for, done_for),
+            Until::Settled(&|tally: &Tally<Released>| tally.decided(ours)),
+        )
+        .await;
+        let ours = tally.count(ours);
         let kept = tally.count(|r| *r == Released::Kept) > 0;
         let majority_ours = tally.is_majority(ours);
         tally.of_a_majority()?;
@@ -401,14 +423,14 @@ impl Lock {
     /// Gives back, on every server at once, whatever a failed or given-up
     /// attempt may have left there.
     pub(crate) async fn abandon(&mut self) -> Result<(), LockError> {
-        let tally = ask(&mut self.servers, Server::abandon).await;
+        let tally = ask(&mut self.servers, Server::abandon, Until::Majority).await;
         tally.first_failure()
     }
 
     /// Every server's view of the lock; an error when fewer than a majority
     /// could be asked.
     pub(crate) async fn status(&mut self) -> Result<Views, LockError> {
-        let seen = ask(&mut self.servers, Server::status).await;
+        let seen = ask(&mut self.servers, Server::status, Until::All).await;
         let views = self
             .servers
             .iter()
@@ -432,7 +454,7 @@ impl Lock {
         glob: &str,
     ) -> Result<Vec<String>, LockError> {
         let pattern = keys::scan_pattern(prefix, glob);
-        let found = ask(&mut self.servers, |s| s.scan(&pattern)).await;
+        let found = ask(&mut self.servers, |s| s.scan(&pattern), Until::All).await;
         let found = found.of_a_majority()?;
         let names: BTreeSet<&str> = found
             .iter()
@@ -457,7 +479,7 @@ impl Lock {
     /// What every server removed, together; an error, having removed it
     /// where it could, when fewer than a majority could be asked.
     pub(crate) async fn force_release(&mut self, only: Option<&str>) -> Result<Removed, LockError> {
-        let removed = ask(&mut self.servers, |s| s.force_release(only)).await;
+        let removed = ask(&mut self.servers, |s| s.force_release(only), Until::All).await;
         let removed = removed.of_a_majority()?;
         Ok(Removed {
             done_cleared: removed.iter().any(|r| r.done_cleared),
@@ -466,16 +488,46 @@ impl Lock {
     }
 }
 
+/// How long `ask` waits for the servers' answers.
+enum Until<'s, T> {
+    /// Every server's answer or failure: the operator's look at the lock
+    /// (`status`, `list`) shows each member, and `release --force` is told
+    /// what each removed.
+    All,
+    /// A majority's answers, or the failures that make one impossible. What
+    /// the others were asked is on its way to them all the same.
+    Majority,
+    /// Until the answers so far decide.
+    Settled(&'s dyn Fn(&Tally<T>) -> bool),
+}
+
 /// The one fan-out: asks every server at once, each within its own time
-/// limit, and tallies their answers in the servers' order.
+/// limit, and tallies their answers in the servers' order, waiting for them
+/// as `until` says. A run's own calls do not wait for a member that has
+/// not answered once the others decide: a stalled member (a frozen VM, a
+/// cut link) would otherwise cost every call its whole time limit. What was
+/// sent to it stays queued on its connection, in order, so a late acquire
+/// there is followed by the release sent after it.
 async fn ask<'a, T, Asked>(
     servers: &'a mut [Server],
     question: impl FnMut(&'a mut Server) -> Asked,
+    until: Until<'_, T>,
 ) -> Tally<T>
 where
     Asked: Future<Output = Result<T, LockError>> + 'a,
 {
-    Tally::new(join_all(servers.iter_mut().map(question)).await)
+    let unanswered = servers
+        .iter()
+        .map(|server| LockError::Unanswered {
+            server: server.target().to_string(),
+        })
+        .collect();
+    let asked = servers.iter_mut().map(question);
+    match until {
+        Until::All => Tally::gather(asked, unanswered, |_| false).await,
+        Until::Majority => Tally::gather(asked, unanswered, |t| t.decided(|_| true)).await,
+        Until::Settled(settled) => Tally::gather(asked, unanswered, settled).await,
+    }
 }
 
 #[cfg(test)]

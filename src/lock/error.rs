@@ -19,6 +19,9 @@ pub(crate) enum LockError {
     Restarted { server: String, uptime_secs: u64 },
     /// Too few members of a quorum answered to make a majority.
     NoMajority(NoMajority),
+    /// A quorum member had not answered when the others' answers decided;
+    /// what was sent to it is still on its way (`Tally::gather`).
+    Unanswered { server: String },
 }
 
 impl LockError {
@@ -29,7 +32,9 @@ impl LockError {
     pub(crate) fn is_retryable(&self) -> bool {
         match self {
             LockError::Redis(err) => err.kind == ErrorKind::Unreachable || err.is_transient(),
-            LockError::Restarted { .. } | LockError::NoMajority(_) => true,
+            LockError::Restarted { .. }
+            | LockError::NoMajority(_)
+            | LockError::Unanswered { .. } => true,
             LockError::Foreign(_) => false,
         }
     }
@@ -41,7 +46,9 @@ impl LockError {
         match self {
             LockError::Redis(err) => err.is_transient(),
             LockError::NoMajority(short) => short.refused_for_now,
-            LockError::Restarted { .. } | LockError::Foreign(_) => false,
+            LockError::Restarted { .. } | LockError::Foreign(_) | LockError::Unanswered { .. } => {
+                false
+            }
         }
     }
 
@@ -77,6 +84,7 @@ impl fmt::Display for LockError {
                  for one ttl"
             ),
             LockError::NoMajority(short) => short.fmt(f),
+            LockError::Unanswered { server } => write!(f, "{server} had not answered yet"),
         }
     }
 }

@@ -1,10 +1,28 @@
 //! The majority rule: how the answers of a lock's servers to one request
 //! become the lock's answer. Every operation on a lock (connect, acquire,
 //! renew, release, status, force-release) asks all its servers at once and
-//! counts here. One server is a quorum of one: its majority is itself, and
-//! its failure is the lock's failure, word for word.
+//! counts here, as the answers come in: a run's own operations stop waiting
+//! once the answers so far decide (`gather`), so that a member that stalls
+//! (its socket open, nothing answering) holds up nobody while a majority
+//! answers. One server is a quorum of one: its majority is itself, and its
+//! failure is the lock's failure, word for word.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
 
 use super::error::{Foreign, LockError, NoMajority};
+use crate::clock::MS;
+
+/// How long the servers that have not answered when the answers decide get
+/// to answer still, at least: as long again as the decision took. A healthy
+/// server answers within about the same time as the others, and should hold
+/// the lease as they do, so that the run rides through the failure of as
+/// many members as before; a server that stalls costs the run no more. A
+/// call still connecting when it is dropped is never sent.
+const LATE_GRACE: Duration = MS.saturating_mul(5);
 
 /// How many of `of` servers make a majority.
 pub(crate) fn majority(of: usize) -> usize {
@@ -16,8 +34,53 @@ pub(crate) fn majority(of: usize) -> usize {
 pub(crate) struct Tally<T>(Vec<Result<T, LockError>>);
 
 impl<T> Tally<T> {
+    #[cfg(test)]
     pub(crate) fn new(results: Vec<Result<T, LockError>>) -> Self {
         Tally(results)
+    }
+
+    /// Runs `asked`, one future per server, all at once, and counts each
+    /// answer as it comes; stops once `settled` says the answers so far
+    /// decide and the others have had `LATE_GRACE` more, or every server has
+    /// answered. A server that has not answered by then keeps its entry of
+    /// `unanswered` (`LockError::Unanswered`), and its future is dropped:
+    /// whatever it sent stays queued on its connection, ahead of the next
+    /// call there, and its reply is read and thrown away when it comes.
+    pub(crate) async fn gather<Asked>(
+        asked: impl IntoIterator<Item = Asked>,
+        unanswered: Vec<LockError>,
+        settled: impl Fn(&Tally<T>) -> bool,
+    ) -> Tally<T>
+    where
+        Asked: Future<Output = Result<T, LockError>>,
+    {
+        let started = Instant::now();
+        let mut tally = Tally(unanswered.into_iter().map(Err).collect());
+        let mut pending: FuturesUnordered<_> = asked
+            .into_iter()
+            .enumerate()
+            .map(|(at, asked)| async move { (at, asked.await) })
+            .collect();
+        let mut until = None;
+        loop {
+            let next = match until {
+                None => pending.next().await,
+                Some(until) => tokio::time::timeout_at(until, pending.next())
+                    .await
+                    .ok()
+                    .flatten(),
+            };
+            let Some((at, result)) = next else {
+                break;
+            };
+            if let Some(slot) = tally.0.get_mut(at) {
+                *slot = result;
+            }
+            if until.is_none() && settled(&tally) {
+                until = Some(Instant::now() + started.elapsed().max(LATE_GRACE));
+            }
+        }
+        tally
     }
 
     /// How many servers were asked.
@@ -36,6 +99,21 @@ impl<T> Tally<T> {
 
     fn failures(&self) -> impl Iterator<Item = &LockError> {
         self.0.iter().filter_map(|result| result.as_ref().err())
+    }
+
+    /// How many servers have not answered (yet).
+    pub(crate) fn unanswered(&self) -> usize {
+        self.failures()
+            .filter(|failure| matches!(failure, LockError::Unanswered { .. }))
+            .count()
+    }
+
+    /// Whether the servers yet to answer can no longer change whether a
+    /// majority says yes (by `yes`): it does already, or it cannot even if
+    /// they all do.
+    pub(crate) fn decided(&self, yes: impl Fn(&T) -> bool) -> bool {
+        let yes = self.count(yes);
+        self.is_majority(yes) || !self.is_majority(yes + self.unanswered())
     }
 
     /// How many answers `counts` says yes to.
@@ -88,9 +166,13 @@ impl<T> Tally<T> {
         }
     }
 
-    /// Nothing but the first failure, if any server failed.
+    /// Nothing but the first failure, if any server failed; a server that
+    /// had not answered yet is not one.
     pub(crate) fn first_failure(self) -> Result<(), LockError> {
-        self.0.into_iter().try_for_each(|result| result.map(drop))
+        self.0.into_iter().try_for_each(|result| match result {
+            Err(LockError::Unanswered { .. }) => Ok(()),
+            result => result.map(drop),
+        })
     }
 }
 
@@ -164,6 +246,82 @@ mod tests {
         assert!(short(vec![Ok(()), Err(full()), Err(full())]));
         assert!(short(vec![Ok(()), Err(full()), Err(down())]));
         assert!(!short(vec![Err(full()), Err(down()), Err(down())]));
+    }
+
+    type Asked = std::pin::Pin<Box<dyn Future<Output = Result<bool, LockError>>>>;
+
+    fn says(yes: bool) -> Asked {
+        Box::pin(std::future::ready(Ok(yes)))
+    }
+
+    /// A member that stalls: its socket open, no answer ever.
+    fn stalls() -> Asked {
+        Box::pin(std::future::pending())
+    }
+
+    fn says_after(yes: bool, delay: Duration) -> Asked {
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            Ok(yes)
+        })
+    }
+
+    fn unanswered(of: usize) -> Vec<LockError> {
+        (0..of)
+            .map(|at| LockError::Unanswered {
+                server: format!("s{at}"),
+            })
+            .collect()
+    }
+
+    async fn gather(asked: Vec<Asked>) -> Tally<bool> {
+        let of = asked.len();
+        Tally::gather(asked, unanswered(of), |tally| tally.decided(|yes| *yes)).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_majority_decides_without_the_member_that_stalls() {
+        let yes = gather(vec![says(true), stalls(), says(true)]).await;
+        assert_eq!((yes.count(|y| *y), yes.unanswered()), (2, 1));
+        assert_eq!(
+            yes.results()[1]
+                .as_ref()
+                .err()
+                .map(ToString::to_string)
+                .as_deref(),
+            Some("s1 had not answered yet")
+        );
+        assert!(
+            yes.first_failure().is_ok(),
+            "not answering yet is no failure"
+        );
+
+        let no = gather(vec![says(false), stalls(), says(false)]).await;
+        assert_eq!((no.count(|y| *y), no.unanswered()), (0, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_member_a_moment_behind_the_majority_is_counted_too() {
+        let moment = Duration::from_millis(2);
+        let tally = gather(vec![says(true), says_after(true, moment), says(true)]).await;
+        assert_eq!((tally.count(|y| *y), tally.unanswered()), (3, 0));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_split_waits_for_the_member_that_can_still_decide_it() {
+        let slow = Duration::from_secs(1);
+        let tally = gather(vec![says(true), says(false), says_after(true, slow)]).await;
+        assert_eq!((tally.count(|y| *y), tally.unanswered()), (2, 0));
+        // Of five, two yes and two no leave it to the fifth, however slow.
+        let tally = gather(vec![
+            says(true),
+            says(false),
+            says_after(true, slow),
+            says(false),
+            says_after(false, slow * 2),
+        ])
+        .await;
+        assert_eq!((tally.count(|y| !*y), tally.unanswered()), (3, 0));
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! replicas acknowledged the lease, and a run that finds no replica to
 //! acknowledge it says so once, as text and as a JSON event.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use crate::harness::*;
@@ -170,4 +172,41 @@ fn a_cluster_without_wait_runs_unprotected_by_default() {
     let url = cluster.url_via(&cluster.primaries());
     all_runs_unprotected(&url);
     one_ack_is_refused(&url);
+}
+
+/// A replica paused (SIGSTOP: its link open, nothing answering) behind
+/// Sentinel: the primary keeps it connected for repl-timeout (60 s), and
+/// `--replica-acks all` used to wait for it all that time, refusing every
+/// run. Now it is left out once its acknowledgements are 3 s late: a waiting
+/// run started as it stalls gets the lock within seconds, later runs at once
+/// with the other replica's acknowledgement.
+#[test]
+fn a_stalled_replica_holds_up_runs_only_until_its_acknowledgements_are_late() {
+    let set = SentinelSet::start();
+    set.wait_replicas_in_sync();
+    let url = set.url();
+    let primary = set.primary().port();
+    let replica = set
+        .servers
+        .iter()
+        .find(|server| server.port() != primary)
+        .expect("a replica");
+    replica.pause();
+    let ran = Lockrun::via(&url)
+        .key("job")
+        .args(["--wait", "20s"])
+        .command(["true"])
+        .run();
+    // It may say once that it waits for the replicas.
+    ran.assert(Expect::success().stderr_any());
+    // Before: exit 69 after the whole wait, 20 s.
+    assert!(ran.took < Duration::from_secs(8), "took {:?}", ran.took);
+
+    let ran = Lockrun::via(&url).key("job").command(["true"]).run();
+    ran.assert(Expect::success());
+    assert!(ran.took < Duration::from_secs(2), "took {:?}", ran.took);
+    let holder = hold(&url);
+    assert_eq!(acknowledged(&url), 1);
+    ends_without_warning(holder);
+    replica.resume();
 }

@@ -11,6 +11,12 @@ use crate::harness::{
 
 const NAME: &str = "q";
 
+/// The timing of the stall tests: the default `--redis-timeout`, 2s, which
+/// a stalled member used to cost the acquire, the fencing and the release
+/// each. A member votes once it has been up for the ttl and its drift.
+const STALL_TIMING: [&str; 4] = ["--ttl", "6s", "--redis-timeout", "2s"];
+const STALL_VOTES_AFTER_S: u64 = 7;
+
 /// lockrun on every server of `servers`, with `args` before the `--`.
 fn lockrun_on(servers: &[Server], args: &[&str]) -> Lockrun<'static> {
     Lockrun::on_all(servers).key(NAME).args(args)
@@ -133,6 +139,63 @@ fn a_member_restarted_recently_does_not_vote() {
     });
     assert!(voted, "the restarted member never voted again");
     assert!(uptime(&servers[2]).is_some_and(|up| up >= 4));
+}
+
+/// A member paused (SIGSTOP: its socket open, nothing answering) before the
+/// run: the run decides on the two others' answers at once, and what it
+/// sent the paused one is answered in order once it runs again, the release
+/// last, so it keeps no lease.
+#[test]
+fn a_stalled_member_neither_slows_the_lock_nor_keeps_a_lease() {
+    let servers = quorum(3);
+    until_voting(&servers, STALL_VOTES_AFTER_S);
+    // A run first, so that the member knows the scripts by their hash: a
+    // script it did not know would be refused late, and nothing taken.
+    lockrun_on(&servers, &STALL_TIMING)
+        .command(["true"])
+        .run()
+        .assert(Expect::success());
+    servers[2].pause();
+    let ran = lockrun_on(&servers, &STALL_TIMING)
+        .command(["sh", "-c", r#"echo "$LOCKRUN_FENCING_TOKEN""#])
+        .run();
+    ran.assert(Expect::success().stdout_any());
+    // Before: 6s, the member's time limit waited out three times.
+    assert!(ran.took < Duration::from_secs(2), "took {:?}", ran.took);
+    let fence: u64 = ran.stdout.trim().parse().expect("a fencing token");
+    servers[2].resume();
+    // Its own token is from its own clock, later than the others' grant.
+    let answered = eventually(PATIENCE, || {
+        servers[2].fence(NAME).is_some_and(|late| late >= fence)
+    });
+    assert!(answered, "the paused member never got the acquire");
+    assert!(!servers[2].is_locked(NAME), "a lease left behind");
+}
+
+/// A member paused while a run holds the lock: its renewals go on without
+/// it, and its release does not wait for it.
+#[test]
+fn a_member_stalled_mid_run_holds_up_neither_renewals_nor_the_release() {
+    let servers = quorum(3);
+    until_voting(&servers, STALL_VOTES_AFTER_S);
+    let mut holder = lockrun_on(&servers, &STALL_TIMING).hold();
+    servers[1].pause();
+    // Renewed every 2s; two renewals prove it carries on.
+    for _ in 0..2 {
+        assert!(servers[0].renewed(NAME, PATIENCE), "not renewed");
+    }
+    let began = Instant::now();
+    holder.go();
+    holder.end().assert(Expect::success());
+    // Before: 2s, the release waiting out the paused member.
+    let took = began.elapsed();
+    assert!(took < Duration::from_millis(1500), "released in {took:?}");
+    assert!(!servers[0].is_locked(NAME) && !servers[2].is_locked(NAME));
+    servers[1].resume();
+    let released = eventually(PATIENCE, || {
+        servers[1].answers() && !servers[1].is_locked(NAME)
+    });
+    assert!(released, "a lease left behind on the paused member");
 }
 
 #[test]
