@@ -18,6 +18,14 @@ pub static LOCKRUN: Binary = Binary;
 pub struct Binary;
 
 impl Binary {
+    /// Whether the lockrun under test is a script that runs the binary
+    /// under an emulator, as .ci/run's aarch64 pass does with qemu-user.
+    /// qemu-user keeps SIGABRT for itself: one sent to it ends qemu, and
+    /// the emulated lockrun never sees it.
+    pub fn emulated(&self) -> bool {
+        std::fs::read(Binary::path()).is_ok_and(|bytes| bytes.starts_with(b"#!"))
+    }
+
     fn path() -> &'static str {
         static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
         PATH.get_or_init(|| {
