@@ -223,6 +223,14 @@ async fn execute(
             unblock(blocked);
             admin::list(list).await.map(Exit::Status)
         }
+        Invocation::History { lock, last, json } => {
+            unblock(blocked);
+            admin::history(lock, last, json).await.map(Exit::Status)
+        }
+        Invocation::Check { lock, check } => {
+            unblock(blocked);
+            Ok(Exit::Status(admin::check(lock, check).await))
+        }
     }
 }
 

@@ -11,6 +11,7 @@
 
 mod attempt;
 mod error;
+mod history;
 mod keys;
 mod protocol;
 mod records;
@@ -30,6 +31,7 @@ use futures_util::future::join_all;
 
 pub(crate) use self::attempt::{Attempt, Grant, Mode};
 pub(crate) use self::error::LockError;
+pub(crate) use self::history::{merge as merge_histories, Recorded, Run, ToRecord};
 pub(crate) use self::keys::{Keys, Token};
 pub(crate) use self::records::{is_gone_from_here, DoneRecord, Holder, Me, Share, Taken, Waiter};
 pub(crate) use self::reply::Released;
@@ -376,8 +378,9 @@ impl Lock {
         &mut self,
         keep_for: Option<Duration>,
         done_for: Option<Duration>,
+        record: Option<&ToRecord>,
     ) -> Result<Released, LockError> {
-        let tally = ask(&mut self.servers, |s| s.release(keep_for, done_for)).await;
+        let tally = ask(&mut self.servers, |s| s.release(keep_for, done_for, record)).await;
         let ours = tally.count(|r| *r != Released::NotOurs);
         let kept = tally.count(|r| *r == Released::Kept) > 0;
         let majority_ours = tally.is_majority(ours);
