@@ -2,7 +2,7 @@
 # Regenerate with: LOCKRUN_UPDATE_GENERATED=1 cargo test --test integration generated
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_lockrun_global_optspecs
-    string join \n redis= redis-password-file= redis-ca-file= redis-cert-file= redis-key-file= prefix= k/key= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede slots= shared busy-exit-code= min-hold= once-per= timeout= metrics-file= q/quiet v/verbose log-format= h/help V/version
+    string join \n redis= redis-password-file= redis-ca-file= redis-cert-file= redis-key-file= prefix= k/key= ttl= renew-every= redis-timeout= replica-acks= kill-grace= w/wait= supersede slots= shared busy-exit-code= min-hold= once-per= timeout= metrics-file= history= q/quiet v/verbose log-format= h/help V/version
 end
 
 function __fish_lockrun_needs_command
@@ -47,6 +47,7 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -l min-hold -d 'Keep the l
 complete -c lockrun -n "__fish_lockrun_needs_command" -l once-per -d 'Run the command at most once per this period: skip it after a success' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l timeout -d 'Stop the command after this long and exit 124' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l metrics-file -d 'Keep Prometheus metrics of the runs in this file' -r -F
+complete -c lockrun -n "__fish_lockrun_needs_command" -l history -d 'Keep the last N runs of the key in its history [default: 20]' -r -f
 complete -c lockrun -n "__fish_lockrun_needs_command" -l log-format -d 'How lockrun writes its lines on stderr: text or json [default: text]' -r -f -a "text\t''
 json\t''"
 complete -c lockrun -n "__fish_lockrun_needs_command" -l supersede -d 'Give up the place in line to a newer run with --supersede'
@@ -58,6 +59,8 @@ complete -c lockrun -n "__fish_lockrun_needs_command" -s V -l version -d 'Print 
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "status" -d 'Show who holds a lock, for how long, its fencing token, and who waits'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "release" -d 'Remove a lock whoever holds it (needs --force)'
 complete -c lockrun -n "__fish_lockrun_needs_command" -a "list" -d 'List the locks that are held or have runs waiting, one line each'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "history" -d 'Show the last runs of a lock, newest first, one line each'
+complete -c lockrun -n "__fish_lockrun_needs_command" -a "check" -d 'Say whether a lock\'s job succeeded recently, for monitoring systems'
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -s k -l key -d 'Lock name' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis -d 'Where Redis is: redis://HOST[:PORT], rediss://... (TLS), unix:///PATH' -r -f
 complete -c lockrun -n "__fish_lockrun_using_subcommand status" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
@@ -86,6 +89,27 @@ complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l prefix -d 'Pref
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l json -d 'Print one JSON array on stdout instead of text'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -l all -d 'Also list free locks, of which only the fencing counter is left'
 complete -c lockrun -n "__fish_lockrun_using_subcommand list" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s k -l key -d 'Lock name' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s n -l last -d 'Show only the last N runs' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l redis -d 'Where Redis is: redis://HOST[:PORT], rediss://... (TLS), unix:///PATH' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l redis-cert-file -d 'Client certificate (PEM) to show Redis over TLS' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l redis-key-file -d 'Private key (PEM) of --redis-cert-file' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l prefix -d 'Prefix of every Redis key [default: lockrun:]' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -l json -d 'Print one JSON array on stdout instead of text'
+complete -c lockrun -n "__fish_lockrun_using_subcommand history" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -s k -l key -d 'Lock name' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l succeeded-within -d 'CRITICAL unless a run succeeded within this long (25h for a nightly job)' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l warn-within -d 'WARNING unless a run succeeded within this long (shorter than --succeeded-within)' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l redis -d 'Where Redis is: redis://HOST[:PORT], rediss://... (TLS), unix:///PATH' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l redis-password-file -d 'File holding the Redis password, on one line' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l redis-ca-file -d 'CA certificates (PEM) to trust for TLS to Redis' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l redis-cert-file -d 'Client certificate (PEM) to show Redis over TLS' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l redis-key-file -d 'Private key (PEM) of --redis-cert-file' -r -F
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l prefix -d 'Prefix of every Redis key [default: lockrun:]' -r -f
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -l json -d 'Print one JSON object on stdout instead of the line of text'
+complete -c lockrun -n "__fish_lockrun_using_subcommand check" -s h -l help -d 'Print help (see more with \'--help\')'
 
 # Added by tests/integration/generated.rs: lockrun itself takes no file names;
 # after `--` comes the command that lockrun runs, completed as if it were

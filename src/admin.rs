@@ -1,6 +1,9 @@
 //! The operator's subcommands: `lockrun status` and `lockrun release`;
-//! `lockrun list` in `admin/list`.
+//! `lockrun list` in `admin/list`, `lockrun history` in `admin/history`,
+//! `lockrun check` in `admin/check`.
 
+mod check;
+mod history;
 mod holders;
 mod list;
 
@@ -17,6 +20,9 @@ use crate::lock::{
     is_gone_from_here, Holder, Keys, Lock, Occupancy, Removed, Servers, Status, View, Views, Waiter,
 };
 
+pub(crate) use self::check::check;
+pub(crate) use self::history::history;
+use self::history::{last_and_success, runs, RunJson};
 use self::holders::{holders_json, latest_left_ms, together_text, HoldingJson};
 pub(crate) use self::list::list;
 
@@ -73,6 +79,11 @@ pub(crate) struct StatusJson {
     /// Every holder: the one alone (also in `holder`), or each of those
     /// holding the lock together.
     pub(crate) holders: Vec<HoldingJson>,
+    /// The newest run in the lock's history (`lockrun history`); null when
+    /// none is recorded.
+    pub(crate) last_run: Option<RunJson>,
+    /// The newest run in it that succeeded; null when none did.
+    pub(crate) last_success: Option<RunJson>,
 }
 
 /// A recorded success (`--once-per`), in `lockrun status`.
@@ -217,6 +228,7 @@ fn status_json(keys: &Keys, servers: &Servers, views: &Views) -> StatusJson {
     let left = held
         .and_then(|held| views.left(held))
         .map(|left| whole(left, MS));
+    let (last_run, last_success) = last_and_success(&runs(views));
     StatusJson {
         key: keys.name.clone(),
         redis_key: keys.lock.clone(),
@@ -252,6 +264,8 @@ fn status_json(keys: &Keys, servers: &Servers, views: &Views) -> StatusJson {
         done: done_json(views),
         slots: one.and_then(Status::slots),
         holders: held.map_or_else(Vec::new, |held| holders_json(held, left)),
+        last_run,
+        last_success,
     }
 }
 
@@ -395,6 +409,16 @@ fn status_text(json: &StatusJson) -> String {
             },
             w.command
         );
+    }
+    if let Some(run) = &json.last_run {
+        let _ = write!(text, "\n  last run: {}", run.line());
+    }
+    if let Some(run) = json
+        .last_success
+        .as_ref()
+        .filter(|s| Some(*s) != json.last_run.as_ref())
+    {
+        let _ = write!(text, "\n  last success: {}", run.line());
     }
     if let Some(server) = &json.server {
         let _ = write!(text, "\n  server: {server}");

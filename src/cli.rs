@@ -147,6 +147,29 @@ pub(crate) enum Action {
                       cannot be asked."
     )]
     List(ListArgs),
+    /// Show the last runs of a lock, newest first, one line each
+    #[command(
+        long_about = "Show the last runs of a lock as their releases recorded them, newest \
+                      first, one line each: fencing token, start, host, pid, command, how \
+                      long it held the lock and how it ended; the slot and the wait where \
+                      they apply. Exits 0 when any run is recorded, 1 when none is, 69 when \
+                      Redis cannot be asked."
+    )]
+    #[command(override_usage = "lockrun history [OPTIONS] --key <NAME>")]
+    History(HistoryArgs),
+    /// Say whether a lock's job succeeded recently, for monitoring systems
+    #[command(
+        long_about = "Say, as a monitoring plugin does, whether the lock's job succeeded \
+                      within --succeeded-within: one line of text first, then exit 0 OK, 1 \
+                      WARNING (the success is older than --warn-within, the last run \
+                      failed, or the lock is held far longer than its runs take), 2 CRITICAL \
+                      (no success within --succeeded-within) or 3 UNKNOWN (Redis cannot be \
+                      asked)."
+    )]
+    #[command(
+        override_usage = "lockrun check [OPTIONS] --key <NAME> --succeeded-within <DURATION>"
+    )]
+    Check(CheckArgs),
 }
 
 /// Flags of `lockrun [OPTIONS] --key NAME -- COMMAND...`.
@@ -282,6 +305,16 @@ pub(crate) struct RunArgs {
     /// run goes on.
     #[arg(hide_short_help = true, long, value_name = "PATH", env = "LOCKRUN_METRICS_FILE", hide_env_values = true, value_hint = ValueHint::FilePath)]
     pub(crate) metrics_file: Option<PathBuf>,
+
+    /// Keep the last N runs of the key in its history [default: 20]
+    ///
+    /// Each run that started the command records, in its release's own
+    /// call: host, pid, user, fencing token (and slot), when it asked,
+    /// started and ended, and how it ended; the command's name only, not
+    /// its arguments. lockrun history, status and check read it. 0 records
+    /// nothing (and leaves other runs' records). At most 10000.
+    #[arg(hide_short_help = true, long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=10000), value_hint = ValueHint::Other)]
+    pub(crate) history: Option<u32>,
 
     /// Print nothing when the lock is busy
     #[arg(short, long, conflicts_with = "verbose")]
@@ -477,6 +510,46 @@ pub(crate) struct ReleaseArgs {
     pub(crate) holder: Option<String>,
 }
 
+/// Flags of `lockrun history`.
+#[derive(Debug, Args)]
+pub(crate) struct HistoryArgs {
+    /// Lock name
+    ///
+    /// Required, here or before the subcommand (`lockrun --key K history`).
+    #[arg(short, long, value_name = "NAME", value_hint = ValueHint::Other)]
+    pub(crate) key: Option<String>,
+
+    /// Show only the last N runs
+    #[arg(short = 'n', long = "last", value_name = "N", value_hint = ValueHint::Other)]
+    pub(crate) last: Option<usize>,
+
+    /// Print one JSON array on stdout instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Flags of `lockrun check`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// Lock name
+    ///
+    /// Required, here or before the subcommand (`lockrun --key K check`).
+    #[arg(short, long, value_name = "NAME", value_hint = ValueHint::Other)]
+    pub(crate) key: Option<String>,
+
+    /// CRITICAL unless a run succeeded within this long (25h for a nightly job)
+    #[arg(long, value_name = "DURATION", required = true, value_parser = parse_duration, value_hint = ValueHint::Other)]
+    pub(crate) succeeded_within: Option<Duration>,
+
+    /// WARNING unless a run succeeded within this long (shorter than --succeeded-within)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
+    pub(crate) warn_within: Option<Duration>,
+
+    /// Print one JSON object on stdout instead of the line of text
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 /// Flags of `lockrun list`.
 #[derive(Debug, Args)]
 pub(crate) struct ListArgs {
@@ -518,7 +591,7 @@ pub(crate) fn parse_from(args: &[OsString]) -> Result<Cli, clap::Error> {
         // The Redis options are global and go before a subcommand too, and
         // so does the lock's name for the subcommands that take one; a
         // run's own options do not apply to a subcommand.
-        let takes_key = matches!(name, "status" | "release");
+        let takes_key = matches!(name, "status" | "release" | "history" | "check");
         let given = command()
             .get_arguments()
             .filter(|arg| !arg.is_global_set())
@@ -541,9 +614,12 @@ pub(crate) fn parse_from(args: &[OsString]) -> Result<Cli, clap::Error> {
     let mut cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)?;
     let before = cli.run.key.take();
     if let Some(key) = match &mut cli.action {
-        Some(Action::Status(StatusArgs { key, .. }) | Action::Release(ReleaseArgs { key, .. })) => {
-            Some(key)
-        }
+        Some(
+            Action::Status(StatusArgs { key, .. })
+            | Action::Release(ReleaseArgs { key, .. })
+            | Action::History(HistoryArgs { key, .. })
+            | Action::Check(CheckArgs { key, .. }),
+        ) => Some(key),
         _ => None,
     } {
         if key.is_some() && before.is_some() && *key != before {

@@ -59,7 +59,31 @@ pub(crate) enum Invocation {
         holder: Option<String>,
     },
     List(ListConfig),
+    History {
+        lock: LockConfig,
+        /// `-n`: only the last this many.
+        last: Option<usize>,
+        json: bool,
+    },
+    Check {
+        lock: LockConfig,
+        check: CheckConfig,
+    },
 }
+
+/// What `lockrun check` holds a lock's runs to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CheckConfig {
+    /// CRITICAL without a success this recent.
+    pub(crate) critical: Duration,
+    /// WARNING without a success this recent.
+    pub(crate) warning: Option<Duration>,
+    pub(crate) json: bool,
+}
+
+/// Runs a lock's history keeps without `--history`: about a day of an
+/// hourly job, under 10 KB per lock.
+const DEFAULT_HISTORY: u32 = 20;
 
 /// Everything a run needs.
 #[derive(Debug)]
@@ -79,6 +103,8 @@ pub(crate) struct RunConfig {
     pub(crate) timeout: Option<Duration>,
     /// `--metrics-file`.
     pub(crate) metrics_file: Option<PathBuf>,
+    /// `--history`: how many runs the lock's history keeps.
+    pub(crate) history: u32,
     pub(crate) verbosity: Verbosity,
     pub(crate) command: Vec<OsString>,
 }
@@ -239,6 +265,27 @@ impl Invocation {
                 force: args.force,
                 holder: args.holder,
             },
+            Some(Action::History(args)) => Invocation::History {
+                lock: LockConfig::new(args.key.unwrap_or_default(), &redis, passwords)?,
+                last: args.last,
+                json: args.json,
+            },
+            Some(Action::Check(args)) => {
+                let critical = args.succeeded_within.unwrap_or(MAX_DURATION);
+                if args.warn_within.is_some_and(|warning| warning >= critical) {
+                    return Err(Error::Usage(
+                        "--warn-within must be shorter than --succeeded-within".into(),
+                    ));
+                }
+                Invocation::Check {
+                    lock: LockConfig::new(args.key.unwrap_or_default(), &redis, passwords)?,
+                    check: CheckConfig {
+                        critical,
+                        warning: args.warn_within,
+                        json: args.json,
+                    },
+                }
+            }
             Some(Action::List(ListArgs { glob, json, all })) => {
                 let (servers, exposed_key) = LockConfig::servers(&redis, passwords)?;
                 Invocation::List(ListConfig {
@@ -258,9 +305,10 @@ impl Invocation {
     pub(crate) fn exposed_key(&self) -> Option<&ExposedKey> {
         match self {
             Invocation::Run(config) => config.lock.exposed_key.as_ref(),
-            Invocation::Status { lock, .. } | Invocation::Release { lock, .. } => {
-                lock.exposed_key.as_ref()
-            }
+            Invocation::Status { lock, .. }
+            | Invocation::Release { lock, .. }
+            | Invocation::History { lock, .. }
+            | Invocation::Check { lock, .. } => lock.exposed_key.as_ref(),
             Invocation::List(list) => list.exposed_key.as_ref(),
         }
     }
@@ -268,9 +316,11 @@ impl Invocation {
     pub(crate) fn verbosity(&self) -> Verbosity {
         match self {
             Invocation::Run(config) => config.verbosity,
-            Invocation::Status { .. } | Invocation::Release { .. } | Invocation::List(_) => {
-                Verbosity::Normal
-            }
+            Invocation::Status { .. }
+            | Invocation::Release { .. }
+            | Invocation::List(_)
+            | Invocation::History { .. }
+            | Invocation::Check { .. } => Verbosity::Normal,
         }
     }
 }
@@ -332,6 +382,10 @@ impl RunConfig {
             share,
             timeout: bounded_if_given("--timeout", positive("--timeout", args.timeout)?)?,
             metrics_file: args.metrics_file,
+            history: args
+                .history
+                .or_else(|| file.and_then(|file| file.history))
+                .unwrap_or(DEFAULT_HISTORY),
             verbosity,
             command: args.command,
         })

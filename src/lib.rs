@@ -4,7 +4,9 @@
 //! graph has no cycle and points from the binary's edge inwards:
 //!
 //! - `admin`: `lockrun status` and `lockrun release`; `admin/list`:
-//!   `lockrun list`, every lock under a prefix;
+//!   `lockrun list`, every lock under a prefix; `admin/history`: `lockrun
+//!   history`, the last runs; `admin/check`: `lockrun check`, for
+//!   monitoring;
 //! - `run`: one run, step by step: acquire, start, supervise, finish;
 //!   - `run/metrics_file`: what a run writes to the metrics file, and when,
 //!     off the runtime's thread;
@@ -51,6 +53,8 @@
 //!     a quorum short of a majority;
 //!   - `lock/keys`: the lock's Redis names and the run's token;
 //!   - `lock/records`: holder, waiter and done records;
+//!   - `lock/history`: the run history's records, written by the release
+//!     and merged over a quorum;
 //!   - `lock/wake`: the wake-up messages of a waiting run;
 //!   - `lock/protocol` (shared with `build.rs`): the lock's keys and each
 //!     script's keys and arguments, declared once for Rust and Lua;
@@ -222,6 +226,14 @@ async fn execute(
         Invocation::List(list) => {
             unblock(blocked);
             admin::list(list).await.map(Exit::Status)
+        }
+        Invocation::History { lock, last, json } => {
+            unblock(blocked);
+            admin::history(lock, last, json).await.map(Exit::Status)
+        }
+        Invocation::Check { lock, check } => {
+            unblock(blocked);
+            Ok(Exit::Status(admin::check(lock, check).await))
         }
     }
 }

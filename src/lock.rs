@@ -12,6 +12,7 @@
 
 mod attempt;
 mod error;
+mod history;
 mod keys;
 mod protocol;
 mod records;
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 pub(crate) use self::attempt::{Attempt, Grant, Mode};
 pub(crate) use self::error::LockError;
+pub(crate) use self::history::{merge as merge_histories, Recorded, Run, ToRecord};
 pub(crate) use self::keys::{Keys, Token};
 pub(crate) use self::records::{is_gone_from_here, DoneRecord, Holder, Me, Share, Taken, Waiter};
 pub(crate) use self::reply::Released;
@@ -392,11 +394,12 @@ impl Lock {
         &mut self,
         keep_for: Option<Duration>,
         done_for: Option<Duration>,
+        record: Option<&ToRecord>,
     ) -> Result<Released, LockError> {
         let ours = |released: &Released| *released != Released::NotOurs;
         let tally = ask(
             &mut self.servers,
-            |s| s.release(keep_for, done_for),
+            |s| s.release(keep_for, done_for, record),
             Until::Settled(&|tally: &Tally<Released>| tally.decided(ours)),
         )
         .await;

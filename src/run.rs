@@ -5,14 +5,14 @@
 use std::time::Duration;
 
 use crate::child::{Child, SpawnError};
-use crate::clock::{show, BootInstant};
+use crate::clock::{show, whole, BootInstant, MS};
 use crate::config::RunConfig;
 use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code::{self, Exit};
 use crate::lease::Lease;
 use crate::lock::{
-    Attempt, DoneRecord, Grant, Hold, Keys, Lock, LockError, Me, Released, Role, Servers, Taken,
-    Token,
+    Attempt, DoneRecord, Grant, Hold, Keys, Lock, LockError, Me, Released, Role, Run, Servers,
+    Share, Taken, ToRecord, Token,
 };
 use crate::notify::{self, Systemd};
 use crate::report::{Event, Report};
@@ -75,21 +75,17 @@ async fn run_steps(
     };
     let slot = config.share.slot(grant.slot);
     let on = &config.lock.servers;
-    say_acquired(
-        &lock,
-        on,
-        grant.fence,
-        slot,
-        &child,
-        asked.elapsed(),
-        report,
-    );
+    let waited = asked.elapsed();
+    say_acquired(&lock, on, grant.fence, slot, &child, waited, report);
     systemd.holding(&config.lock.name, grant.fence, std::time::SystemTime::now());
     let mut held = Held {
         lease: Lease::new(config.timing.deadline_after(grant.sent)),
         started: BootInstant::now(),
         lock,
         child,
+        fence: grant.fence,
+        slot,
+        waited,
     };
     let ended = Supervisor {
         child: &mut held.child,
@@ -356,7 +352,7 @@ async fn not_started(
     ttl: Duration,
     report: Report,
 ) -> Error {
-    let unreleased = match lock.release(None, None).await {
+    let unreleased = match lock.release(None, None, None).await {
         // Taken just now, and already not ours: nothing to give back.
         Ok(Released::NotOurs) => None,
         Ok(Released::Deleted | Released::Kept) => {
@@ -387,6 +383,10 @@ struct Held {
     /// here (a lease handed over counts from earlier).
     started: BootInstant,
     child: Child,
+    /// For the run's record in the history.
+    fence: u64,
+    slot: Option<u32>,
+    waited: Duration,
 }
 
 impl Held {
@@ -424,7 +424,8 @@ impl Held {
         // run through.
         let succeeded = stop.is_none() && matches!(ended.status, Ok(s) if s.success());
         let done_for = config.once_per.filter(|_| succeeded);
-        let released = self.lock.release(keep, done_for).await;
+        let record = ToRecord::new(config.history, &self.record(config, ended));
+        let released = self.lock.release(keep, done_for, record.as_ref()).await;
         if let Some(unheard) = self.lock.take_unheard() {
             report.error(
                 Event::warning("waiters_not_told").with("error", unheard.to_string()),
@@ -436,6 +437,33 @@ impl Held {
             );
         }
         self.say_released(released, keep, ended, timing.ttl, report)
+    }
+
+    /// What the history keeps of this run: the release adds when it ended
+    /// and what it found.
+    fn record(&self, config: &RunConfig, ended: &Ended) -> Run {
+        let me = Me::new(&config.command, config.share);
+        let status = ended.status.as_ref().ok();
+        Run {
+            host: me.host,
+            pid: me.pid,
+            user: user_name(),
+            command: program_name(config),
+            fence: self.fence,
+            slot: self.slot,
+            shared: config.share == Share::Shared,
+            waited_ms: whole(self.waited, MS),
+            held_ms: whole(self.started.elapsed(), MS),
+            exit: status.and_then(std::process::ExitStatus::code),
+            signal: status.and_then(std::os::unix::process::ExitStatusExt::signal),
+            stop: ended.stop.map(|stop| {
+                match stop {
+                    Stop::Lost(_) => "lost",
+                    Stop::TimedOut => "timeout",
+                }
+                .to_owned()
+            }),
+        }
     }
 
     /// Says how the lock was given back, if that is news; a lock that could
@@ -525,6 +553,25 @@ fn exit_status(
             unreleased,
         }),
     }
+}
+
+/// The user running lockrun, as the history records it: the name, or the
+/// uid where it has none.
+fn user_name() -> String {
+    let uid = nix::unistd::getuid();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(user)) => user.name,
+        _ => uid.to_string(),
+    }
+}
+
+/// The command's file name, without its directory or arguments (which may
+/// hold secrets), for the history.
+fn program_name(config: &RunConfig) -> String {
+    let program = config.program();
+    std::path::Path::new(&program)
+        .file_name()
+        .map_or(program.clone(), |name| name.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]

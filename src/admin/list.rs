@@ -97,6 +97,8 @@ mod tests {
             members: Vec::new(),
             majority_agrees: None,
             done: None,
+            last_run: None,
+            last_success: None,
             slots: None,
             holders: Vec::new(),
         }

@@ -46,7 +46,7 @@ const MAX_FILE: u64 = 64 * 1024;
 /// to it may take, the key prefix, the log format and the metrics file.
 /// What differs from job to job (--key, --ttl, --wait, ...) belongs on the
 /// job's own command line.
-pub(crate) const NAMES: [&str; 10] = [
+pub(crate) const NAMES: [&str; 11] = [
     "redis",
     "redis-password-file",
     "redis-ca-file",
@@ -57,6 +57,7 @@ pub(crate) const NAMES: [&str; 10] = [
     "replica-acks",
     "log-format",
     "metrics-file",
+    "history",
 ];
 
 /// What a configuration file set, each value checked as its option checks
@@ -77,6 +78,8 @@ pub(crate) struct FileSettings {
     pub(crate) replica_acks: Option<ReplicaAcks>,
     pub(crate) log_format: Option<Format>,
     pub(crate) metrics_file: Option<PathBuf>,
+    /// `history`: how many runs each lock keeps in its history.
+    pub(crate) history: Option<u32>,
     /// The line of each setting given, by name.
     pub(crate) lines: Vec<(&'static str, usize)>,
 }
@@ -231,6 +234,12 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<FileSettings, Why> {
             }
             "log-format" => settings.log_format = Some(parse_log_format(value).map_err(refused)?),
             "metrics-file" => settings.metrics_file = file(),
+            "history" => {
+                let runs = value.parse::<u32>().ok().filter(|n| *n <= 10_000);
+                settings.history = Some(runs.ok_or_else(|| {
+                    refused(format!("{value:?} is not a number of runs from 0 to 10000"))
+                })?);
+            }
             _ => unreachable!("every name in NAMES is handled"),
         }
     }
@@ -337,7 +346,7 @@ metrics-file = /run/m
     fn each_mistake_names_its_line() {
         for (text, want) in [
             ("\nredis", "line 2: it has no '='; write each setting as name = value (# starts a comment)"),
-            ("ttl = 5s", "line 1: unknown setting 'ttl'; a configuration file may set redis, redis-password-file, redis-ca-file, redis-cert-file, redis-key-file, prefix, redis-timeout, replica-acks, log-format, metrics-file"),
+            ("ttl = 5s", "line 1: unknown setting 'ttl'; a configuration file may set redis, redis-password-file, redis-ca-file, redis-cert-file, redis-key-file, prefix, redis-timeout, replica-acks, log-format, metrics-file, history"),
             ("--redis = redis://h", "line 1: unknown setting '--redis'; did you mean 'redis'?"),
             ("prefx = a", "line 1: unknown setting 'prefx'; did you mean 'prefix'?"),
             ("prefix = a\n#\nprefix = b", "line 3: prefix is set again (first on line 1); set it once"),
@@ -345,6 +354,7 @@ metrics-file = /run/m
             ("redis-timeout = 0s", "line 1: redis-timeout 0s: give a duration longer than zero and at most 1y"),
             ("replica-acks = some", "line 1: replica-acks some: write a number of replicas, or all"),
             ("log-format = yaml", "line 1: log-format yaml: write text or json"),
+            ("history = -1", "line 1: history -1: \"-1\" is not a number of runs from 0 to 10000"),
             ("redis = 127.0.0.1:6379", "/etc/lockrun.conf line 1 '127.0.0.1:6379' has no scheme; write redis://127.0.0.1:6379 (rediss://127.0.0.1:6379 for TLS)"),
         ] {
             assert_eq!(settings(text).expect_err(text), want, "{text}");

@@ -100,6 +100,11 @@ lock_keys! {
     /// Each of those runs' holder record (JSON).
     Holders = "HOLDERS", ":holders", "hash", Crowd,
         "the holder records of a lockrun lock held together";
+    /// The last runs that started the command, newest first (JSON each),
+    /// written by their release and capped at their `--history`. Scope
+    /// `Alone`, as the fence: it outlives the runs, and a release guards it
+    /// before it writes.
+    History = "HISTORY", ":history", "list", Alone, "a lockrun run history";
 }
 
 /// What follows the lease's key in the name of the channel on which a
@@ -306,6 +311,13 @@ scripts! {
         keep_ms: u64,
         /// `--once-per`'s period when the command succeeded (0: none).
         period_ms: u64,
+        /// How many runs the history keeps (`--history`; 0: this run is not
+        /// recorded).
+        keep_runs: u32,
+        /// The run's record (a JSON object), which the script puts in the
+        /// history with the server's time and what the release found;
+        /// empty for a run that did not start its command.
+        record: &'a str,
     }
 
     /// Removes the lock whoever holds it (`lockrun release --force`).

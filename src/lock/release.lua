@@ -9,6 +9,9 @@
 -- server's clock.
 -- Returns {outcome='deleted'}, {outcome='kept'} (for KEEP_MS) or
 -- {outcome='not_ours'}, as name-value pairs.
+-- A run that started its command (RECORD not empty) is recorded in HISTORY
+-- whatever the release finds, a lost lease included, in this same call: no
+-- extra round trip, and no record of a release that did not happen.
 -- A run holding the lock together (--slots, --shared) gives up its own lease
 -- in LEASES; the places it frees go to the runs first in line.
 local me = TOKEN
@@ -18,6 +21,38 @@ local keep = tonumber(KEEP_MS)
 -- to.
 local crowded = redis.call('EXISTS', unpack(CROWD)) > 0
 local wrong = wrong_type(crowded and OURS or ALONE)
+-- Puts this run's record at the head of HISTORY, keeping the last
+-- KEEP_RUNS runs: what the run sent, when it ended on this server's clock, and what
+-- the release found ('released', 'kept', 'lost', or 'superseded' when a
+-- later fencing token was handed out since). Built as text, for cjson
+-- writes numbers past 14 digits with exponents.
+local function remember(found)
+  local keep_runs = tonumber(KEEP_RUNS) or 0
+  if RECORD == '' or keep_runs < 1 or (wrong and wrong[4] == HISTORY) then
+    return
+  end
+  redis.call('LPUSH', HISTORY, '{"ended_us":' .. int(now_us) .. ',"release":"' .. found
+    .. '","run":' .. RECORD .. '}')
+  redis.call('LTRIM', HISTORY, 0, keep_runs - 1)
+end
+-- A lease no longer ours: lost, or superseded when the fence counter moved
+-- past this run's token (another run got the lock since). Runs holding it
+-- together (a slot, --shared: the record says so) take later tokens beside
+-- each other, so theirs is only lost.
+local function gone()
+  if RECORD == '' then
+    return 'lost'
+  end
+  local run = cjson.decode(RECORD)
+  if run.slot ~= nil or run.shared then
+    return 'lost'
+  end
+  local fence = tonumber(redis.call('GET', FENCE))
+  if fence and fence > tonumber(run.fence) then
+    return 'superseded'
+  end
+  return 'lost'
+end
 -- A key of another type in the lease's place (GET would fail on it) is not
 -- our token. Both lists check the lease first, so it is the one named if
 -- it is wrong at all.
@@ -27,6 +62,7 @@ if wrong then
   -- our own lease, and a holder record that is one, are given up; the line
   -- is left as it is.
   if not ours then
+    remember('lost')
     return {'outcome', 'not_ours'}
   end
   local holder = redis.call('TYPE', HOLDER).ok == 'hash'
@@ -36,12 +72,14 @@ if wrong then
       redis.call('HSET', HOLDER, 'finished_us', int(now_us))
       redis.call('PEXPIRE', HOLDER, keep)
     end
+    remember('kept')
     return {'outcome', 'kept'}
   end
   redis.call('DEL', LEASE)
   if holder then
     redis.call('DEL', HOLDER)
   end
+  remember('released')
   return {'outcome', 'deleted'}
 end
 local before
@@ -57,6 +95,7 @@ if crowded then
 end
 if not ours then
   if not crowded then
+    remember(gone())
     return {'outcome', 'not_ours'}
   end
   local record = redis.call('HGET', HOLDERS, me)
@@ -68,6 +107,7 @@ if not ours then
       redis.call('HSET', HOLDERS, me, cjson.encode(held))
       redis.call('ZADD', LEASES, int(now_ms + keep), me)
       expire_leases()
+      remember('kept')
       announce(nil, me)
       return {'outcome', 'kept'}
     end
@@ -75,6 +115,8 @@ if not ours then
     redis.call('HDEL', HOLDERS, me)
     expire_leases()
   end
+  -- Before the announcements: a refused PUBLISH ends the script there.
+  remember(held_together and 'released' or gone())
   -- Whatever this run leaves (a lease held together, a place first in
   -- line) may let the runs now first in line in.
   admit(nil)
@@ -105,6 +147,7 @@ if keep > 0 then
   redis.call('HSET', HOLDER, 'finished_us', int(now_us))
   redis.call('PEXPIRE', LEASE, keep)
   redis.call('PEXPIRE', HOLDER, keep)
+  remember('kept')
   if crowded then
     -- The first waiter's idea of when the lease runs out is wrong now.
     announce(nil, me)
@@ -112,6 +155,7 @@ if keep > 0 then
   return {'outcome', 'kept'}
 end
 redis.call('DEL', LEASE, HOLDER)
+remember('released')
 if crowded then
   admit(nil)
   announce(before, me)

@@ -255,6 +255,8 @@ pub(super) struct Status {
     pub(super) done: Option<DoneRecord>,
     /// The runs holding the lock together, each with its lease's time left.
     pub(super) together: Vec<Holder>,
+    /// The run history's entries, newest first.
+    pub(super) history: Vec<String>,
 }
 
 impl Reply for Status {
@@ -272,6 +274,7 @@ impl Reply for Status {
             waiters: fields.get("waiters")?,
             done: fields.done()?,
             together: fields.holders("together")?,
+            history: fields.get("history")?,
         })
     }
 }

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use self::one_key::OneKey;
 use super::error::{Foreign, LockError};
+use super::history::{Recorded, ToRecord};
 use super::keys::{Keys, Token};
 use super::protocol::{
     AckedArgs, AcquireArgs, ForceReleaseArgs, RaiseFenceArgs, ReleaseArgs, RenewArgs,
@@ -215,7 +216,7 @@ impl Server {
                 // second run while the command runs. Give it back and let
                 // the caller treat Redis as unavailable (a waiter keeps its
                 // place: its next attempt asks for it back).
-                let _ = self.release(None, None).await;
+                let _ = self.release(None, None, None).await;
                 return Err(err);
             }
         }
@@ -449,11 +450,14 @@ impl Server {
         &mut self,
         keep_for: Option<Duration>,
         done_for: Option<Duration>,
+        record: Option<&ToRecord>,
     ) -> Result<Released, LockError> {
         let args = ReleaseArgs {
             token: self.token.as_str(),
             keep_ms: keep_for.map_or(0, |d| whole_up(d, MS)),
             period_ms: done_for.map_or(0, |d| whole_up(d, MS)),
+            keep_runs: record.map_or(0, |r| r.keep),
+            record: record.map_or("", |r| r.record.as_str()),
         };
         let mut call = Call::new(&self.keys, &args);
         // The cluster client routes and redirects a pipeline as a whole;
@@ -491,7 +495,7 @@ impl Server {
     /// would only add one more timeout to the failure.
     pub(super) async fn abandon(&mut self) -> Result<(), LockError> {
         if self.in_redis {
-            self.release(None, None).await?;
+            self.release(None, None, None).await?;
         }
         Ok(())
     }
@@ -516,6 +520,11 @@ impl Server {
             last_fence: reply.fence,
             done: reply.done,
             together: reply.together,
+            history: reply
+                .history
+                .iter()
+                .filter_map(|entry| Recorded::parse(entry))
+                .collect(),
             waiters: reply
                 .waiters
                 .iter()

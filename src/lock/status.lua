@@ -6,7 +6,8 @@
 --          fence=last fence or '', waiters={arrival, record, ...} of live
 --          waiters in order, done={fields...} of the recorded success,
 --          together={{fields...}, ...} of the live runs holding it together,
---          each with its token and 'left' (ms of its lease)},
+--          each with its token and 'left' (ms of its lease),
+--          history={record, ...} of the runs recorded, newest first},
 -- or wrong_type's reply (guard.lua) when a key is not lockrun's.
 local wrong = wrong_type(OURS)
 if wrong then
@@ -38,5 +39,7 @@ for i = 1, #leases, 2 do
     together[#together + 1] = fields
   end
 end
+-- At most --history entries (release.lua trims it), so all of it.
+local history = redis.call('LRANGE', HISTORY, 0, -1)
 return {'pttl', pttl, 'holder', holder, 'lease', redis.call('GET', LEASE) or '', 'now_us', int(now_us), 'fence', fence, 'waiters', waiters,
-  'done', done, 'together', together}
+  'done', done, 'together', together, 'history', history}

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::history::Recorded;
 use super::records::{DoneRecord, Holder, Waiter};
 use super::tally::majority;
 
@@ -36,6 +37,8 @@ pub(crate) struct Status {
     /// The runs holding the lock together (`--slots`, `--shared`), each with
     /// its token and time left; their lease is not `occupancy`.
     pub(crate) together: Vec<Holder>,
+    /// The runs recorded (`--history`), newest first.
+    pub(crate) history: Vec<Recorded>,
 }
 
 impl Status {
@@ -152,6 +155,7 @@ mod tests {
             last_fence: holder.map(|(_, fence)| fence),
             waiters: Vec::new(),
             together: Vec::new(),
+            history: Vec::new(),
         }
     }
 

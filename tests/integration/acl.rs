@@ -516,3 +516,31 @@ fn a_refused_command_ends_a_waiting_run_at_once() {
     assert!(ran.took < Duration::from_secs(10), "took {:?}", ran.took);
     assert!(!dir.path().join("ran").exists());
 }
+
+#[test]
+fn a_read_only_user_runs_check_and_history() {
+    let server = Server::start_tcp();
+    server
+        .lockrun("job")
+        .command(["true"])
+        .run()
+        .assert(Expect::success());
+    create_user(&server, "reader", &rules("status"));
+    let ran = as_user(&server, "reader")
+        .subcommand("check")
+        .key("job")
+        .args(["--succeeded-within", "1h"])
+        .run();
+    ran.assert(Expect::success().stdout_has("LOCKRUN OK - job succeeded "));
+    let ran = as_user(&server, "reader")
+        .subcommand("history")
+        .key("job")
+        .run();
+    ran.assert(Expect::success().stdout_has(": exit 0"));
+    // Read only: the user cannot take the lock.
+    let ran = as_user(&server, "reader")
+        .key("job")
+        .command(["true"])
+        .run();
+    ran.assert(Expect::code(69).stderr_any());
+}

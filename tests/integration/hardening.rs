@@ -157,7 +157,11 @@ fn a_holder_gives_back_its_lease_and_leaves_a_queue_key_of_another_type_alone() 
     assert!(!redis.is_locked("job"), "the lease was not given back");
     assert_eq!(
         redis.keys(),
-        ["lockrun:{job}:fence", "lockrun:{job}:queue"],
+        [
+            "lockrun:{job}:fence",
+            "lockrun:{job}:history",
+            "lockrun:{job}:queue"
+        ],
         "the holder record goes, the foreign key stays"
     );
 }

@@ -22,6 +22,7 @@ mod faults;
 mod fencing_pg;
 mod generated;
 mod hardening;
+mod history;
 mod limits;
 mod list;
 mod log_format;

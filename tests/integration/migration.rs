@@ -12,6 +12,8 @@ const NAME: &str = "job";
 const LEASE: &str = "lockrun:{job}";
 const HOLDER: &str = "lockrun:{job}:holder";
 const FENCE: &str = "lockrun:{job}:fence";
+/// The run history, which the plain run before a migration leaves.
+const HISTORY: &str = "lockrun:{job}:history";
 
 /// Timing that leaves room for the extra calls a half-way slot takes: a
 /// first attempt that TRYAGAIN refuses, then the call on each key.
@@ -212,7 +214,7 @@ fn once_per_and_slots_runs_wait_for_the_slot_to_settle() {
         );
         assert!(!dir.path().join("together").exists(), "ran mid-migration");
     }
-    slot.keys(&[FENCE]);
+    slot.keys(&[FENCE, HISTORY]);
     slot.finish();
     let settled = Lockrun::via(&url)
         .key(NAME)

@@ -41,6 +41,8 @@ fn status_reports_holder_and_free_lock() {
             "holders",
             "key",
             "last_fencing_token",
+            "last_run",
+            "last_success",
             "redis_key",
             "redis_node",
             "replicas_acknowledged",

@@ -158,6 +158,8 @@ fn status_json(servers: &[Server], name: &str, code: i32) -> serde_json::Value {
 #[test]
 fn man_page_names_every_status_json_field_and_redis_key() {
     let redis = Server::start();
+    // A run before, so that its record in the history shows too.
+    redis.lockrun("job").command(["true"]).run();
     let mut holder = redis.lockrun("job").command(["sleep", "60"]).hold();
     let mut waiter = redis
         .lockrun("job")

@@ -158,7 +158,7 @@ fn a_file_that_cannot_be_used_exits_64_naming_file_and_line() {
                 "configuration file {shown} (named by LOCKRUN_CONFIG): line 2: unknown setting \
                  'ttl'; a configuration file may set redis, redis-password-file, redis-ca-file, \
                  redis-cert-file, redis-key-file, prefix, redis-timeout, replica-acks, \
-                 log-format, metrics-file"
+                 log-format, metrics-file, history"
             ),
         ),
         (

@@ -217,6 +217,8 @@ impl<'a> OneKey<'a> {
             // Not read one key at a time: status leaves them out meanwhile.
             done: None,
             together: Vec::new(),
+            // Nor is the run history, while the slot moves.
+            history: Vec::new(),
         })
     }
 

@@ -76,6 +76,8 @@ pub struct Lockrun<'a> {
     input: Option<Vec<u8>>,
     /// Signal names lockrun starts with ignored, as `trap '' NAMES` leaves them.
     ignored: Option<&'static str>,
+    /// The host name lockrun sees (`on_host`).
+    host: Option<&'static str>,
     pub(super) stdout: Option<Stdio>,
     pub(super) stderr: Option<Stdio>,
 }
@@ -205,10 +207,24 @@ impl<'a> Lockrun<'a> {
         self
     }
 
+    /// Runs lockrun as if on host `name`: in a UTS namespace of its own
+    /// (`unshare -u`, as root) whose host name is `name`, so that runs of
+    /// one test report different hosts, as they would from a fleet.
+    pub fn on_host(mut self, name: &'static str) -> Self {
+        self.host = Some(name);
+        self
+    }
+
     pub(super) fn build(&mut self) -> Command {
-        let mut command = match self.ignored {
-            None => Command::new(&LOCKRUN),
-            Some(names) => {
+        let mut command = match (self.ignored, self.host) {
+            (None, Some(host)) => {
+                let mut unshare = Command::new("unshare");
+                let script = r#"hostname "$0" && exec "$@""#;
+                unshare.args(["-u", "sh", "-c", script, host]).arg(&LOCKRUN);
+                unshare
+            }
+            (None, None) => Command::new(&LOCKRUN),
+            (Some(names), _) => {
                 let mut shell = Command::new("sh");
                 let script = format!("trap '' {names}; exec \"$0\" \"$@\"");
                 shell.args(["-c", &script]).arg(&LOCKRUN);
