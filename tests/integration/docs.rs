@@ -308,7 +308,13 @@ fn systemd_example_passes_systemd_analyze_verify() {
     };
     let dir = tempfile::tempdir().expect("temp dir");
     let mut units = Vec::new();
-    for name in ["billing.service", "billing.timer", "singleton.service"] {
+    for name in [
+        "billing.service",
+        "billing.timer",
+        "singleton.service",
+        "lockrun-check@.service",
+        "lockrun-check@.timer",
+    ] {
         let text = read(&format!("examples/systemd/{name}")).replace(
             "ExecStart=lockrun ",
             &format!("ExecStart={} ", env!("CARGO_BIN_EXE_lockrun")),

@@ -31,6 +31,7 @@ mod metrics;
 mod migration;
 mod migration_line;
 mod module_map;
+mod monitoring;
 mod notify;
 mod once_per;
 mod operator;

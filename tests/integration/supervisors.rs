@@ -322,3 +322,78 @@ fn a_reboot_releases_the_lock_during_shutdown_and_the_unit_stands_by_after_it() 
     stands_by_behind(&a, "host-b");
     assert_eq!(redis.in_line("scheduler"), 1);
 }
+
+/// The site's alert that lockrun-check@.service's `OnFailure=` starts: it
+/// notes which unit failed.
+const ALERT: &str = "[Unit]\nDescription=Alert for %i\n\n[Service]\nType=oneshot\n\
+                     ExecStart=/bin/sh -c 'echo \"$1\" >>/out/alerts' sh %i\n";
+
+const CHECK: &str = "lockrun-check@billing.service";
+
+#[test]
+fn the_check_timer_alerts_through_on_failure_on_critical_and_warning_only() {
+    let redis = container_redis();
+    let host = HostSetup::new("monitor", &redis)
+        .unit("lockrun-check@.service", "")
+        .unit("lockrun-check@.timer", "")
+        .file("/etc/systemd/system/alert@.service", ALERT, 0o644)
+        .boot();
+    host.must(&[
+        "systemctl",
+        "enable",
+        "--now",
+        "lockrun-check@billing.timer",
+    ]);
+    let timers = host.must(&[
+        "systemctl",
+        "list-timers",
+        "--all",
+        "lockrun-check@billing.timer",
+    ]);
+    assert!(timers.contains(CHECK), "{timers}");
+    let alerts = host.out("alerts");
+    let alerted = |times: usize| {
+        let lines = || read_log(&alerts).lines().count();
+        assert!(
+            eventually(PATIENCE, || lines() >= times),
+            "{times} alert(s) wanted, {} raised:\n{}",
+            lines(),
+            host.journal(CHECK)
+        );
+        assert_eq!(
+            read_log(&alerts).lines().last(),
+            Some(CHECK),
+            "the alert names the check"
+        );
+    };
+
+    // No run recorded: CRITICAL, the unit fails, the alert goes out.
+    host.run(&["systemctl", "start", CHECK]);
+    let failed = host.until_state(CHECK, "failed");
+    assert_eq!(failed.get("ExecMainStatus"), "2", "{failed:?}");
+    assert!(host.journal(CHECK).contains("LOCKRUN CRITICAL - billing"));
+    alerted(1);
+
+    // A success: OK, no alert.
+    host.lockrun(&["--key", "billing", "--", "true"]).ok();
+    host.must(&["systemctl", "start", CHECK]);
+    let ok = host.show(CHECK);
+    assert_eq!(
+        (ok.get("Result"), ok.get("ExecMainStatus")),
+        ("success", "0"),
+        "{ok:?}"
+    );
+    assert!(host
+        .journal(CHECK)
+        .contains("LOCKRUN OK - billing succeeded "));
+
+    // The last run failed: WARNING, the second alert. Had the OK check
+    // raised one, it would have come before this.
+    host.lockrun(&["--key", "billing", "--", "false"]);
+    host.run(&["systemctl", "start", CHECK]);
+    let warned = host.until_state(CHECK, "failed");
+    assert_eq!(warned.get("ExecMainStatus"), "1", "{warned:?}");
+    assert!(host.journal(CHECK).contains("LOCKRUN WARNING - billing"));
+    alerted(2);
+    assert_eq!(read_log(&alerts).lines().count(), 2, "one alert a failure");
+}
