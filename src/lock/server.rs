@@ -26,7 +26,7 @@ use super::status::{Occupancy, Status};
 use super::wake::{Unheard, Wakes};
 use super::{Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
 use crate::clock::{whole_up, BootInstant, MS, SECOND};
-use crate::redis_conn::{ErrorKind, RedisError, Request, Session, Target};
+use crate::redis_conn::{ErrorKind, RedisError, Request, Scripts, Session, Target};
 
 /// How long setting up the wake-up subscription may take. Nothing is held
 /// while waiting, so this need not fit any lease; past it, the waiter polls.
@@ -567,6 +567,7 @@ impl Request for Publish {
     async fn send(
         &self,
         conn: &mut impl redis::aio::ConnectionLike,
+        _scripts: &mut Scripts,
     ) -> redis::RedisResult<redis::Value> {
         redis::cmd("PUBLISH")
             .arg(&self.0)

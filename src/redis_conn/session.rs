@@ -38,7 +38,40 @@ const REDIRECTION_PAUSE: Duration = Duration::from_millis(20);
 /// the PUBLISH that looks whether a channel is allowed). It returns the raw
 /// reply, which the session decodes.
 pub(crate) trait Request {
-    async fn send(&self, conn: &mut impl ConnectionLike) -> redis::RedisResult<redis::Value>;
+    async fn send(
+        &self,
+        conn: &mut impl ConnectionLike,
+        scripts: &mut Scripts,
+    ) -> redis::RedisResult<redis::Value>;
+}
+
+/// What the open connection has learnt of lockrun's scripts on its server.
+/// A server that answers NOSCRIPT for one (restarted, flushed, or never
+/// used by lockrun) lacks the others too: each is then sent whole at once,
+/// not by its hash first, so that a run there takes one extra round trip,
+/// not one per script (BENCHMARKS.md, "Round trips").
+#[derive(Default)]
+pub(crate) struct Scripts {
+    /// Whether the server answered NOSCRIPT on this connection.
+    missing: bool,
+    /// The SHA-1 of each script sent whole on it since: the server has
+    /// those.
+    sent: Vec<&'static str>,
+}
+
+impl Scripts {
+    /// Whether the script `sha` is best sent whole.
+    pub(crate) fn lacks(&self, sha: &str) -> bool {
+        self.missing && !self.sent.contains(&sha)
+    }
+
+    /// Notes that the server lacked a script, and that `sha` was sent whole.
+    pub(crate) fn sent_whole(&mut self, sha: &'static str) {
+        self.missing = true;
+        if !self.sent.contains(&sha) {
+            self.sent.push(sha);
+        }
+    }
 }
 
 /// An open connection: to one server, or to a cluster.
@@ -101,6 +134,8 @@ pub(crate) struct Session {
     /// Whether the open connection has answered a call yet: a server that
     /// refuses a connection may close it only when the first call is sent.
     answered: bool,
+    /// The open connection's scripts.
+    scripts: Scripts,
 }
 
 impl Session {
@@ -121,6 +156,7 @@ impl Session {
             pushes: None,
             at_limit: false,
             answered: false,
+            scripts: Scripts::default(),
         }
     }
 
@@ -156,6 +192,7 @@ impl Session {
 
     async fn open(&mut self, timeout: Duration) -> Result<(), RedisError> {
         self.answered = false;
+        self.scripts = Scripts::default();
         self.target.reread_password();
         let target = &self.target;
         match &target.topology {
@@ -219,7 +256,7 @@ impl Session {
             let left = self.timeout.saturating_sub(started.elapsed());
             // Decoded here rather than by the crate, so that a reply of the
             // wrong shape is told apart from a server that is not Redis.
-            let sent = call.send(conn);
+            let sent = call.send(conn, &mut self.scripts);
             let result = tokio::time::timeout(left, sent).await;
             match result {
                 Ok(Ok(value)) => {

@@ -12,37 +12,18 @@ use crate::harness::{redis_cli, redis_server, scratch, LOCKRUN};
 /// Flights above the floor that a path still takes, and why. A path not
 /// named here is at its floor.
 const EXCESS: &[(&str, u32, &str)] = &[
-    (
-        "TCP, password",
-        1,
-        "the crate sends AUTH alone before the first call",
-    ),
-    (
-        "TCP, ACL user",
-        1,
-        "the crate sends AUTH alone before the first call",
-    ),
-    (
-        "TLS 1.3, password",
-        1,
-        "the crate sends AUTH alone before the first call",
-    ),
-    (
-        "TLS 1.3, ACL user",
-        1,
-        "the crate sends AUTH alone before the first call",
-    ),
-    (
-        "first run, scripts not loaded",
-        1,
-        "each script is loaded at its first NOSCRIPT",
-    ),
+    ("TCP, password", 1, AUTH_ALONE),
+    ("TCP, ACL user", 1, AUTH_ALONE),
+    ("TLS 1.3, password", 1, AUTH_ALONE),
+    ("TLS 1.3, ACL user", 1, AUTH_ALONE),
     (
         "quorum of 3",
         1,
         "the fences are raised in a flight of their own",
     ),
 ];
+
+const AUTH_ALONE: &str = "the crate sends AUTH alone before the first call";
 
 #[test]
 fn every_path_at_its_floor_but_the_listed_excess() {
