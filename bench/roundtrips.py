@@ -19,6 +19,7 @@ lease and one to release it.
 
     python3 bench/roundtrips.py --lockrun target/release/lockrun --rtt 20ms
     python3 bench/roundtrips.py --rtt 1ms --rtt 20ms --json out.json
+    python3 bench/roundtrips.py --serve 6380 --rtt 500ms   # a slow link to :6380
 
 It starts throwaway redis-servers on free loopback ports in a temporary
 directory (never the one on 6379) and removes them when it exits; it needs
@@ -399,10 +400,18 @@ def main():
     parser.add_argument("--trace", action="store_true",
                         help="print each run's chunks: when, which connection, which way")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--serve", type=int, metavar="PORT",
+                        help="only forward to 127.0.0.1:PORT at the first --rtt, printing the "
+                        "proxy's port, until stdin closes (for tests)")
     opts = parser.parse_args()
     global REDIS_CLI, TRACE
     REDIS_CLI, TRACE = opts.redis_cli, opts.trace
     rtts = opts.rtt or [0.02]
+    if opts.serve:
+        proxy = DelayProxy(rtts[0])
+        print(proxy.listen(opts.serve), flush=True)
+        sys.stdin.read()
+        return 0
     lockrun = os.path.abspath(opts.lockrun)
     workdir = tempfile.mkdtemp(prefix="lockrun-rt-")
     servers = None

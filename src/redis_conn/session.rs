@@ -294,9 +294,10 @@ impl Session {
                     }
                     return Err(error);
                 }
+                // Sent on an open connection: the server is there.
                 Ok(Err(_)) | Err(_) => {
                     self.drop_connection();
-                    return Err(self.target.timed_out(self.timeout));
+                    return Err(self.target.unanswered(self.timeout));
                 }
             }
         }
@@ -468,7 +469,7 @@ impl Session {
 
     fn failed_to_answer(&mut self) -> RedisError {
         self.drop_connection();
-        self.target.timed_out(self.timeout)
+        self.target.unanswered(self.timeout)
     }
 
     /// The server that holds `key`, `host:port` or a socket path, for the
