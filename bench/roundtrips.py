@@ -296,6 +296,12 @@ def paths(servers, proxy):
         ("TLS 1.3, ACL user", 3, 1,
          ["--redis", f"rediss://{USER}:{USER_PASSWORD}@127.0.0.1:{port(p, True)}", *ca, *run],
          None),
+        # A run that may wait listens for its wake-up on the connection
+        # it calls on (RESP3); uncontended, it takes the lock at once.
+        ("--wait, TCP", 2, 1,
+         ["--redis", f"redis://127.0.0.1:{port(s)}", "--wait", "10s", *run], None),
+        ("--wait, TCP, password", 2, 1,
+         ["--redis", f"redis://:{PASSWORD}@127.0.0.1:{port(p)}", "--wait", "10s", *run], None),
         ("quorum of 3", 2, 3,
          [arg for srv in [s, *servers.others]
           for arg in ("--redis", f"redis://127.0.0.1:{port(srv)}")] + run, None),

@@ -101,8 +101,12 @@ impl Server {
         role: &Role,
         listens: bool,
     ) -> Self {
+        // A run gives back what a call made as another user may have taken
+        // (`login.rs`); the operator, whose token is empty, has nothing to
+        // give back with.
+        let run = !role.token.as_str().is_empty();
         Server {
-            session: Session::new(target, timeout, listens),
+            session: Session::new(target, timeout, listens, run),
             timeout,
             keys,
             token: role.token.clone(),
