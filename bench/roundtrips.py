@@ -57,9 +57,11 @@ class DelayProxy:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.counting = False
         self.opened = 0
         self.reset()
+        # Nothing counts until a measured run begins: a sentinel's own
+        # connections to its primary, opened before, never do.
+        self.counting = False
 
     def reset(self):
         """Starts counting afresh: only connections accepted from now on
@@ -217,6 +219,7 @@ class Servers:
 
     def __init__(self, workdir, redis_server):
         self.workdir = workdir
+        self.redis_server = redis_server
         self.procs = []
         certificates(workdir)
         self.ca = os.path.join(workdir, "ca.pem")
@@ -253,6 +256,21 @@ class Servers:
                 return {"port": port, "tls_port": tls_port, "auth": auth}
             time.sleep(0.05)
         raise RuntimeError(f"redis-server {name} did not start (see {self.workdir}/{name}.log)")
+
+    def sentinel(self, primary_port):
+        """A sentinel watching the primary at `primary_port` (the proxy's
+        port for the plain server, so that the sentinel names that port),
+        quorum 1; its port."""
+        port = free_port()
+        conf = os.path.join(self.workdir, f"sentinel-{port}.conf")
+        with open(conf, "w") as f:
+            f.write(
+                f"bind 127.0.0.1\nport {port}\ndir {self.workdir}\n"
+                f"logfile {self.workdir}/sentinel-{port}.log\n"
+                f"sentinel monitor bench 127.0.0.1 {primary_port} 1\n"
+            )
+        self.procs.append(subprocess.Popen([self.redis_server, conf, "--sentinel"]))
+        return port
 
     def cli(self, server, *args):
         subprocess.run(
@@ -302,6 +320,10 @@ def paths(servers, proxy):
          ["--redis", f"redis://127.0.0.1:{port(s)}", "--wait", "10s", *run], None),
         ("--wait, TCP, password", 2, 1,
          ["--redis", f"redis://:{PASSWORD}@127.0.0.1:{port(p)}", "--wait", "10s", *run], None),
+        # Asking a sentinel which server is the primary, then that server.
+        ("Sentinel", 3, 2,
+         ["--redis", f"redis+sentinel://127.0.0.1:{proxy.listen(servers.sentinel(port(s)))}/bench",
+          *run], None),
         ("quorum of 3", 2, 3,
          [arg for srv in [s, *servers.others]
           for arg in ("--redis", f"redis://127.0.0.1:{port(srv)}")] + run, None),
@@ -324,6 +346,7 @@ def measure(lockrun, servers, proxy, path, runs):
     # One run unmeasured first, so that the scripts are loaded: the first
     # run's own path flushes them again.
     for i in range(runs + 1):
+        proxy.counting = False
         holder = None
         if before == "hold":
             holder = subprocess.Popen(
