@@ -46,14 +46,31 @@ TRACE = False
 USER, USER_PASSWORD = "bench-user", "bench-user-password"
 
 
+def slot(name):
+    """The cluster slot of lock `name` (its keys' hash tag): CRC16/XMODEM."""
+    crc = 0
+    for byte in name.encode():
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = (crc << 1) ^ 0x1021 if crc & 0x8000 else crc << 1
+        crc &= 0xFFFF
+    return crc % 16384
+
+
+# Locks whose slots are on the cluster's first node (0-5460), the seed, and
+# on its last (10923-16383).
+SEED_KEY = next(f"bench-rt-{i}" for i in range(1000) if slot(f"bench-rt-{i}") <= 5460)
+OTHER_KEY = next(f"bench-rt-{i}" for i in range(1000) if slot(f"bench-rt-{i}") >= 10923)
+
+
 class DelayProxy:
     """A TCP proxy on 127.0.0.1 that delays each direction by rtt/2, and
     counts connects and flights, in an asyncio loop on a thread of its own.
     """
 
     def __init__(self, rtt):
-        self.half = rtt / 2
-        self.rtt = rtt
+        self.set_rtt(rtt)
+        self.ports = {}
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
@@ -62,6 +79,18 @@ class DelayProxy:
         # Nothing counts until a measured run begins: a sentinel's own
         # connections to its primary, opened before, never do.
         self.counting = False
+
+    def set_rtt(self, rtt):
+        """The round trip of chunks read from now on."""
+        self.half = rtt / 2
+        self.rtt = rtt
+
+    def port_for(self, upstream_port):
+        """The proxy's port forwarding to 127.0.0.1:upstream_port, made
+        at the first ask."""
+        if upstream_port not in self.ports:
+            self.ports[upstream_port] = self.listen(upstream_port)
+        return self.ports[upstream_port]
 
     def reset(self):
         """Starts counting afresh: only connections accepted from now on
@@ -220,6 +249,8 @@ class Servers:
     def __init__(self, workdir, redis_server):
         self.workdir = workdir
         self.redis_server = redis_server
+        self.sentinel_port = None
+        self.cluster_url = None
         self.procs = []
         certificates(workdir)
         self.ca = os.path.join(workdir, "ca.pem")
@@ -247,21 +278,27 @@ class Servers:
             )
         self.procs.append(subprocess.Popen([redis_server, conf]))
         auth = ["-a", PASSWORD] if "requirepass" in extra else []
+        self._await_ping(port, auth)
+        return {"port": port, "tls_port": tls_port, "auth": auth}
+
+    def _await_ping(self, port, auth):
         for _ in range(200):
             ok = subprocess.run(
                 [REDIS_CLI, "-p", str(port), *auth, "--no-auth-warning", "ping"],
                 capture_output=True, text=True,
             )
             if ok.stdout.strip() == "PONG":
-                return {"port": port, "tls_port": tls_port, "auth": auth}
+                return
             time.sleep(0.05)
-        raise RuntimeError(f"redis-server {name} did not start (see {self.workdir}/{name}.log)")
+        raise RuntimeError(f"redis-server on port {port} did not start (see {self.workdir})")
 
     def sentinel(self, primary_port):
         """A sentinel watching the primary at `primary_port` (the proxy's
         port for the plain server, so that the sentinel names that port),
-        quorum 1; its port."""
-        port = free_port()
+        quorum 1, started at the first ask; its port."""
+        if self.sentinel_port:
+            return self.sentinel_port
+        port = self.sentinel_port = free_port()
         conf = os.path.join(self.workdir, f"sentinel-{port}.conf")
         with open(conf, "w") as f:
             f.write(
@@ -271,6 +308,49 @@ class Servers:
             )
         self.procs.append(subprocess.Popen([self.redis_server, conf, "--sentinel"]))
         return port
+
+    def cluster(self, proxy):
+        """A cluster of three primaries, started at the first ask, each
+        announcing its proxy's port to clients (its bus stays direct): the
+        URL of its first node, the seed, through the proxy."""
+        if self.cluster_url:
+            return self.cluster_url
+        # The bus is on port + 10000 (cluster-port, to choose it, is new
+        # in Redis 7).
+        ports = []
+        while len(ports) < 3:
+            port = free_port()
+            if port < 55535:
+                ports.append(port)
+        for node in ports:
+            bus = node + 10000
+            conf = os.path.join(self.workdir, f"node-{node}.conf")
+            with open(conf, "w") as f:
+                f.write(
+                    f"bind 127.0.0.1\nport {node}\ndir {self.workdir}\nsave \"\"\n"
+                    f"logfile {self.workdir}/node-{node}.log\ncluster-enabled yes\n"
+                    f"cluster-config-file nodes-{node}.conf\ncluster-announce-ip 127.0.0.1\n"
+                    f"cluster-announce-port {proxy.port_for(node)}\n"
+                    f"cluster-announce-bus-port {bus}\n"
+                )
+            self.procs.append(subprocess.Popen([self.redis_server, conf]))
+        for node in ports:
+            self._await_ping(node, [])
+        # Slots in thirds, in this order: the seed's are 0-5460.
+        subprocess.run(
+            [REDIS_CLI, "--cluster", "create", *(f"127.0.0.1:{node}" for node in ports),
+             "--cluster-yes"],
+            check=True, capture_output=True,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            info = subprocess.run([REDIS_CLI, "-p", str(ports[0]), "cluster", "info"],
+                                  capture_output=True, text=True).stdout
+            if "cluster_state:ok" in info:
+                break
+            time.sleep(0.1)
+        self.cluster_url = f"redis+cluster://127.0.0.1:{proxy.port_for(ports[0])}"
+        return self.cluster_url
 
     def cli(self, server, *args):
         subprocess.run(
@@ -289,13 +369,9 @@ class Servers:
 # to run it: `args(proxied_port)` gives lockrun's arguments.
 def paths(servers, proxy):
     s, p = servers.plain, servers.secured
-    via = {}
 
     def port(server, tls=False):
-        upstream = server["tls_port"] if tls else server["port"]
-        if upstream not in via:
-            via[upstream] = proxy.listen(upstream)
-        return via[upstream]
+        return proxy.port_for(server["tls_port"] if tls else server["port"])
 
     ca = ["--redis-ca-file", servers.ca]
     run = ["--key", "bench-rt", "--", "true"]
@@ -322,8 +398,14 @@ def paths(servers, proxy):
          ["--redis", f"redis://:{PASSWORD}@127.0.0.1:{port(p)}", "--wait", "10s", *run], None),
         # Asking a sentinel which server is the primary, then that server.
         ("Sentinel", 3, 2,
-         ["--redis", f"redis+sentinel://127.0.0.1:{proxy.listen(servers.sentinel(port(s)))}/bench",
-          *run], None),
+         lambda: ["--redis", f"redis+sentinel://127.0.0.1:"
+                  f"{proxy.port_for(servers.sentinel(port(s)))}/bench", *run], None),
+        # The call goes to the seed, which serves it when the lock's slot
+        # is its own, or answers MOVED with the node that does.
+        ("Cluster, lock on the seed", 2, 1,
+         lambda: ["--redis", servers.cluster(proxy), "--key", SEED_KEY, "--", "true"], None),
+        ("Cluster, lock on another node", 3, 2,
+         lambda: ["--redis", servers.cluster(proxy), "--key", OTHER_KEY, "--", "true"], None),
         ("quorum of 3", 2, 3,
          [arg for srv in [s, *servers.others]
           for arg in ("--redis", f"redis://127.0.0.1:{port(srv)}")] + run, None),
@@ -341,6 +423,8 @@ def paths(servers, proxy):
 
 def measure(lockrun, servers, proxy, path, runs):
     name, floor, connects_floor, args, before = path
+    # Sentinel and Cluster start their servers only when measured.
+    args = args() if callable(args) else args
     plain_url = f"redis://127.0.0.1:{servers.plain['port']}"
     results = []
     # One run unmeasured first, so that the scripts are loaded: the first
@@ -447,8 +531,9 @@ def main():
     out = []
     try:
         servers = Servers(workdir, opts.redis_server)
+        proxy = DelayProxy(rtts[0])
         for rtt in rtts:
-            proxy = DelayProxy(rtt)
+            proxy.set_rtt(rtt)
             for path in paths(servers, proxy):
                 if opts.only and opts.only not in path[0]:
                     continue
