@@ -258,28 +258,32 @@ class Servers:
             f"tls-cert-file {workdir}/server.pem\ntls-key-file {workdir}/server.key\n"
             f"tls-ca-cert-file {self.ca}\ntls-auth-clients no\n"
         )
-        self.plain = self._start(redis_server, "plain", tls)
+        self.plain = self._start("plain", tls)
         self.secured = self._start(
-            redis_server, "secured",
+            "secured",
             tls + f"requirepass {PASSWORD}\n"
             f"user {USER} on >{USER_PASSWORD} ~* &* +@all\n",
         )
-        self.others = [self._start(redis_server, f"quorum{i}", "") for i in (2, 3)]
+        self.others = [self._start(f"quorum{i}", "") for i in (2, 3)]
 
-    def _start(self, redis_server, name, extra):
+    def _start(self, name, extra):
         port, tls_port = free_port(), free_port()
-        conf = os.path.join(self.workdir, name + ".conf")
-        with open(conf, "w") as f:
-            f.write(
-                f"bind 127.0.0.1\nport {port}\n"
-                + (f"tls-port {tls_port}\n" if "tls-cert-file" in extra else "")
-                + f"dir {self.workdir}\nsave \"\"\nappendonly no\n"
-                f"logfile {self.workdir}/{name}.log\n" + extra
-            )
-        self.procs.append(subprocess.Popen([redis_server, conf]))
+        tls = f"tls-port {tls_port}\n" if "tls-cert-file" in extra else ""
+        self._spawn(name, port, tls + extra)
         auth = ["-a", PASSWORD] if "requirepass" in extra else []
         self._await_ping(port, auth)
         return {"port": port, "tls_port": tls_port, "auth": auth}
+
+    def _spawn(self, name, port, config, *args):
+        """redis-server on 127.0.0.1:port, without persistence, with the
+        `config` lines and `args`."""
+        conf = os.path.join(self.workdir, name + ".conf")
+        with open(conf, "w") as f:
+            f.write(
+                f"bind 127.0.0.1\nport {port}\ndir {self.workdir}\nsave \"\"\n"
+                f"appendonly no\nlogfile {self.workdir}/{name}.log\n" + config
+            )
+        self.procs.append(subprocess.Popen([self.redis_server, conf, *args]))
 
     def _await_ping(self, port, auth):
         for _ in range(200):
@@ -299,14 +303,8 @@ class Servers:
         if self.sentinel_port:
             return self.sentinel_port
         port = self.sentinel_port = free_port()
-        conf = os.path.join(self.workdir, f"sentinel-{port}.conf")
-        with open(conf, "w") as f:
-            f.write(
-                f"bind 127.0.0.1\nport {port}\ndir {self.workdir}\n"
-                f"logfile {self.workdir}/sentinel-{port}.log\n"
-                f"sentinel monitor bench 127.0.0.1 {primary_port} 1\n"
-            )
-        self.procs.append(subprocess.Popen([self.redis_server, conf, "--sentinel"]))
+        monitor = f"sentinel monitor bench 127.0.0.1 {primary_port} 1\n"
+        self._spawn("sentinel", port, monitor, "--sentinel")
         return port
 
     def cluster(self, proxy):
@@ -323,17 +321,12 @@ class Servers:
             if port < 55535:
                 ports.append(port)
         for node in ports:
-            bus = node + 10000
-            conf = os.path.join(self.workdir, f"node-{node}.conf")
-            with open(conf, "w") as f:
-                f.write(
-                    f"bind 127.0.0.1\nport {node}\ndir {self.workdir}\nsave \"\"\n"
-                    f"logfile {self.workdir}/node-{node}.log\ncluster-enabled yes\n"
-                    f"cluster-config-file nodes-{node}.conf\ncluster-announce-ip 127.0.0.1\n"
-                    f"cluster-announce-port {proxy.port_for(node)}\n"
-                    f"cluster-announce-bus-port {bus}\n"
-                )
-            self.procs.append(subprocess.Popen([self.redis_server, conf]))
+            self._spawn(
+                f"node-{node}", node,
+                f"cluster-enabled yes\ncluster-config-file nodes-{node}.conf\n"
+                f"cluster-announce-ip 127.0.0.1\ncluster-announce-port {proxy.port_for(node)}\n"
+                f"cluster-announce-bus-port {node + 10000}\n",
+            )
         for node in ports:
             self._await_ping(node, [])
         # Slots in thirds, in this order: the seed's are 0-5460.
