@@ -199,7 +199,10 @@ pub(crate) struct RunArgs {
 
     /// Time limit of each Redis call [default: ttl/10, at most 2s]
     ///
-    /// Must fit inside the ttl (see --ttl).
+    /// Must fit inside the ttl (see --ttl). A call takes at least one round
+    /// trip to Redis (two where the server lacks lockrun's scripts, or a
+    /// connection is opened again): over a slow link, give more than that,
+    /// or a longer --ttl.
     #[arg(hide_short_help = true, long, value_name = "DURATION", value_parser = parse_duration, value_hint = ValueHint::Other)]
     pub(crate) redis_timeout: Option<Duration>,
 

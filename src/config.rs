@@ -333,7 +333,7 @@ impl RunConfig {
         file: Option<&FileSettings>,
     ) -> Result<Self, Error> {
         let key = args.key.take().unwrap_or_default();
-        let lock = LockConfig::new(key, redis, passwords)?;
+        let mut lock = LockConfig::new(key, redis, passwords)?;
         args.redis_timeout = args
             .redis_timeout
             .or_else(|| file.and_then(|file| file.redis_timeout));
@@ -361,6 +361,11 @@ impl RunConfig {
             bounded_if_given("--redis-timeout", args.redis_timeout)?,
             bounded_if_given("--kill-grace", args.kill_grace)?,
         )?;
+        if args.redis_timeout.is_none() {
+            for target in lock.servers.targets_mut() {
+                target.set_limit_from_ttl(timing.ttl);
+            }
+        }
         let share = share(&args, lock.servers.targets().len() > 1)?;
         let verbosity = match (args.quiet, args.verbose) {
             (true, _) => Verbosity::Quiet,

@@ -68,6 +68,13 @@ impl Servers {
             Servers::Quorum(targets) => targets,
         }
     }
+
+    pub(crate) fn targets_mut(&mut self) -> &mut [Target] {
+        match self {
+            Servers::One(target) => std::slice::from_mut(&mut **target),
+            Servers::Quorum(targets) => targets,
+        }
+    }
 }
 
 /// What subscribing to a waiting run's wake-up messages gave.

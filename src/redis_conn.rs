@@ -25,6 +25,6 @@ mod target;
 mod tls;
 
 pub(crate) use error::{script_refusal, ErrorKind, RedisError, ScriptRefusal, Unready};
-pub(crate) use session::{Request, Session};
+pub(crate) use session::{Request, Scripts, Session};
 pub(crate) use target::{refusal as url_refusal, InvalidUrl, Target, UrlSource};
 pub(crate) use tls::{Ca, Identity, IdentityError, Tls};

@@ -1,6 +1,8 @@
 //! The Lua scripts as lockrun sends them: EVALSHA with a SHA-1 that the
 //! build script computed, and EVAL once for a server that does not know the
-//! script yet (EVAL caches it under the same hash).
+//! script yet (EVAL caches it under the same hash); after one NOSCRIPT on a
+//! connection, EVAL at once for each script not yet sent whole on it
+//! (`Scripts`).
 //!
 //! `build.rs` assembles each script from its parts in this directory, with
 //! the names of its keys and arguments from `protocol.rs` in front, and
@@ -14,7 +16,7 @@ use redis::{RedisResult, Value};
 
 use super::keys::Keys;
 use super::protocol::{self, Args, Part, Takes};
-use crate::redis_conn::{script_refusal, Request, ScriptRefusal};
+use crate::redis_conn::{script_refusal, Request, ScriptRefusal, Scripts};
 
 /// A script and its SHA-1, in lower-case hex as Redis names it.
 pub(crate) struct Lua {
@@ -115,36 +117,56 @@ impl Call {
 }
 
 impl Request for Call {
-    async fn send(&self, conn: &mut impl ConnectionLike) -> RedisResult<Value> {
-        self.send_script(conn)
+    async fn send(
+        &self,
+        conn: &mut impl ConnectionLike,
+        scripts: &mut Scripts,
+    ) -> RedisResult<Value> {
+        self.send_script(conn, scripts)
             .await
             .map_err(|err| self.lua.refusal(&err).unwrap_or(err))
     }
 }
 
 impl Call {
-    async fn send_script(&self, conn: &mut impl ConnectionLike) -> RedisResult<Value> {
-        let evalsha = self.command("EVALSHA", self.lua.sha.as_bytes());
-        let sent = if self.reply_last {
-            let mut behind_time = redis::pipe();
-            behind_time.cmd("TIME").ignore().add_command(evalsha);
-            behind_time
-                .query_async::<(Value,)>(conn)
-                .await
-                .map(|(reply,)| reply)
-        } else {
-            evalsha.query_async(conn).await
-        };
-        match sent {
+    async fn send_script(
+        &self,
+        conn: &mut impl ConnectionLike,
+        scripts: &mut Scripts,
+    ) -> RedisResult<Value> {
+        if scripts.lacks(self.lua.sha) {
+            scripts.sent_whole(self.lua.sha);
+            return self.send_as("EVAL", self.lua.code.as_bytes(), conn).await;
+        }
+        match self.send_as("EVALSHA", self.lua.sha.as_bytes(), conn).await {
             Err(err)
                 if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
-                self.command("EVAL", self.lua.code.as_bytes())
-                    .query_async(conn)
-                    .await
+                scripts.sent_whole(self.lua.sha);
+                self.send_as("EVAL", self.lua.code.as_bytes(), conn).await
             }
             done => done,
         }
+    }
+
+    /// `command` (EVALSHA or EVAL) of `script`, behind a `TIME` when the
+    /// reply should come last (`reply_last`).
+    async fn send_as(
+        &self,
+        command: &str,
+        script: &[u8],
+        conn: &mut impl ConnectionLike,
+    ) -> RedisResult<Value> {
+        let call = self.command(command, script);
+        if !self.reply_last {
+            return call.query_async(conn).await;
+        }
+        let mut behind_time = redis::pipe();
+        behind_time.cmd("TIME").ignore().add_command(call);
+        behind_time
+            .query_async::<(Value,)>(conn)
+            .await
+            .map(|(reply,)| reply)
     }
 }
 

@@ -27,7 +27,7 @@ use super::status::{Occupancy, Status};
 use super::wake::{Unheard, Wakes};
 use super::{Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
 use crate::clock::{whole_up, BootInstant, MS, SECOND};
-use crate::redis_conn::{ErrorKind, RedisError, Request, Session, Target};
+use crate::redis_conn::{ErrorKind, RedisError, Request, Scripts, Session, Target};
 
 /// How long setting up the wake-up subscription may take. Nothing is held
 /// while waiting, so this need not fit any lease; past it, the waiter polls.
@@ -102,8 +102,12 @@ impl Server {
         role: &Role,
         listens: bool,
     ) -> Self {
+        // A run gives back what a call made as another user may have taken
+        // (`login.rs`); the operator, whose token is empty, has nothing to
+        // give back with.
+        let run = !role.token.as_str().is_empty();
         Server {
-            session: Session::new(target, timeout, listens),
+            session: Session::new(target, timeout, listens, run),
             timeout,
             keys,
             token: role.token.clone(),
@@ -576,6 +580,7 @@ impl Request for Publish {
     async fn send(
         &self,
         conn: &mut impl redis::aio::ConnectionLike,
+        _scripts: &mut Scripts,
     ) -> redis::RedisResult<redis::Value> {
         redis::cmd("PUBLISH")
             .arg(&self.0)

@@ -90,8 +90,19 @@ pub(crate) struct RedisError {
     pub(crate) kind: ErrorKind,
     target: String,
     detail: String,
-    /// For a call that got no answer: how long it waited.
-    timed_out: Option<Duration>,
+    /// For a call that got no answer: how long it waited, and what the
+    /// message can say of the link. Boxed: every `Result` carries the error.
+    pub(super) no_answer: Option<Box<NoAnswer>>,
+}
+
+/// A call that got no answer within `after`: whether the connection was
+/// open (the server took it, so it is up, stuck, or behind a link slower
+/// than the limit), and the ttl the limit was derived from.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NoAnswer {
+    pub(super) after: Duration,
+    pub(super) connected: bool,
+    pub(super) from_ttl: Option<Duration>,
 }
 
 impl RedisError {
@@ -106,11 +117,11 @@ impl RedisError {
     /// saying: it makes the line's "no answer within" add up to the time
     /// the operator saw pass.
     pub(crate) fn then_giving_back(mut self, later: &RedisError) -> RedisError {
-        if let Some(waited) = later.timed_out {
+        if let Some(waited) = &later.no_answer {
             self.detail = format!(
                 "{}, nor within {} more to giving back a lock that call may have taken",
                 self.detail,
-                show_exact(waited)
+                show_exact(waited.after)
             );
         }
         self
@@ -156,7 +167,7 @@ impl Target {
             kind,
             target,
             detail,
-            timed_out: None,
+            no_answer: None,
         }
     }
 
@@ -247,14 +258,33 @@ impl Target {
         }
     }
 
+    /// A call or connection that got no answer within `after`, the
+    /// connection not open yet.
     pub(crate) fn timed_out(&self, after: Duration) -> RedisError {
-        RedisError {
-            timed_out: Some(after),
-            ..self.failure(
-                ErrorKind::Unreachable,
-                &format!("no answer within {}", show_exact(after)),
-                None,
+        self.no_answer(after, false)
+    }
+
+    /// A call sent on an open connection that got no answer within `after`.
+    pub(crate) fn unanswered(&self, after: Duration) -> RedisError {
+        self.no_answer(after, true)
+    }
+
+    fn no_answer(&self, after: Duration, connected: bool) -> RedisError {
+        let detail = if connected {
+            format!(
+                "it took the connection but sent no answer within {}",
+                show_exact(after)
             )
+        } else {
+            format!("no answer within {}", show_exact(after))
+        };
+        RedisError {
+            no_answer: Some(Box::new(NoAnswer {
+                after,
+                connected,
+                from_ttl: self.limit_from_ttl,
+            })),
+            ..self.failure(ErrorKind::Unreachable, &detail, None)
         }
     }
 
@@ -437,6 +467,50 @@ mod tests {
             .then_giving_back(&refused)
             .to_string();
         assert!(line.contains("no answer within 1s;"), "{line}");
+    }
+
+    #[test]
+    fn an_unanswered_call_says_where_its_limit_came_from() {
+        let mut target = Target::parse("redis://h:1", None).expect("valid");
+        let ms = Duration::from_millis;
+        let given = target.unanswered(ms(300)).to_string();
+        assert!(
+            given.ends_with(
+                ": it took the connection but sent no answer within 300ms; the server is up but \
+                 stuck (paused, or running a long script), or the link is slower than that: \
+                 over a slower link give a --redis-timeout longer than 300ms"
+            ),
+            "{given}"
+        );
+        target.set_limit_from_ttl(ms(3000));
+        let derived = target.unanswered(ms(300)).to_string();
+        assert!(
+            derived.ends_with(
+                "300ms is the --redis-timeout lockrun derived from --ttl 3s (a tenth of it); \
+                 over a slower link give a longer --redis-timeout, or --ttl"
+            ),
+            "{derived}"
+        );
+        // Not connected: the server may be down, as before, and the limit
+        // is said all the same.
+        let down = target.timed_out(ms(300)).to_string();
+        assert!(
+            down.ends_with(
+                ": no answer within 300ms; check --redis (or LOCKRUN_REDIS_URL) and that the \
+                 server is up; 300ms is the --redis-timeout lockrun derived from --ttl 3s (a \
+                 tenth of it); over a slower link give a longer --redis-timeout, or --ttl"
+            ),
+            "{down}"
+        );
+        target.set_limit_from_ttl(Duration::from_secs(60));
+        let capped = target.unanswered(Duration::from_secs(2)).to_string();
+        assert!(
+            capped.ends_with(
+                "2s is --redis-timeout's default (a tenth of --ttl, at most 2s); over a slower \
+                 link give a longer --redis-timeout"
+            ),
+            "{capped}"
+        );
     }
 
     fn server_error(kind: ServerErrorKind, detail: &str) -> redis::RedisError {

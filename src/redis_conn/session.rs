@@ -5,6 +5,7 @@
 //! the same server: `WAIT` for replicas, and the waiter's subscription; and
 //! `SCAN`, which finds the locks that `lockrun list` shows.
 
+mod login;
 mod refused;
 mod scheme;
 mod subscribe;
@@ -23,6 +24,7 @@ use super::target::{show_addr, Topology};
 use super::tls::Tls;
 use super::{ErrorKind, RedisError, Target, Unready};
 use crate::clock::{show_exact, whole, MS};
+use login::{Login, LoginFirst};
 
 /// How many keys one `SCAN` call looks at: a thousand keys take one round
 /// trip, and no call holds up the server for long (`KEYS` would, for as
@@ -38,7 +40,40 @@ const REDIRECTION_PAUSE: Duration = Duration::from_millis(20);
 /// the PUBLISH that looks whether a channel is allowed). It returns the raw
 /// reply, which the session decodes.
 pub(crate) trait Request {
-    async fn send(&self, conn: &mut impl ConnectionLike) -> redis::RedisResult<redis::Value>;
+    async fn send(
+        &self,
+        conn: &mut impl ConnectionLike,
+        scripts: &mut Scripts,
+    ) -> redis::RedisResult<redis::Value>;
+}
+
+/// What the open connection has learnt of lockrun's scripts on its server.
+/// A server that answers NOSCRIPT for one (restarted, flushed, or never
+/// used by lockrun) lacks the others too: each is then sent whole at once,
+/// not by its hash first, so that a run there takes one extra round trip,
+/// not one per script (BENCHMARKS.md, "Round trips").
+#[derive(Default)]
+pub(crate) struct Scripts {
+    /// Whether the server answered NOSCRIPT on this connection.
+    missing: bool,
+    /// The SHA-1 of each script sent whole on it since: the server has
+    /// those.
+    sent: Vec<&'static str>,
+}
+
+impl Scripts {
+    /// Whether the script `sha` is best sent whole.
+    pub(crate) fn lacks(&self, sha: &str) -> bool {
+        self.missing && !self.sent.contains(&sha)
+    }
+
+    /// Notes that the server lacked a script, and that `sha` was sent whole.
+    pub(crate) fn sent_whole(&mut self, sha: &'static str) {
+        self.missing = true;
+        if !self.sent.contains(&sha) {
+            self.sent.push(sha);
+        }
+    }
 }
 
 /// An open connection: to one server, or to a cluster.
@@ -101,6 +136,11 @@ pub(crate) struct Session {
     /// Whether the open connection has answered a call yet: a server that
     /// refuses a connection may close it only when the first call is sent.
     answered: bool,
+    /// The open connection's scripts.
+    scripts: Scripts,
+    /// When it logs in (`login.rs`), and the AUTH that the next call on
+    /// the open connection carries.
+    login: Login,
 }
 
 impl Session {
@@ -111,9 +151,17 @@ impl Session {
     /// before the first connection, so that subscribing does not reconnect.
     /// Not in a cluster, where the subscription keeps a connection of its
     /// own.
-    pub(crate) fn new(target: Target, timeout: Duration, listens: bool) -> Self {
+    /// With `logs_in_with_call`, its first call on each connection to one
+    /// server carries the AUTH (`login.rs` says when).
+    pub(crate) fn new(
+        target: Target,
+        timeout: Duration,
+        listens: bool,
+        logs_in_with_call: bool,
+    ) -> Self {
+        let carries_pushes = listens && !target.is_cluster();
         Session {
-            carries_pushes: listens && !target.is_cluster(),
+            carries_pushes,
             target,
             timeout,
             conn: None,
@@ -121,6 +169,13 @@ impl Session {
             pushes: None,
             at_limit: false,
             answered: false,
+            scripts: Scripts::default(),
+            // RESP3's HELLO stays the crate's.
+            login: if logs_in_with_call && !carries_pushes {
+                Login::WithFirstCall(None)
+            } else {
+                Login::AtConnect
+            },
         }
     }
 
@@ -156,12 +211,20 @@ impl Session {
 
     async fn open(&mut self, timeout: Duration) -> Result<(), RedisError> {
         self.answered = false;
+        self.scripts = Scripts::default();
+        self.login.take();
         self.target.reread_password();
         let target = &self.target;
         match &target.topology {
             Topology::Single => {
+                let deferred = login::deferred(&target.info)
+                    .filter(|_| matches!(self.login, Login::WithFirstCall(_)));
+                let (info, login) = match deferred {
+                    Some((bare, auth)) => (bare, Some(auth)),
+                    None => (target.info.clone(), None),
+                };
                 let opened = tokio::select! {
-                    opened = connect_carrying(&target.info, target.tls.as_ref(), timeout, self.carries_pushes) => opened,
+                    opened = connect_carrying(&info, target.tls.as_ref(), timeout, self.carries_pushes) => opened,
                     mismatch = self.plain_at_tls_url(timeout) => return Err(mismatch),
                 };
                 let (conn, pushes) = match opened {
@@ -170,6 +233,9 @@ impl Session {
                 };
                 self.conn = Some(Conn::Single(conn));
                 self.pushes = pushes;
+                if let Some(auth) = login {
+                    self.login = Login::WithFirstCall(Some(auth));
+                }
             }
             Topology::Sentinel(sentinels) => {
                 let found = sentinels
@@ -198,6 +264,7 @@ impl Session {
     /// sentinels named.
     fn drop_connection(&mut self) {
         self.conn = None;
+        self.login.take();
         self.primary = None;
         self.pushes = None;
     }
@@ -219,7 +286,11 @@ impl Session {
             let left = self.timeout.saturating_sub(started.elapsed());
             // Decoded here rather than by the crate, so that a reply of the
             // wrong shape is told apart from a server that is not Redis.
-            let sent = call.send(conn);
+            let mut conn = LoginFirst {
+                conn,
+                auth: self.login.take(),
+            };
+            let sent = call.send(&mut conn, &mut self.scripts);
             let result = tokio::time::timeout(left, sent).await;
             match result {
                 Ok(Ok(value)) => {
@@ -257,9 +328,10 @@ impl Session {
                     }
                     return Err(error);
                 }
+                // Sent on an open connection: the server is there.
                 Ok(Err(_)) | Err(_) => {
                     self.drop_connection();
-                    return Err(self.target.timed_out(self.timeout));
+                    return Err(self.target.unanswered(self.timeout));
                 }
             }
         }
@@ -407,10 +479,14 @@ impl Session {
         let Some(conn) = self.conn.as_mut() else {
             return Err(self.target.timed_out(self.timeout));
         };
+        let auth = self.login.take();
         let sent = async {
             match (conn, node) {
                 (Conn::Cluster(conn), Some(node)) => cluster::on_node(conn, scan, node).await,
-                (conn, _) => scan.query_async::<Value>(conn).await,
+                (conn, _) => {
+                    scan.query_async::<Value>(&mut LoginFirst { conn, auth })
+                        .await
+                }
             }
         };
         match tokio::time::timeout(self.timeout, sent).await {
@@ -431,7 +507,7 @@ impl Session {
 
     fn failed_to_answer(&mut self) -> RedisError {
         self.drop_connection();
-        self.target.timed_out(self.timeout)
+        self.target.unanswered(self.timeout)
     }
 
     /// The server that holds `key`, `host:port` or a socket path, for the

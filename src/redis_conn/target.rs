@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
@@ -153,6 +154,10 @@ pub(crate) struct Target {
     pub(super) password_given: bool,
     /// Whom to trust over TLS, for the connections lockrun opens itself.
     pub(super) tls: Option<Tls>,
+    /// The ttl that the time limit of calls was derived from, when
+    /// --redis-timeout was not given: a call that outlasts it says what to
+    /// raise.
+    pub(super) limit_from_ttl: Option<Duration>,
 }
 
 /// How lockrun finds the server that holds a lock.
@@ -253,7 +258,14 @@ impl Target {
             source: UrlSource::Option,
             password_given,
             tls: None,
+            limit_from_ttl: None,
         })
+    }
+
+    /// Notes that the time limit of calls is --redis-timeout's default,
+    /// derived from `ttl`.
+    pub(crate) fn set_limit_from_ttl(&mut self, ttl: Duration) {
+        self.limit_from_ttl = Some(ttl);
     }
 
     /// Notes where the URL was given (`--redis` unless said otherwise).

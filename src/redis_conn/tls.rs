@@ -228,6 +228,11 @@ impl Tls {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, err.to_string())
         })?;
         let tcp = tokio::net::TcpStream::connect((host, port)).await?;
+        // The handshake's last message and the first call are two writes:
+        // with Nagle's algorithm the call waits for the server to
+        // acknowledge the first, a round trip over a real link
+        // (BENCHMARKS.md, "Round trips").
+        tcp.set_nodelay(true)?;
         let stream = tokio_rustls::TlsConnector::from(Arc::clone(&self.config))
             .connect(name, tcp)
             .await?;

@@ -355,8 +355,8 @@ fn an_unanswered_acquire_says_how_long_lockrun_waited_in_all() {
         Expect::code(69)
             .stderr_starts(format!("lockrun: cannot reach Redis at {}", redis.url()))
             .stderr_has(
-                ": no answer within 1s, nor within 1s more to giving back a lock that call \
-                 may have taken;",
+                ": it took the connection but sent no answer within 1s, nor within 1s more to \
+                 giving back a lock that call may have taken; the server is up but stuck",
             )
             .stderr_one_line(),
     );

@@ -44,6 +44,7 @@ mod repeated_flags;
 mod resharding;
 mod ride_through;
 mod rotation;
+mod roundtrips;
 mod second_contact;
 mod settings;
 mod shared;

@@ -76,15 +76,21 @@ fn a_user_named_without_a_password_is_the_user_lockrun_logs_in_as() {
 }
 
 /// A password sent to a server whose `default` user has none is said as
-/// that, with what to do, not as a wrong password.
+/// that, with what to do, not as a wrong password. The acquire that went
+/// with the refused AUTH ran as `default` and took the lock: the run gives
+/// it back, and its command does not run.
 #[test]
 fn a_password_sent_to_a_server_without_one_is_said_so() {
     let server = Server::start_tcp();
+    let dir = scratch();
+    let ran_marker = dir.path().join("ran");
     let ran = Lockrun::via(&format!("redis://{}", server.addr()))
         .key("job")
         .env("LOCKRUN_REDIS_PASSWORD", "pw")
-        .command(["true"])
+        .command(["touch", &ran_marker.display().to_string()])
         .run();
+    assert!(!ran_marker.exists(), "the command ran");
+    assert!(!server.is_locked("job"), "the lock was left taken");
     ran.assert(Expect::code(69).stderr(format!(
         "lockrun: Redis at redis://{} has no password set (it said: AUTH <password> called \
          without any password configured for the default user), but lockrun sent one from \

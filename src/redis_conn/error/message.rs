@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::clock::show_exact;
+
 use super::noperm::refused;
 use super::{ErrorKind, RedisError, TlsRefusal, Unready};
 
@@ -135,12 +137,40 @@ impl RedisError {
 
     fn fmt_unreachable(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let target = &self.target;
-        write!(
-            f,
-            "cannot reach Redis at {target}: {}; check --redis (or LOCKRUN_REDIS_URL) and \
-             that the server is up",
-            self.detail
-        )
+        write!(f, "cannot reach Redis at {target}: {}", self.detail)?;
+        let Some(slow) = self.no_answer.as_deref() else {
+            return write!(
+                f,
+                "; check --redis (or LOCKRUN_REDIS_URL) and that the server is up"
+            );
+        };
+        let limit = show_exact(slow.after);
+        // A limit lockrun derived is one the operator may never have
+        // thought of: say where it came from and what moves it.
+        let raise = match slow.from_ttl {
+            Some(ttl) if slow.after == ttl / 10 => format!(
+                "{limit} is the --redis-timeout lockrun derived from --ttl {} (a tenth of it); \
+                 over a slower link give a longer --redis-timeout, or --ttl",
+                show_exact(ttl)
+            ),
+            Some(_) => format!(
+                "{limit} is --redis-timeout's default (a tenth of --ttl, at most {limit}); over \
+                 a slower link give a longer --redis-timeout"
+            ),
+            None => format!("over a slower link give a --redis-timeout longer than {limit}"),
+        };
+        if slow.connected {
+            write!(
+                f,
+                "; the server is up but stuck (paused, or running a long script), or the link \
+                 is slower than that: {raise}"
+            )
+        } else {
+            write!(
+                f,
+                "; check --redis (or LOCKRUN_REDIS_URL) and that the server is up; {raise}"
+            )
+        }
     }
 
     /// A connection closed before the server's reason could be read: the
