@@ -168,6 +168,9 @@ impl Systemd {
     /// The command is gone, with `status` if it could be waited for:
     /// lockrun speaks for itself again.
     pub(crate) fn ended(&self, lock: &str, status: Option<ExitStatus>) {
+        if let Some(relay) = &self.relay {
+            relay.drain();
+        }
         if let Some(link) = &self.link {
             link.command_status.store(false, Ordering::Relaxed);
             let how = match status {

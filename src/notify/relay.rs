@@ -45,6 +45,9 @@ const DATAGRAM_MAX: usize = 4096;
 pub(super) struct Relay {
     dir: PathBuf,
     path: PathBuf,
+    /// Read by the task that passes messages on, and by `drain`.
+    socket: Option<Arc<UnixDatagram>>,
+    link: Arc<Link>,
 }
 
 impl Relay {
@@ -55,11 +58,30 @@ impl Relay {
         let path = dir.join("notify");
         // The directory is made before anything can fail, so that `Relay`
         // owns it, and its drop removes it, on every path out of here.
-        let relay = Relay { dir, path };
+        let mut relay = Relay {
+            dir,
+            path,
+            socket: None,
+            link,
+        };
         // Close-on-exec, as tokio makes every socket.
-        let socket = UnixDatagram::bind(&relay.path)?;
-        tokio::spawn(pass_on(socket, link));
+        let socket = Arc::new(UnixDatagram::bind(&relay.path)?);
+        tokio::spawn(pass_on(Arc::clone(&socket), Arc::clone(&relay.link)));
+        relay.socket = Some(socket);
         Ok(relay)
+    }
+
+    /// Passes on, now, what the command sent that the task has not read
+    /// yet. A command sends its last messages and exits, and lockrun may
+    /// see it gone (SIGCHLD) before the task reads them: what lockrun says
+    /// next must come after them, as the command said them first. Every
+    /// datagram the command sent is queued by the time it has exited.
+    pub(super) fn drain(&self) {
+        let Some(socket) = &self.socket else { return };
+        let mut buffer = vec![0; DATAGRAM_MAX];
+        while let Ok(received) = receive(socket, &mut buffer) {
+            pass_on_one(&self.link, &received, &buffer);
+        }
     }
 
     pub(super) fn path(&self) -> &Path {
@@ -97,30 +119,14 @@ pub(super) fn private_dir() -> io::Result<PathBuf> {
 
 /// Receives the command's notifications and passes on what systemd may
 /// hear, until lockrun exits.
-async fn pass_on(socket: UnixDatagram, link: Arc<Link>) {
+async fn pass_on(socket: Arc<UnixDatagram>, link: Arc<Link>) {
     let mut buffer = vec![0; DATAGRAM_MAX];
     loop {
         let received = socket
             .async_io(Interest::READABLE, || receive(&socket, &mut buffer))
             .await;
         match received {
-            Ok(Received {
-                len,
-                truncated,
-                fds,
-            }) => {
-                if fds {
-                    dropped(
-                        &link,
-                        "file descriptors (the file descriptor store is not relayed)",
-                    );
-                }
-                if truncated {
-                    dropped(&link, "a notification longer than systemd reads");
-                } else {
-                    relay(&link, &buffer[..len]);
-                }
-            }
+            Ok(received) => pass_on_one(&link, &received, &buffer),
             Err(err) => {
                 let event = Event::warning("notify_failed").with("error", err.to_string());
                 link.report.verbose(
@@ -130,6 +136,21 @@ async fn pass_on(socket: UnixDatagram, link: Arc<Link>) {
                 return;
             }
         }
+    }
+}
+
+/// Passes on one datagram that `receive` put in `buffer`, or says why not.
+fn pass_on_one(link: &Link, received: &Received, buffer: &[u8]) {
+    if received.fds {
+        dropped(
+            link,
+            "file descriptors (the file descriptor store is not relayed)",
+        );
+    }
+    if received.truncated {
+        dropped(link, "a notification longer than systemd reads");
+    } else {
+        relay(link, &buffer[..received.len]);
     }
 }
 
