@@ -86,6 +86,7 @@ async fn run_steps(
         fence: grant.fence,
         slot,
         waited,
+        user: user_name(),
     };
     let ended = Supervisor {
         child: &mut held.child,
@@ -387,6 +388,9 @@ struct Held {
     fence: u64,
     slot: Option<u32>,
     waited: Duration,
+    /// Looked up (from /etc/passwd) once the command has started, while it
+    /// runs: not on the way from its exit to the release.
+    user: String,
 }
 
 impl Held {
@@ -447,7 +451,7 @@ impl Held {
         Run {
             host: me.host,
             pid: me.pid,
-            user: user_name(),
+            user: self.user.clone(),
             command: program_name(config),
             fence: self.fence,
             slot: self.slot,
