@@ -57,7 +57,10 @@ async fn run_steps(
 ) -> Result<Exit, Error> {
     let mut lock = lock(&config, &token, report);
     let asked = BootInstant::now();
-    let grant = match acquire(&config, &mut lock, &mut signals, systemd, report).await? {
+    // Who this run is, for its holder record, its place in line and its
+    // history: said once, for host name and pid do not change.
+    let me = Me::new(&config.command, config.share);
+    let grant = match acquire(&config, &me, &mut lock, &mut signals, systemd, report).await? {
         Turn::Run(grant) => grant,
         Turn::Skip(done) => {
             say_skipped(&done, lock.keys(), report);
@@ -87,6 +90,7 @@ async fn run_steps(
         slot,
         waited,
         user: user_name(),
+        me,
     };
     let ended = Supervisor {
         child: &mut held.child,
@@ -245,14 +249,14 @@ enum Turn {
 /// the wait.
 async fn acquire(
     config: &RunConfig,
+    me: &Me,
     lock: &mut Lock,
     signals: &mut Signals,
     systemd: &Systemd,
     report: Report,
 ) -> Result<Turn, Error> {
-    let me = Me::new(&config.command, config.share);
     let (timing, wait, supersede) = (config.timing, config.wait, config.supersede);
-    let attempt = wait::acquire(lock, timing, &me, wait, supersede, systemd, report);
+    let attempt = wait::acquire(lock, timing, me, wait, supersede, systemd, report);
     let outcome = tokio::select! {
         signal = signals.recv_interrupt() => Err(match signal {
             Ok(signal) => Error::Interrupted(signal),
@@ -391,6 +395,7 @@ struct Held {
     /// Looked up (from /etc/passwd) once the command has started, while it
     /// runs: not on the way from its exit to the release.
     user: String,
+    me: Me,
 }
 
 impl Held {
@@ -446,11 +451,10 @@ impl Held {
     /// What the history keeps of this run: the release adds when it ended
     /// and what it found.
     fn record(&self, config: &RunConfig, ended: &Ended) -> Run {
-        let me = Me::new(&config.command, config.share);
         let status = ended.status.as_ref().ok();
         Run {
-            host: me.host,
-            pid: me.pid,
+            host: self.me.host.clone(),
+            pid: self.me.pid,
             user: self.user.clone(),
             command: program_name(config),
             fence: self.fence,
