@@ -105,9 +105,7 @@ impl Signals {
         for signal in FORWARDED {
             if stays_ignored(signal)? {
                 taken.remove(signal);
-                let mut one = SigSet::empty();
-                one.add(signal);
-                nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&one), None)?;
+                unblock(signal)?;
             }
         }
         let fd = SignalFd::with_flags(&taken, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
@@ -184,8 +182,14 @@ pub(crate) fn die_of(signal: Signal) -> u8 {
     // Still blocked, as lockrun's signals are: the signal waits for this
     // thread, and the unblocking delivers it.
     let _ = nix::sys::signal::raise(signal);
+    let _ = unblock(signal);
+    exit_code::from_signal(signal as i32)
+}
+
+/// Unblocks `signal` in the calling thread.
+fn unblock(signal: Signal) -> io::Result<()> {
     let mut one = SigSet::empty();
     one.add(signal);
-    let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&one), None);
-    exit_code::from_signal(signal as i32)
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&one), None)?;
+    Ok(())
 }

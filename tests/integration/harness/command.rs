@@ -23,7 +23,10 @@ impl Binary {
     /// qemu-user keeps SIGABRT for itself: one sent to it ends qemu, and
     /// the emulated lockrun never sees it.
     pub fn emulated(&self) -> bool {
-        std::fs::read(Binary::path()).is_ok_and(|bytes| bytes.starts_with(b"#!"))
+        let mut start = [0; 2];
+        std::fs::File::open(Binary::path())
+            .and_then(|mut file| file.read_exact(&mut start))
+            .is_ok_and(|()| &start == b"#!")
     }
 
     fn path() -> &'static str {
