@@ -12,7 +12,7 @@ use futures_util::FutureExt;
 use redis::Client;
 use tokio::time::Instant;
 
-use super::cluster::{self, Seeds};
+use super::cluster::Seeds;
 use super::{pushes, Conn, Session};
 use crate::redis_conn::target::Topology;
 use crate::redis_conn::RedisError;
@@ -111,12 +111,10 @@ impl Session {
         self.open_within(within).await?;
         let left = within.saturating_sub(started.elapsed());
         let owner = match self.conn.as_mut() {
-            Some(Conn::Cluster(conn)) => {
-                tokio::time::timeout(left, cluster::owner_of(conn, channel))
-                    .await
-                    .ok()
-                    .flatten()
-            }
+            Some(Conn::Cluster(nodes)) => tokio::time::timeout(left, nodes.owner_of(channel))
+                .await
+                .ok()
+                .flatten(),
             _ => None,
         };
         let info = owner
