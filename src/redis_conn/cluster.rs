@@ -72,6 +72,11 @@ impl Seeds {
         &self.addrs
     }
 
+    /// TLS for every node, if the URL asks for it.
+    pub(super) fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref()
+    }
+
     /// Uses `tls` on every node: those listed, and those the cluster names.
     pub(super) fn trust(&mut self, tls: &Tls) -> redis::RedisResult<()> {
         for addr in &mut self.addrs {
