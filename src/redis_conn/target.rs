@@ -315,8 +315,8 @@ impl Target {
         matches!(self.info.addr(), ConnectionAddr::TcpTls { .. })
     }
 
-    /// Whether the lock is on a cluster node, reached through the cluster
-    /// client (which routes and redirects each call itself).
+    /// Whether the lock is on a cluster node, each call routed by its key
+    /// and redirected (`cluster.rs`).
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.topology, Topology::Cluster(_))
     }

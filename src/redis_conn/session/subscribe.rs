@@ -30,8 +30,8 @@ pub(crate) struct Subscribed {
 
 impl Session {
     /// Subscribes to `channel`, within `within`: in a cluster on a
-    /// connection of its own to the node owning the channel's slot (the
-    /// cluster client routes each call by its keys), elsewhere on the
+    /// connection of its own to the node owning the channel's slot (a
+    /// cluster's command connections carry no pushes), elsewhere on the
     /// command connection, answered with the next call.
     pub(crate) async fn subscribe(
         &mut self,
