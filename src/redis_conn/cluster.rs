@@ -78,12 +78,9 @@ impl Seeds {
     }
 
     /// Uses `tls` on every node: those listed, and those the cluster names.
-    pub(super) fn trust(&mut self, tls: &Tls) -> redis::RedisResult<()> {
-        for addr in &mut self.addrs {
-            *addr = tls.trusted(addr.clone())?;
-        }
+    /// lockrun opens those connections itself (`tls.rs`).
+    pub(super) fn trust(&mut self, tls: &Tls) {
         self.tls = Some(tls.clone());
-        Ok(())
     }
 
     /// Learns where the slots are from the first listed node that answers,
@@ -190,7 +187,9 @@ struct Slots {
 
 /// `CLUSTER SLOTS`'s reply: `[first, last, [host, port, …], replicas…]`
 /// for each range. An empty host is the answering node's, `host` (Redis
-/// says so where it does not know how it is reached).
+/// says so where it does not know how it is reached); `?`, a node whose
+/// endpoint is unknown, serves no call: its range is left out, and a call
+/// there is refused as for a slot no node serves.
 fn parse_slots(reply: Value, host: &str) -> RedisResult<Vec<Slots>> {
     let unexpected = || {
         redis::RedisError::from((
@@ -219,17 +218,18 @@ fn parse_slots(reply: Value, host: &str) -> RedisResult<Vec<Slots>> {
                 Some(named) => redis::from_redis_value(named)?,
             };
             let port: u16 = redis::from_redis_value(primary.next().ok_or_else(unexpected)?)?;
-            let named = if named.is_empty() || named == "0.0.0.0" || named == "::" {
-                host.to_owned()
-            } else {
-                named
+            let named = match named.as_str() {
+                "?" => return Ok(None),
+                "" | "0.0.0.0" | "::" => host.to_owned(),
+                _ => named,
             };
-            Ok(Slots {
+            Ok(Some(Slots {
                 first,
                 last,
                 primary: (named, port),
-            })
+            }))
         })
+        .filter_map(Result::transpose)
         .collect()
 }
 
@@ -658,7 +658,8 @@ e7d1 127.0.0.1:30001@40001,host-a myself,master - 0 0 1 connected 0-5460
                 node("10.0.0.1", 7000),
                 node("10.0.0.4", 7003),
             ]),
-            Value::Array(vec![Value::Int(5461), Value::Int(16383), node("", 7001)]),
+            Value::Array(vec![Value::Int(5461), Value::Int(16000), node("", 7001)]),
+            Value::Array(vec![Value::Int(16001), Value::Int(16383), node("?", 7002)]),
         ]);
         let slots = parse_slots(reply, "seed").expect("parses");
         assert_eq!(slots.len(), 2);

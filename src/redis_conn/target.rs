@@ -304,7 +304,7 @@ impl Target {
             Topology::Sentinel(sentinels) => sentinels.trust(tls),
             Topology::Cluster(seeds) => {
                 self.info = tls.trusted_info(self.info)?;
-                seeds.trust(tls)?;
+                seeds.trust(tls);
             }
         }
         Ok(self)
