@@ -464,8 +464,8 @@ impl Server {
             record: record.map_or("", |r| r.record.as_str()),
         };
         let mut call = Call::new(&self.keys, &args);
-        // The cluster client routes and redirects a pipeline as a whole;
-        // a single call there keeps its redirections as they are.
+        // A cluster call follows its redirections only as a single
+        // command, not in a pipeline (`cluster.rs`).
         if !self.target().is_cluster() {
             call.reply_last();
         }

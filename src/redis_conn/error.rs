@@ -220,10 +220,10 @@ impl Target {
         }
     }
 
-    /// Whether `err` is a redirection (MOVED, ASK) that the cluster client
-    /// had no retry left to follow: the node ran nothing, and the slot
+    /// Whether `err` is a redirection (MOVED, ASK) that a cluster call
+    /// had no retry left to follow (`cluster.rs`): the node ran nothing, and the slot
     /// changed hands during the call. ASK comes only from a node that has
-    /// the slot MIGRATING and none of the keys named; the client follows it
+    /// the slot MIGRATING and none of the keys named; the call follows it
     /// unless its retries ran out first, as when the last of the keys left
     /// the source between the retries of a call that got TRYAGAIN (Valkey 8
     /// moves a slot's keys in hash order, throughout the move). The one

@@ -13,7 +13,6 @@ mod subscribe;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, Value};
 use tokio::time::Instant;
 
@@ -79,7 +78,7 @@ impl Scripts {
 /// An open connection: to one server, or to a cluster.
 enum Conn {
     Single(MultiplexedConnection),
-    Cluster(ClusterConnection),
+    Cluster(Box<cluster::Nodes>),
 }
 
 impl ConnectionLike for Conn {
@@ -254,7 +253,7 @@ impl Session {
                     Ok(conn) => conn,
                     Err(err) => return Err(self.refused(&err, timeout).await),
                 };
-                self.conn = Some(Conn::Cluster(conn));
+                self.conn = Some(Conn::Cluster(Box::new(conn)));
             }
         }
         Ok(())
@@ -385,9 +384,8 @@ impl Session {
         let waited = async {
             match conn {
                 Conn::Single(conn) => wait.query_async::<i64>(conn).await,
-                // The crate would send a bare WAIT to every primary; only the
-                // one owning the key (or named) took the write.
-                Conn::Cluster(conn) => cluster::wait(conn, key, node, wait).await,
+                // Only the primary owning the key (or named) took the write.
+                Conn::Cluster(nodes) => nodes.wait(key, node, wait).await,
             }
         };
         match tokio::time::timeout(left, waited).await {
@@ -433,13 +431,7 @@ impl Session {
         self.follow_sentinels(Instant::now()).await;
         self.open_within(self.timeout).await?;
         let nodes = match self.conn.as_mut() {
-            Some(Conn::Cluster(conn)) => {
-                match tokio::time::timeout(self.timeout, cluster::primaries(conn)).await {
-                    Ok(Ok(nodes)) => nodes.into_iter().map(Some).collect(),
-                    Ok(Err(err)) => return Err(self.failed(&err)),
-                    Err(_) => return Err(self.failed_to_answer()),
-                }
-            }
+            Some(Conn::Cluster(nodes)) => nodes.primaries().into_iter().map(Some).collect(),
             _ => vec![None],
         };
         let mut keys = Vec::new();
@@ -482,7 +474,7 @@ impl Session {
         let auth = self.login.take();
         let sent = async {
             match (conn, node) {
-                (Conn::Cluster(conn), Some(node)) => cluster::on_node(conn, scan, node).await,
+                (Conn::Cluster(nodes), Some(node)) => nodes.on_node(&scan, node).await,
                 (conn, _) => {
                     scan.query_async::<Value>(&mut LoginFirst { conn, auth })
                         .await
@@ -518,8 +510,8 @@ impl Session {
         match (&self.target.topology, self.conn.as_mut()) {
             (Topology::Single, _) => Some(show_addr(self.target.info.addr(), false)),
             (Topology::Sentinel(_), _) => self.primary_node(),
-            (Topology::Cluster(_), Some(Conn::Cluster(conn))) => {
-                tokio::time::timeout(self.timeout, cluster::owner_of(conn, key))
+            (Topology::Cluster(_), Some(Conn::Cluster(nodes))) => {
+                tokio::time::timeout(self.timeout, nodes.owner_of(key))
                     .await
                     .ok()
                     .flatten()

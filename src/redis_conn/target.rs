@@ -304,7 +304,7 @@ impl Target {
             Topology::Sentinel(sentinels) => sentinels.trust(tls),
             Topology::Cluster(seeds) => {
                 self.info = tls.trusted_info(self.info)?;
-                seeds.trust(tls)?;
+                seeds.trust(tls);
             }
         }
         Ok(self)
@@ -315,8 +315,8 @@ impl Target {
         matches!(self.info.addr(), ConnectionAddr::TcpTls { .. })
     }
 
-    /// Whether the lock is on a cluster node, reached through the cluster
-    /// client (which routes and redirects each call itself).
+    /// Whether the lock is on a cluster node, each call routed by its key
+    /// and redirected (`cluster.rs`).
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.topology, Topology::Cluster(_))
     }

@@ -52,6 +52,7 @@ mod signals;
 mod slots;
 mod slots_race;
 mod slots_with;
+mod stalls;
 mod supervision;
 mod supervisors;
 mod tls;

@@ -415,6 +415,22 @@ fn tls_cluster_follows_moved_to_tls_ports_over_mutual_tls() {
     lock_busy_wait_and_status(&url, &certs, cluster.node(owner), "1");
 }
 
+/// Nodes whose certificate is self-signed, given to lockrun as its CA
+/// file: trusted as it stands on every node, as on one server, the owner
+/// a MOVED names and the waiter's subscription included.
+#[test]
+fn tls_cluster_trusts_its_nodes_self_signed_certificate() {
+    let certs = Certificates::self_signed();
+    let cluster = Cluster::start_tls(&certs);
+    let (owner, _) = cluster.owner("lockrun:{job}");
+    let other = cluster
+        .primaries()
+        .into_iter()
+        .find(|&p| p != owner)
+        .expect("another primary");
+    lock_busy_wait_and_status(&cluster.url_via(&[other]), &certs, cluster.node(owner), "1");
+}
+
 /// Runs the shell command `line` in `dir`, as a user would type it.
 fn shell(dir: &std::path::Path, line: &str) {
     let status = std::process::Command::new("sh")

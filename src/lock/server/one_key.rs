@@ -4,8 +4,8 @@
 //! keys not all on one node, which the lock's scripts do, naming the line's
 //! keys even when nobody waits. After such a refusal, the lease, its fence
 //! counter and its holder record are each handled by a call that names that
-//! one key (`lock/one_key.lua`), which the cluster client follows to wherever
-//! the key is. The three steps are not one atomic change, but the lease, the
+//! one key (`lock/one_key.lua`), which a cluster call follows to wherever the
+//! key is. The three steps are not one atomic change, but the lease, the
 //! one key that decides who holds the lock, is only ever changed on its
 //! own. The line is read and kept one key at a time too (below): runs
 //! already in line keep their places and get the lock in turn, but nobody

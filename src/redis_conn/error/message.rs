@@ -209,7 +209,7 @@ impl RedisError {
                     f,
                     "Redis at {target} cannot serve the lock while its cluster slot is being \
                      migrated with the lock's keys split between two nodes (TRYAGAIN, or an \
-                     ASK the cluster client had no retry left to follow); nothing was read or \
+                     ASK with no retry left to follow); nothing was read or \
                      changed"
                 );
             }

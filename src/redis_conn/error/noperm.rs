@@ -97,7 +97,7 @@ pub(super) fn refused(detail: &str) -> (String, String) {
 /// The subcommands of a container command that lockrun sends and that can
 /// be refused: Redis before 7 names only the container (`'sentinel'`), and
 /// the rule for the container alone would allow all its subcommands. Of
-/// `CLUSTER`, lockrun sends `SLOTS` (the cluster client), `MYID` and
+/// `CLUSTER`, lockrun sends `SLOTS` (the slot map), `MYID` and
 /// `NODES` (to find the node that took a write, or that a waiter listens
 /// on): such a refusal names the three, as REDIS PERMISSIONS does; Redis 7
 /// names the one refused in full.

@@ -6,8 +6,7 @@
 //! Read from rustls's own error where the redis crate keeps it: it turns
 //! the `io::Error` that carries it into a `RedisError` whose source is that
 //! error behind an `Arc`. Only where the crate keeps the text alone is the
-//! text read, as rustls words it: its cluster client reports that no listed
-//! node could be reached with the last node's error as a string.
+//! text read, as rustls words it.
 
 use std::error::Error;
 use std::io;

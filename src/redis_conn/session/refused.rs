@@ -5,9 +5,9 @@
 //! reports only a broken pipe or a reset, and the reason is lost with its
 //! socket. Then lockrun opens one more connection that sends nothing and
 //! reads what the server says unasked: the same refusal, if that was it
-//! (a server with room says nothing, and the look ends after `LOOK`). The
-//! cluster client reports any failure of its first connections as one I/O
-//! error, without its cause: then the nodes the URL lists are looked at.
+//! (a server with room says nothing, and the look ends after `LOOK`). In a
+//! cluster, when no listed node answered and the failure is one of I/O,
+//! every listed node is looked at so.
 
 use std::time::Duration;
 

@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use futures_util::stream::{self, LocalBoxStream, StreamExt};
 use futures_util::FutureExt;
-use redis::Client;
 use tokio::time::Instant;
 
-use super::cluster::{self, Seeds};
-use super::{pushes, Conn, Session};
+use super::cluster::Seeds;
+use super::{connect_carrying, pushes, Conn, Session};
 use crate::redis_conn::target::Topology;
 use crate::redis_conn::RedisError;
 
@@ -31,8 +30,8 @@ pub(crate) struct Subscribed {
 
 impl Session {
     /// Subscribes to `channel`, within `within`: in a cluster on a
-    /// connection of its own to the node owning the channel's slot (the
-    /// cluster client routes each call by its keys), elsewhere on the
+    /// connection of its own to the node owning the channel's slot (a
+    /// cluster's command connections carry no pushes), elsewhere on the
     /// command connection, answered with the next call.
     pub(crate) async fn subscribe(
         &mut self,
@@ -111,18 +110,18 @@ impl Session {
         self.open_within(within).await?;
         let left = within.saturating_sub(started.elapsed());
         let owner = match self.conn.as_mut() {
-            Some(Conn::Cluster(conn)) => {
-                tokio::time::timeout(left, cluster::owner_of(conn, channel))
-                    .await
-                    .ok()
-                    .flatten()
-            }
+            Some(Conn::Cluster(nodes)) => tokio::time::timeout(left, nodes.owner_of(channel))
+                .await
+                .ok()
+                .flatten(),
             _ => None,
         };
         let info = owner
             .as_ref()
             .and_then(|node| seeds.node_info(&node.addr, self.target.info.redis_settings()));
         let left = within.saturating_sub(started.elapsed());
+        // A connection of lockrun's own making (`connect_carrying`), with
+        // its TLS, speaking RESP3: the messages come as its pushes.
         let subscribed = async {
             let Some(info) = info else {
                 return Err(redis::RedisError::from((
@@ -130,15 +129,21 @@ impl Session {
                     "no node owning the lock's slot to subscribe on",
                 )));
             };
-            let mut pubsub = Client::open(info)?.get_async_pubsub().await?;
-            pubsub.subscribe(channel).await?;
-            Ok(pubsub)
+            let (mut conn, pushes) = connect_carrying(&info, seeds.tls(), left, true).await?;
+            conn.subscribe(channel).await?;
+            let pushes = pushes.ok_or_else(|| {
+                redis::RedisError::from((redis::ErrorKind::Client, "a connection without pushes"))
+            })?;
+            Ok((conn, pushes))
         };
         match tokio::time::timeout(left, subscribed).await {
-            Ok(Ok(pubsub)) => Ok(Subscribed {
-                messages: pubsub
-                    .into_on_message()
-                    .map(|message| Ok(message.get_payload::<String>().unwrap_or_default()))
+            Ok(Ok((conn, pushes))) => Ok(Subscribed {
+                // The connection lives as long as its messages are read.
+                messages: pushes::messages(pushes)
+                    .map(move |message| {
+                        let _listening = &conn;
+                        Ok(message)
+                    })
                     .boxed_local(),
                 node: owner.map(|node| node.id),
             }),

@@ -232,6 +232,18 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// The port of the primary serving `slot` as the node on `port` sees
+    /// it; `None` when that node does not answer. For a test that paused
+    /// a node, which every node may be asked about but not asked.
+    pub fn owner_seen_by(&self, port: u16, slot: u16) -> Option<u16> {
+        shards_seen_by(self.node(port))
+            .into_iter()
+            .find(|shard| shard.slots.iter().any(|range| range.contains(&slot)))
+            .map(|shard| shard.primary)
+    }
+}
+
 /// The shards that serve slots, from `CLUSTER NODES` on `node` (which,
 /// unlike `CLUSTER SLOTS`, lists a replica before it reported its
 /// replication offset); empty if it does not answer. Each line reads

@@ -19,6 +19,8 @@ pub struct Certificates {
     /// Whether servers ask every client for a certificate
     /// (`tls-auth-clients yes`, Redis's default).
     mutual: bool,
+    /// Whether the servers' certificate is self-signed (`self_signed`).
+    self_signed: bool,
 }
 
 impl Certificates {
@@ -30,6 +32,22 @@ impl Certificates {
     /// Certificates for servers that ask every client for one.
     pub fn mutual() -> Self {
         Self::make_for(true)
+    }
+
+    /// Certificates for servers that ask clients for none, whose own
+    /// certificate is self-signed, its own CA (OpenSSL's default for
+    /// `req -x509`): what a client trusts is that very certificate.
+    pub fn self_signed() -> Self {
+        let mut certs = Self::make_for(false);
+        certs.self_signed = true;
+        let openssl = |args: &str| openssl(certs.dir(), args);
+        openssl(
+            "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+             -subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
+             -keyout server.key -out server.pem",
+        );
+        std::fs::copy(certs.dir().join("server.pem"), certs.ca()).expect("copy the certificate");
+        certs
     }
 
     fn make_for(mutual: bool) -> Self {
@@ -79,7 +97,11 @@ impl Certificates {
         let private = std::fs::Permissions::from_mode(0o600);
         std::fs::set_permissions(dir.path().join("client.key"), private).expect("chmod");
         std::fs::create_dir(dir.path().join("empty")).expect("an empty directory");
-        Certificates { dir, mutual }
+        Certificates {
+            dir,
+            mutual,
+            self_signed: false,
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -103,6 +125,11 @@ impl Certificates {
     /// Whether servers ask every client for a certificate.
     pub fn is_mutual(&self) -> bool {
         self.mutual
+    }
+
+    /// Whether the servers' certificate is self-signed, a CA of its own.
+    pub fn is_self_signed(&self) -> bool {
+        self.self_signed
     }
 
     /// lockrun's client certificate, PEM, signed by the CA.
