@@ -52,11 +52,10 @@ fn sixty_waiters_at_twenty_clients_each_run_in_turn() {
     let deadline = Instant::now() + PATIENCE;
     for (run, name) in runs.iter_mut().zip(&names) {
         let left = deadline.saturating_duration_since(Instant::now());
-        let Some(status) = run.wait_for(left) else {
-            panic!("{name} did not end within {PATIENCE:?} of the start");
-        };
-        let stderr = read_log(&dir.path().join(format!("{name}.stderr")));
-        assert_eq!(status.code(), Some(0), "{name}: {stderr}");
+        run.exits_within(left, Expect::success(), || {
+            let stderr = read_log(&dir.path().join(format!("{name}.stderr")));
+            format!("{name}: {stderr}")
+        });
     }
     let rejected = redis.info("stats", "rejected_connections");
     let rejected: u64 = rejected.and_then(|n| n.parse().ok()).expect("INFO stats");

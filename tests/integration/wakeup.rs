@@ -187,11 +187,7 @@ fn a_waiter_keeps_waiting_through_a_redis_restart() {
 
     // Back, empty: the waiter gets the lock and runs its command.
     redis.restart_empty();
-    assert!(
-        waiter.wait().success(),
-        "{}",
-        std::fs::read_to_string(&stderr).unwrap_or_default()
-    );
+    waiter.exits_saying(Expect::success(), || read_log(&stderr));
     assert!(dir.path().join("started").exists());
     redis.assert_only_fence("job");
 }
