@@ -47,7 +47,7 @@ const MAX_FILE: u64 = 64 * 1024;
 /// may take, the key prefix, the log format and the metrics file. What
 /// differs from job to job (--key, --ttl, --wait, ...) belongs on the job's
 /// own command line.
-pub(crate) const NAMES: [&str; 11] = [
+pub(crate) const NAMES: &[&str] = &[
     "redis",
     "redis-password-file",
     "redis-ca-file",
@@ -270,7 +270,7 @@ fn without_comment(line: &str) -> &str {
 /// The line for a setting lockrun does not know, with the one meant when a
 /// typo or the option's dashes are all that is wrong.
 fn unknown(name: &str) -> String {
-    match closest(name.trim_start_matches('-'), NAMES.into_iter()) {
+    match closest(name.trim_start_matches('-'), NAMES.iter().copied()) {
         Some(known) => format!("unknown setting '{name}'; did you mean '{known}'?"),
         None => format!(
             "unknown setting '{name}'; a configuration file may set {}",
