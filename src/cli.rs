@@ -18,10 +18,9 @@ use crate::wait::Wait;
 mod usage;
 mod values;
 
-use values::{log_format_parser, parse_wait};
-pub(crate) use values::{parse_duration, parse_log_format, parse_replica_acks};
+use values::{log_format_parser, parse_duration, parse_replica_acks, parse_wait};
 
-pub(crate) use usage::log_format_hint;
+pub(crate) use usage::{check, closest, log_format_hint};
 
 const ABOUT: &str = "Run a command under a distributed lock held in Redis";
 
@@ -116,6 +115,11 @@ pub(crate) struct Cli {
 
     #[command(flatten)]
     pub(crate) run: RunArgs,
+
+    /// The long options whose values came from the configuration file, for
+    /// messages: set by `parse`, from clap's own record.
+    #[arg(skip)]
+    pub(crate) from_file: Vec<&'static str>,
 }
 
 /// The subcommands an operator uses to inspect or clear a lock.
@@ -569,11 +573,18 @@ pub(crate) struct ListArgs {
     pub(crate) all: bool,
 }
 
-/// Parses lockrun's own command line. `Ok(None)` means clap already printed
-/// what was asked for (`--help`, `--version`): nothing is left to do.
-pub(crate) fn parse() -> Result<Option<Cli>, Error> {
+/// Parses lockrun's own command line. `cmd` is `command()`; `file` the
+/// configuration file's settings, each an option's long name and values,
+/// which become that option's default: clap takes an option over its
+/// environment variable, and either over a default. `Ok(None)` means clap
+/// already printed what was asked for (`--help`, `--version`): nothing is
+/// left to do.
+pub(crate) fn parse(
+    cmd: clap::Command,
+    file: Vec<(&'static str, Vec<OsString>)>,
+) -> Result<Option<Cli>, Error> {
     let args: Vec<_> = std::env::args_os().collect();
-    match parse_from(&args) {
+    match parse_from(cmd, file, &args) {
         Ok(cli) => Ok(Some(cli)),
         // --help and --version are not errors.
         Err(err) if !err.use_stderr() => {
@@ -584,18 +595,35 @@ pub(crate) fn parse() -> Result<Option<Cli>, Error> {
     }
 }
 
-/// `args` (program name first) as lockrun's command line, with where the
-/// URLs came from.
-pub(crate) fn parse_from(args: &[OsString]) -> Result<Cli, clap::Error> {
-    // The definition is built again only for a subcommand or an error: a
-    // run, the common case, pays for one.
-    let matches = command().try_get_matches_from(args)?;
+/// `args` (program name first) as lockrun's command line over the settings
+/// of `file` (see `parse`), with where the URLs and settings came from.
+pub(crate) fn parse_from(
+    mut cmd: clap::Command,
+    file: Vec<(&'static str, Vec<OsString>)>,
+    args: &[OsString],
+) -> Result<Cli, clap::Error> {
+    let mut preset = Vec::new();
+    for (name, values) in file {
+        let Some(arg) = cmd.get_arguments().find(|arg| arg.get_long() == Some(name)) else {
+            continue;
+        };
+        let (id, global) = (arg.get_id().clone(), arg.is_global_set());
+        // Hidden from --help: a URL there may hold a password.
+        cmd = cmd.mut_arg(&id, |arg| {
+            arg.default_values(values).hide_default_value(true)
+        });
+        preset.push((name, id, global));
+    }
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    // A global option's value is recorded where it was given; clap copies
+    // it into the subcommand's matches, so the deepest level has it.
+    let level = matches.subcommand().map_or(&matches, |(_, sub)| sub);
     if let Some((name, _)) = matches.subcommand() {
         // The Redis options are global and go before a subcommand too, and
         // so does the lock's name for the subcommands that take one; a
         // run's own options do not apply to a subcommand.
         let takes_key = matches!(name, "status" | "release" | "history" | "check");
-        let given = command()
+        let given = cmd
             .get_arguments()
             .filter(|arg| !arg.is_global_set())
             .filter(|arg| !(takes_key && arg.get_id() == "key"))
@@ -608,7 +636,7 @@ pub(crate) fn parse_from(args: &[OsString]) -> Result<Cli, clap::Error> {
                     .map_or_else(String::new, |long| format!("--{long}"))
             });
         if let Some(flag) = given {
-            return Err(command().error(
+            return Err(cmd.error(
                 clap::error::ErrorKind::ArgumentConflict,
                 format!("{flag} is an option of a run, not of 'lockrun {name}'"),
             ));
@@ -626,14 +654,14 @@ pub(crate) fn parse_from(args: &[OsString]) -> Result<Cli, clap::Error> {
         _ => None,
     } {
         if key.is_some() && before.is_some() && *key != before {
-            return Err(command().error(
+            return Err(cmd.error(
                 clap::error::ErrorKind::ArgumentConflict,
                 "--key is given twice, with two names: give it once",
             ));
         }
         *key = key.take().or(before);
         if key.is_none() {
-            return Err(command().error(
+            return Err(cmd.error(
                 clap::error::ErrorKind::MissingRequiredArgument,
                 "the following required arguments were not provided: --key <NAME>",
             ));
@@ -641,11 +669,16 @@ pub(crate) fn parse_from(args: &[OsString]) -> Result<Cli, clap::Error> {
     } else {
         cli.run.key = before;
     }
-    // A global option's value is recorded where it was given; clap copies
-    // it into the subcommand's matches, so the deepest level has it.
-    let level = matches.subcommand().map_or(&matches, |(_, sub)| sub);
     cli.redis.url_from_env =
         level.value_source("url") == Some(clap::parser::ValueSource::EnvVariable);
+    cli.from_file = preset
+        .into_iter()
+        .filter(|(_, id, global)| {
+            let at = if *global { level } else { &matches };
+            at.value_source(id.as_str()) == Some(clap::parser::ValueSource::DefaultValue)
+        })
+        .map(|(name, _, _)| name)
+        .collect();
     Ok(cli)
 }
 

@@ -1,9 +1,9 @@
 //! Validated settings: the timing rules and scaled defaults that clap cannot
-//! express, checked once so the rest of lockrun can rely on them. This is
-//! where the command line (`cli`), the environment and the configuration
-//! file (`config/file`) become the domain's types, an option or its
-//! environment variable winning over the file; nothing below this module
-//! sees clap.
+//! express, checked once so the rest of lockrun can rely on them. clap has
+//! already taken each setting from its option, its environment variable or
+//! the configuration file (`config/file`), in that order; this is where they
+//! become the domain's types, a refusal naming the file's line when the file
+//! gave the value. Nothing below this module sees clap.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -144,7 +144,8 @@ pub(crate) struct ListConfig {
 }
 
 /// Where the lock lives and how to reach it, each setting from its option,
-/// its environment variable or the configuration file, in that order.
+/// its environment variable or the configuration file, in that order (as
+/// `cli::parse` gave them); and which settings the file gave.
 #[derive(Debug)]
 pub(crate) struct RedisSettings {
     /// The URLs, each with where it was given.
@@ -157,55 +158,39 @@ pub(crate) struct RedisSettings {
     /// The configuration file read, to name in the line that asks for a
     /// server.
     file: Option<PathBuf>,
-    /// The settings above that the file gave, with their lines.
+    /// The settings that the file gave, with their lines: any option, not
+    /// only those above.
     from_file: Vec<(&'static str, usize)>,
 }
 
 impl RedisSettings {
-    fn new(args: RedisArgs, file: Option<&FileSettings>) -> Self {
-        let source = if args.url_from_env {
-            UrlSource::Env
-        } else {
-            UrlSource::Option
+    fn new(args: RedisArgs, from_file: &[&'static str], file: Option<&FileSettings>) -> Self {
+        let from_file: Vec<_> = file.map_or_else(Vec::new, |file| {
+            let line = |name: &&'static str| Some((*name, file.line(name)?));
+            from_file.iter().filter_map(line).collect()
+        });
+        let url_line = from_file.iter().find(|(name, _)| *name == "redis");
+        let source = match (file, url_line) {
+            (Some(file), Some((_, line))) => UrlSource::File {
+                path: file.path.clone(),
+                line: *line,
+            },
+            _ if args.url_from_env => UrlSource::Env,
+            _ => UrlSource::Option,
         };
-        let urls = if args.url.is_empty() {
-            file.map(|file| file.redis.clone()).unwrap_or_default()
-        } else {
-            args.url
+        RedisSettings {
+            urls: args
+                .url
                 .into_iter()
                 .map(|url| (url, source.clone()))
-                .collect()
-        };
-        let from_file = |pick: fn(&FileSettings) -> Option<PathBuf>| file.and_then(pick);
-        let given = [
-            ("redis-password-file", args.password_file.is_some()),
-            ("redis-ca-file", args.ca_file.is_some()),
-            ("redis-cert-file", args.cert_file.is_some()),
-            ("redis-key-file", args.key_file.is_some()),
-        ];
-        let taken = file.map_or_else(Vec::new, |file| {
-            file.lines
-                .iter()
-                .filter(|(name, _)| given.iter().any(|(option, set)| option == name && !set))
-                .copied()
-                .collect()
-        });
-        RedisSettings {
-            urls,
-            password_file: args
-                .password_file
-                .or_else(|| from_file(|f| f.password_file.clone())),
-            ca_file: args.ca_file.or_else(|| from_file(|f| f.ca_file.clone())),
-            cert_file: args
-                .cert_file
-                .or_else(|| from_file(|f| f.cert_file.clone())),
-            key_file: args.key_file.or_else(|| from_file(|f| f.key_file.clone())),
-            prefix: args
-                .prefix
-                .or_else(|| file.and_then(|f| f.prefix.clone()))
-                .unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
+                .collect(),
+            password_file: args.password_file,
+            ca_file: args.ca_file,
+            cert_file: args.cert_file,
+            key_file: args.key_file,
+            prefix: args.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned()),
             file: file.map(|file| file.path.clone()),
-            from_file: taken,
+            from_file,
         }
     }
 
@@ -235,13 +220,10 @@ impl RedisSettings {
     }
 }
 
-/// The log format a run asked for: `--log-format` or LOCKRUN_LOG_FORMAT,
-/// else the configuration file's, else text.
-pub(crate) fn log_format(cli: &Cli, file: Option<&FileSettings>) -> Format {
-    cli.run
-        .log_format
-        .or_else(|| file.and_then(|file| file.log_format))
-        .unwrap_or(Format::Text)
+/// The log format a run asked for: `--log-format`, LOCKRUN_LOG_FORMAT or
+/// the configuration file's, else text.
+pub(crate) fn log_format(cli: &Cli) -> Format {
+    cli.run.log_format.unwrap_or(Format::Text)
 }
 
 impl Invocation {
@@ -253,9 +235,9 @@ impl Invocation {
         passwords: Passwords,
         file: Option<&FileSettings>,
     ) -> Result<Self, Error> {
-        let redis = RedisSettings::new(cli.redis, file);
+        let redis = RedisSettings::new(cli.redis, &cli.from_file, file);
         Ok(match cli.action {
-            None => Invocation::Run(RunConfig::from_args(cli.run, &redis, passwords, file)?),
+            None => Invocation::Run(RunConfig::from_args(cli.run, &redis, passwords)?),
             Some(Action::Status(args)) => Invocation::Status {
                 lock: LockConfig::new(args.key.unwrap_or_default(), &redis, passwords)?,
                 json: args.json,
@@ -330,19 +312,9 @@ impl RunConfig {
         mut args: RunArgs,
         redis: &RedisSettings,
         passwords: Passwords,
-        file: Option<&FileSettings>,
     ) -> Result<Self, Error> {
         let key = args.key.take().unwrap_or_default();
         let mut lock = LockConfig::new(key, redis, passwords)?;
-        args.redis_timeout = args
-            .redis_timeout
-            .or_else(|| file.and_then(|file| file.redis_timeout));
-        args.replica_acks = args
-            .replica_acks
-            .or_else(|| file.and_then(|file| file.replica_acks));
-        args.metrics_file = args
-            .metrics_file
-            .or_else(|| file.and_then(|file| file.metrics_file.clone()));
         // Sentinel and Cluster exist to survive a failover; without
         // acknowledgement a failover can lose the lease.
         let replicated = lock
@@ -355,10 +327,15 @@ impl RunConfig {
         } else {
             ReplicaAcks::Count(0)
         });
+        // The one timing setting the configuration file may give.
+        let redis_timeout = redis.named("--redis-timeout");
         let timing = timing(
             bounded("--ttl", args.ttl)?,
             bounded_if_given("--renew-every", args.renew_every)?,
-            bounded_if_given("--redis-timeout", args.redis_timeout)?,
+            bounded_if_given(
+                &redis_timeout,
+                positive(&redis_timeout, args.redis_timeout)?,
+            )?,
             bounded_if_given("--kill-grace", args.kill_grace)?,
         )?;
         if args.redis_timeout.is_none() {
@@ -387,10 +364,7 @@ impl RunConfig {
             share,
             timeout: bounded_if_given("--timeout", positive("--timeout", args.timeout)?)?,
             metrics_file: args.metrics_file,
-            history: args
-                .history
-                .or_else(|| file.and_then(|file| file.history))
-                .unwrap_or(DEFAULT_HISTORY),
+            history: args.history.unwrap_or(DEFAULT_HISTORY),
             verbosity,
             command: args.command,
         })
@@ -537,7 +511,6 @@ fn timing(
         )));
     }
     let renew_every = positive("--renew-every", renew_every)?;
-    let redis_timeout = positive("--redis-timeout", redis_timeout)?;
     let with_ttl = |ttl: Duration| Timing {
         ttl,
         renew_every: renew_every.unwrap_or(ttl / 3),

@@ -10,10 +10,10 @@
 //! - `run`: one run, step by step: acquire, start, supervise, finish;
 //!   - `run/metrics_file`: what a run writes to the metrics file, and when,
 //!     off the runtime's thread;
-//! - `config`: turns `cli`, the environment and the configuration file
-//!   (`config/file`: /etc/lockrun.conf or LOCKRUN_CONFIG's) into validated
-//!   settings, an option or its variable winning over the file; nothing
-//!   after it sees clap;
+//! - `config`: turns `cli` into validated settings; `config/file`:
+//!   /etc/lockrun.conf or LOCKRUN_CONFIG's, each line checked by its
+//!   option's parser and given to clap as that option's default, so an
+//!   option or its variable wins over the file; nothing after it sees clap;
 //! - `cli`: the command line (clap): flags, help text, one-line usage errors;
 //! - `supervise`: the running command under its lease: renewals, signals,
 //!   terminal stops, stopping the command when the lease cannot be proven;
@@ -99,7 +99,7 @@ pub use crate::secrets::{PASSWORD_ENV, SENTINEL_PASSWORD_ENV};
 use std::io;
 use std::process::ExitCode;
 
-use crate::config::{FileSettings, Invocation, Passwords};
+use crate::config::{Invocation, Passwords};
 use crate::error::Error;
 use crate::exit_code::Exit;
 use crate::lock::Token;
@@ -120,7 +120,16 @@ pub fn main() -> ExitCode {
 }
 
 fn start(blocked: io::Result<Blocked>) -> u8 {
-    let cli = match cli::parse() {
+    // The file is read first, its values checked by the options' own
+    // parsers, so that it can give the options their defaults; a file
+    // that cannot be used is said after the command line's own mistakes.
+    let options = cli::command();
+    let file = config::file::load(std::env::var_os(config::file::CONFIG_ENV), &options);
+    let presets = match &file {
+        Ok(Some(file)) => file.presets(),
+        _ => Vec::new(),
+    };
+    let cli = match cli::parse(options, presets) {
         Ok(Some(cli)) => cli,
         Ok(None) => return 0,
         // The key is not known yet: JSON says null.
@@ -130,15 +139,14 @@ fn start(blocked: io::Result<Blocked>) -> u8 {
         }
     };
     // --log-format is a run's: status and release write for people.
-    let report = |file: Option<&FileSettings>| match &cli.action {
-        None => Report::default().in_format(config::log_format(&cli, file), cli.run.key.clone()),
+    let report = match &cli.action {
+        None => Report::default().in_format(config::log_format(&cli), cli.run.key.clone()),
         Some(_) => Report::default(),
     };
-    let file = match config::file::load(std::env::var_os(config::file::CONFIG_ENV)) {
+    let file = match file {
         Ok(file) => file,
-        Err(err) => return exit(report(None), Err(err)),
+        Err(err) => return exit(report, Err(err)),
     };
-    let report = report(file.as_ref());
     let passwords = Passwords {
         redis: std::env::var(PASSWORD_ENV).ok(),
         sentinel: std::env::var(SENTINEL_PASSWORD_ENV).ok(),

@@ -96,14 +96,51 @@ fn flock_habit(arg: &str) -> Option<&'static str> {
 }
 
 /// The candidate nearest to `typed`, if one is a typo away: one edit, plus
-/// one more for every four characters.
-fn closest<'a>(typed: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+/// one more for every four characters. For flags, subcommands and the
+/// configuration file's settings alike.
+pub(crate) fn closest<'a>(
+    typed: &str,
+    candidates: impl Iterator<Item = &'a str>,
+) -> Option<&'a str> {
     let allowed = 1 + typed.len() / 4;
     candidates
         .map(|name| (strsim::damerau_levenshtein(typed, name), name))
         .filter(|(edits, _)| *edits <= allowed)
         .min_by_key(|(edits, _)| *edits)
         .map(|(_, name)| name)
+}
+
+/// Whether `option` takes `value`, as its value parser checks it on the
+/// command line; if not, why, in the parser's own words, without clap's
+/// "invalid value for --flag": for a value from the configuration file,
+/// whose line says which setting it is.
+pub(crate) fn check(option: &clap::Arg, value: &str) -> Result<(), String> {
+    let alone = clap::Command::new("lockrun")
+        .no_binary_name(true)
+        .arg(option.clone());
+    let given = format!("--{}={value}", option.get_long().unwrap_or_default());
+    match alone.try_get_matches_from([given]) {
+        Ok(_) => Ok(()),
+        Err(err) => Err(refusal(&err)),
+    }
+}
+
+fn refusal(err: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    if let Some(why) = std::error::Error::source(err) {
+        return why.to_string();
+    }
+    if let Some(ContextValue::Strings(valid)) = err.get(ContextKind::ValidValue) {
+        if let Some((last, rest)) = valid.split_last() {
+            if rest.is_empty() {
+                return format!("write {last}");
+            }
+            return format!("write {} or {last}", rest.join(", "));
+        }
+    }
+    let rendered = err.render().to_string();
+    let first = rendered.lines().next().unwrap_or_default();
+    first.trim_start_matches("error: ").to_owned()
 }
 
 /// Whether lockrun was asked for JSON lines, as far as a command line that

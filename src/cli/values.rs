@@ -7,7 +7,7 @@ use crate::lock::ReplicaAcks;
 use crate::report::Format;
 use crate::wait::Wait;
 
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|err| match err {
         // humantime's own advice ("for example 5sec or 5ms") would come
         // before lockrun's; a bare number is most often flock's seconds.
@@ -20,7 +20,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     })
 }
 
-pub(crate) fn parse_replica_acks(text: &str) -> Result<ReplicaAcks, String> {
+pub(super) fn parse_replica_acks(text: &str) -> Result<ReplicaAcks, String> {
     if text.eq_ignore_ascii_case("all") {
         return Ok(ReplicaAcks::All);
     }
@@ -42,14 +42,5 @@ pub(super) fn parse_wait(text: &str) -> Result<Wait, String> {
         Ok(Wait::Forever)
     } else {
         parse_duration(text).map(Wait::Up)
-    }
-}
-
-/// `--log-format`'s value as the configuration file gives it.
-pub(crate) fn parse_log_format(text: &str) -> Result<Format, String> {
-    match text {
-        "text" => Ok(Format::Text),
-        "json" => Ok(Format::Json),
-        _ => Err("write text or json".to_owned()),
     }
 }

@@ -13,8 +13,10 @@
 //! path is taken from the file's directory, not from wherever the run
 //! started (cron starts in the user's home).
 //!
-//! An option or its environment variable wins over the file. Anything the
-//! file gets wrong is a usage error naming the file and line, before
+//! Each value is checked by its option's own value parser here, and then
+//! given to the command line's parser as that option's default (`cli::parse`),
+//! so that an option or its environment variable wins over the file. Anything
+//! the file gets wrong is a usage error naming the file and line, before
 //! anything is sent: an unknown name, a value the option would refuse, a
 //! setting given twice, a line without `=`. A `redis` URL holding a password
 //! in a file that group or others may read is refused as a password file
@@ -23,13 +25,12 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use crate::cli::{parse_duration, parse_log_format, parse_replica_acks};
+use clap::{ArgAction, ValueHint};
+
+use crate::cli::{check, closest};
 use crate::error::Error;
-use crate::lock::ReplicaAcks;
 use crate::redis_conn::{url_refusal, Target, UrlSource};
-use crate::report::Format;
 use crate::secret_file;
 use crate::secrets;
 
@@ -41,12 +42,12 @@ pub(crate) const CONFIG_ENV: &str = "LOCKRUN_CONFIG";
 /// mistake.
 const MAX_FILE: u64 = 64 * 1024;
 
-/// The settings a configuration file may hold, as their options are named.
-/// The per-host ones: where Redis is, how to reach it and how long a call
-/// to it may take, the key prefix, the log format and the metrics file.
-/// What differs from job to job (--key, --ttl, --wait, ...) belongs on the
-/// job's own command line.
-pub(crate) const NAMES: [&str; 11] = [
+/// The options a configuration file may set, by their long names: the
+/// per-host ones, where Redis is, how to reach it and how long a call to it
+/// may take, the key prefix, the log format and the metrics file. What
+/// differs from job to job (--key, --ttl, --wait, ...) belongs on the job's
+/// own command line.
+pub(crate) const NAMES: &[&str] = &[
     "redis",
     "redis-password-file",
     "redis-ca-file",
@@ -66,26 +67,38 @@ pub(crate) const NAMES: [&str; 11] = [
 pub(crate) struct FileSettings {
     /// The file these came from.
     pub(crate) path: PathBuf,
-    /// `redis`: one URL, or several separated by spaces for a quorum; each
-    /// with where it was given.
-    pub(crate) redis: Vec<(String, UrlSource)>,
-    pub(crate) password_file: Option<PathBuf>,
-    pub(crate) ca_file: Option<PathBuf>,
-    pub(crate) cert_file: Option<PathBuf>,
-    pub(crate) key_file: Option<PathBuf>,
-    pub(crate) prefix: Option<String>,
-    pub(crate) redis_timeout: Option<Duration>,
-    pub(crate) replica_acks: Option<ReplicaAcks>,
-    pub(crate) log_format: Option<Format>,
-    pub(crate) metrics_file: Option<PathBuf>,
-    /// `history`: how many runs each lock keeps in its history.
-    pub(crate) history: Option<u32>,
-    /// The line of each setting given, by name.
-    pub(crate) lines: Vec<(&'static str, usize)>,
+    pub(crate) settings: Vec<Setting>,
 }
 
-/// Which file to read: `named` is LOCKRUN_CONFIG's value, if set.
-pub(crate) fn load(named: Option<OsString>) -> Result<Option<FileSettings>, Error> {
+/// One line of the file: an option's long name and its values, as the
+/// command line would give them (a relative path made the file's).
+#[derive(Debug)]
+pub(crate) struct Setting {
+    pub(crate) name: &'static str,
+    pub(crate) line: usize,
+    pub(crate) values: Vec<OsString>,
+}
+
+impl FileSettings {
+    /// Each setting as `cli::parse` takes it: the option's name and values.
+    pub(crate) fn presets(&self) -> Vec<(&'static str, Vec<OsString>)> {
+        let presets = self.settings.iter();
+        presets.map(|s| (s.name, s.values.clone())).collect()
+    }
+
+    /// The line that set `name` (a long option's, without dashes).
+    pub(crate) fn line(&self, name: &str) -> Option<usize> {
+        let setting = self.settings.iter().find(|s| s.name == name)?;
+        Some(setting.line)
+    }
+}
+
+/// Which file to read: `named` is LOCKRUN_CONFIG's value, if set; `options`
+/// is the command line's definition, whose parsers check the values.
+pub(crate) fn load(
+    named: Option<OsString>,
+    options: &clap::Command,
+) -> Result<Option<FileSettings>, Error> {
     let path = match named {
         Some(named) if named.is_empty() => return Ok(None),
         Some(named) => PathBuf::from(named),
@@ -99,7 +112,7 @@ pub(crate) fn load(named: Option<OsString>) -> Result<Option<FileSettings>, Erro
             path
         }
     };
-    read(&path).map(Some).map_err(|why| {
+    read(&path, options).map(Some).map_err(|why| {
         if let Why::Said(line) = why {
             return Error::Usage(line);
         }
@@ -117,7 +130,7 @@ pub(crate) fn load(named: Option<OsString>) -> Result<Option<FileSettings>, Erro
 
 /// Why a file cannot be used, for the line `load` says it in.
 #[derive(Debug)]
-enum Why {
+pub(super) enum Why {
     /// The whole file: cannot be opened, a directory, too long, readable.
     File(String),
     /// One line of it.
@@ -136,7 +149,7 @@ impl fmt::Display for Why {
     }
 }
 
-fn read(path: &Path) -> Result<FileSettings, Why> {
+fn read(path: &Path, options: &clap::Command) -> Result<FileSettings, Why> {
     let (bytes, mode) = secret_file::read_at_most(path, MAX_FILE).map_err(Why::File)?;
     if bytes.len() as u64 > MAX_FILE {
         return Err(Why::File(format!(
@@ -144,12 +157,13 @@ fn read(path: &Path) -> Result<FileSettings, Why> {
             MAX_FILE >> 10
         )));
     }
-    let settings = parse(path, &bytes)?;
-    if let Some((_, UrlSource::File { line, .. })) = settings
-        .redis
-        .iter()
-        .find(|(url, _)| secrets::url_has_password(url))
-    {
+    let settings = parse(path, &bytes, options)?;
+    let redis = settings.settings.iter().find(|s| s.name == "redis");
+    if let Some(Setting { line, .. }) = redis.filter(|s| {
+        s.values
+            .iter()
+            .any(|url| secrets::url_has_password(&url.to_string_lossy()))
+    }) {
         if mode & 0o044 != 0 {
             return Err(Why::File(format!(
                 "the redis URL on line {line} holds a password, and users other than the \
@@ -164,12 +178,15 @@ fn read(path: &Path) -> Result<FileSettings, Why> {
 }
 
 /// The settings in `bytes`, the contents of the file at `path`.
-fn parse(path: &Path, bytes: &[u8]) -> Result<FileSettings, Why> {
+pub(super) fn parse(
+    path: &Path,
+    bytes: &[u8],
+    options: &clap::Command,
+) -> Result<FileSettings, Why> {
     let mut settings = FileSettings {
         path: path.to_owned(),
-        ..FileSettings::default()
+        settings: Vec::new(),
     };
-    let mut seen: Vec<(&'static str, usize)> = Vec::new();
     for (index, raw) in bytes.split(|&b| b == b'\n').enumerate() {
         let number = index + 1;
         let at = |why: String| Why::Line(number, why);
@@ -187,63 +204,54 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<FileSettings, Why> {
             ));
         };
         let (name, value) = (name.trim(), value.trim());
-        let Some(known) = NAMES.iter().copied().find(|known| *known == name) else {
+        let known = NAMES.iter().copied().find(|known| *known == name);
+        let Some((known, option)) = known.and_then(|known| {
+            let option = options
+                .get_arguments()
+                .find(|arg| arg.get_long() == Some(known));
+            Some((known, option?))
+        }) else {
             return Err(at(unknown(name)));
         };
-        if let Some((_, first)) = seen.iter().find(|(seen, _)| *seen == known) {
+        if let Some(first) = settings.line(known) {
             return Err(at(format!(
                 "{known} is set again (first on line {first}); set it once"
             )));
         }
-        seen.push((known, number));
         if value.is_empty() {
             return Err(at(format!("{known} has no value")));
         }
-        let refused = |why: String| at(format!("{known} {value}: {why}"));
-        let file = || Some(path.parent().unwrap_or(Path::new("")).join(value));
-        match known {
-            "redis" => {
-                for url in value.split_whitespace() {
-                    let source = UrlSource::File {
-                        path: path.to_owned(),
-                        line: number,
-                    };
-                    if Target::parse(url, None).is_err() {
-                        return Err(Why::Said(url_refusal(url, &source)));
-                    }
-                    settings.redis.push((url.to_owned(), source));
-                }
+        // An option given several times takes several values here, on one
+        // line: `redis = URL URL URL` for a quorum.
+        let values: Vec<&str> = match option.get_action() {
+            ArgAction::Append => value.split_whitespace().collect(),
+            _ => vec![value],
+        };
+        for value in &values {
+            check(option, value).map_err(|why| at(format!("{known} {value}: {why}")))?;
+            // Checked here as well as where the servers are named, so that
+            // a bad URL in the file is said even when an option wins over it.
+            let source = || UrlSource::File {
+                path: path.to_owned(),
+                line: number,
+            };
+            if known == "redis" && Target::parse(value, None).is_err() {
+                return Err(Why::Said(url_refusal(value, &source())));
             }
-            "redis-password-file" => settings.password_file = file(),
-            "redis-ca-file" => settings.ca_file = file(),
-            "redis-cert-file" => settings.cert_file = file(),
-            "redis-key-file" => settings.key_file = file(),
-            "prefix" => settings.prefix = Some(value.to_owned()),
-            "redis-timeout" => {
-                let timeout = parse_duration(value).map_err(refused)?;
-                if timeout.is_zero() || timeout > super::MAX_DURATION {
-                    return Err(refused(format!(
-                        "give a duration longer than zero and at most {}",
-                        super::MAX_DURATION_TEXT
-                    )));
-                }
-                settings.redis_timeout = Some(timeout);
-            }
-            "replica-acks" => {
-                settings.replica_acks = Some(parse_replica_acks(value).map_err(refused)?);
-            }
-            "log-format" => settings.log_format = Some(parse_log_format(value).map_err(refused)?),
-            "metrics-file" => settings.metrics_file = file(),
-            "history" => {
-                let runs = value.parse::<u32>().ok().filter(|n| *n <= 10_000);
-                settings.history = Some(runs.ok_or_else(|| {
-                    refused(format!("{value:?} is not a number of runs from 0 to 10000"))
-                })?);
-            }
-            _ => unreachable!("every name in NAMES is handled"),
         }
+        let values = match option.get_value_hint() {
+            ValueHint::FilePath => {
+                let dir = path.parent().unwrap_or(Path::new(""));
+                values.iter().map(|value| dir.join(value).into()).collect()
+            }
+            _ => values.into_iter().map(OsString::from).collect(),
+        };
+        settings.settings.push(Setting {
+            name: known,
+            line: number,
+            values,
+        });
     }
-    settings.lines = seen;
     Ok(settings)
 }
 
@@ -262,14 +270,7 @@ fn without_comment(line: &str) -> &str {
 /// The line for a setting lockrun does not know, with the one meant when a
 /// typo or the option's dashes are all that is wrong.
 fn unknown(name: &str) -> String {
-    let bare = name.trim_start_matches('-');
-    let meant = NAMES
-        .iter()
-        .map(|known| (strsim::damerau_levenshtein(bare, known), known))
-        .filter(|(edits, _)| *edits <= 1 + bare.len() / 4)
-        .min_by_key(|(edits, _)| *edits)
-        .map(|(_, known)| *known);
-    match meant {
+    match closest(name.trim_start_matches('-'), NAMES.iter().copied()) {
         Some(known) => format!("unknown setting '{name}'; did you mean '{known}'?"),
         None => format!(
             "unknown setting '{name}'; a configuration file may set {}",
@@ -284,7 +285,20 @@ mod tests {
     use crate::secret_file::tests::file;
 
     fn settings(text: &str) -> Result<FileSettings, String> {
-        parse(Path::new("/etc/lockrun.conf"), text.as_bytes()).map_err(|why| why.to_string())
+        let options = crate::cli::command();
+        parse(Path::new("/etc/lockrun.conf"), text.as_bytes(), &options)
+            .map_err(|why| why.to_string())
+    }
+
+    /// The values `settings` gives `name`, joined by spaces.
+    fn value(settings: &FileSettings, name: &str) -> Option<String> {
+        let setting = settings.settings.iter().find(|s| s.name == name)?;
+        let values: Vec<_> = setting.values.iter().map(|v| v.to_string_lossy()).collect();
+        Some(values.join(" "))
+    }
+
+    fn load(named: Option<OsString>) -> Result<Option<FileSettings>, Error> {
+        super::load(named, &crate::cli::command())
     }
 
     #[test]
@@ -295,16 +309,19 @@ mod tests {
              redis-ca-file = /etc/ssl/ca.pem\n",
         )
         .expect("valid");
-        assert_eq!(s.redis.len(), 1);
-        assert_eq!(s.redis[0].0, "redis://10.0.0.5:6379/2#x");
-        assert_eq!(s.redis[0].1.to_string(), "/etc/lockrun.conf line 3");
-        assert_eq!(s.prefix.as_deref(), Some("jobs:"));
-        assert_eq!(s.redis_timeout, Some(Duration::from_millis(500)));
-        assert_eq!(s.replica_acks, Some(ReplicaAcks::All));
-        assert_eq!(s.log_format, Some(Format::Json));
-        assert_eq!(s.ca_file.as_deref(), Some(Path::new("/etc/ssl/ca.pem")));
+        let value = |name| value(&s, name);
+        assert_eq!(value("redis").as_deref(), Some("redis://10.0.0.5:6379/2#x"));
+        assert_eq!(s.line("redis"), Some(3));
+        assert_eq!(value("prefix").as_deref(), Some("jobs:"));
+        assert_eq!(value("redis-timeout").as_deref(), Some("500ms"));
+        assert_eq!(value("replica-acks").as_deref(), Some("all"));
+        assert_eq!(value("log-format").as_deref(), Some("json"));
+        assert_eq!(value("redis-ca-file").as_deref(), Some("/etc/ssl/ca.pem"));
         let quorum = settings("redis = redis://a redis://b  redis://c").expect("valid");
-        assert_eq!(quorum.redis.len(), 3);
+        assert_eq!(
+            quorum.settings[0].values,
+            ["redis://a", "redis://b", "redis://c"]
+        );
     }
 
     #[test]
@@ -316,10 +333,9 @@ prefix = jobs:	# shared
 ",
         )
         .expect("valid");
-        assert_eq!(s.redis.len(), 1);
-        assert_eq!(s.redis[0].0, "redis://10.0.0.5:6379");
-        assert_eq!(s.prefix.as_deref(), Some("jobs:"));
-        assert_eq!(s.metrics_file.as_deref(), Some(Path::new("/run/m#1")));
+        assert_eq!(value(&s, "redis").as_deref(), Some("redis://10.0.0.5:6379"));
+        assert_eq!(value(&s, "prefix").as_deref(), Some("jobs:"));
+        assert_eq!(value(&s, "metrics-file").as_deref(), Some("/run/m#1"));
         let only = settings("prefix = # nothing but a comment").expect_err("no value");
         assert!(only.ends_with("line 1: prefix has no value"), "{only}");
     }
@@ -332,14 +348,19 @@ prefix = jobs:	# shared
 redis-password-file = ../secret
 metrics-file = /run/m
 ",
+            &crate::cli::command(),
         )
         .expect("valid");
-        assert_eq!(s.ca_file.as_deref(), Some(Path::new("/etc/lockrun/ca.pem")));
+        let value = |name| value(&s, name);
         assert_eq!(
-            s.password_file.as_deref(),
-            Some(Path::new("/etc/lockrun/../secret"))
+            value("redis-ca-file").as_deref(),
+            Some("/etc/lockrun/ca.pem")
         );
-        assert_eq!(s.metrics_file.as_deref(), Some(Path::new("/run/m")));
+        assert_eq!(
+            value("redis-password-file").as_deref(),
+            Some("/etc/lockrun/../secret")
+        );
+        assert_eq!(value("metrics-file").as_deref(), Some("/run/m"));
     }
 
     #[test]
@@ -351,15 +372,18 @@ metrics-file = /run/m
             ("prefx = a", "line 1: unknown setting 'prefx'; did you mean 'prefix'?"),
             ("prefix = a\n#\nprefix = b", "line 3: prefix is set again (first on line 1); set it once"),
             ("prefix =", "line 1: prefix has no value"),
-            ("redis-timeout = 0s", "line 1: redis-timeout 0s: give a duration longer than zero and at most 1y"),
+            ("redis-timeout = 5", "line 1: redis-timeout 5: a number needs a unit: write 5s for 5 seconds, or 500ms, 2m, 1h30m"),
             ("replica-acks = some", "line 1: replica-acks some: write a number of replicas, or all"),
             ("log-format = yaml", "line 1: log-format yaml: write text or json"),
-            ("history = -1", "line 1: history -1: \"-1\" is not a number of runs from 0 to 10000"),
+            ("history = -1", "line 1: history -1: -1 is not in 0..=10000"),
+            ("history = some", "line 1: history some: invalid digit found in string"),
             ("redis = 127.0.0.1:6379", "/etc/lockrun.conf line 1 '127.0.0.1:6379' has no scheme; write redis://127.0.0.1:6379 (rediss://127.0.0.1:6379 for TLS)"),
         ] {
             assert_eq!(settings(text).expect_err(text), want, "{text}");
         }
-        let err = parse(Path::new("f"), b"prefix = a\nprefix = \xff\n").expect_err("not UTF-8");
+        let options = crate::cli::command();
+        let err =
+            parse(Path::new("f"), b"prefix = a\nprefix = \xff\n", &options).expect_err("not UTF-8");
         assert_eq!(err.to_string(), "line 2: it is not UTF-8 text");
     }
 
@@ -387,7 +411,7 @@ metrics-file = /run/m
     fn the_packaged_template_is_all_comments_and_knows_each_setting() {
         let template = include_str!("../../etc/lockrun.conf");
         let none = settings(template).expect("the template parses");
-        assert!(none.redis.is_empty() && none.prefix.is_none());
+        assert!(none.settings.is_empty());
         let uncommented: String = template
             .lines()
             .map(|line| match line.strip_prefix("# ") {
@@ -402,7 +426,7 @@ metrics-file = /run/m
             })
             .collect();
         let all = settings(&uncommented).expect("every shown setting parses");
-        assert_eq!(all.redis.len(), 1);
+        assert_eq!(all.settings.len(), NAMES.len());
         for name in NAMES {
             assert!(
                 uncommented
@@ -428,6 +452,6 @@ metrics-file = /run/m
         let err = load(Some(dir.path().into())).expect_err("a directory");
         assert!(err.to_string().ends_with(": it is a directory"), "{err}");
         let empty = load(Some("/dev/null".into())).expect("an empty file");
-        assert!(empty.is_some_and(|s| s.redis.is_empty()));
+        assert!(empty.is_some_and(|s| s.settings.is_empty()));
     }
 }

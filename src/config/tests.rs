@@ -1,5 +1,3 @@
-use clap::Parser as _;
-
 use super::*;
 
 const S: Duration = Duration::from_secs(1);
@@ -83,13 +81,21 @@ fn run_config(flags: &[&str]) -> Result<RunConfig, Error> {
     run_with_file(flags, None)
 }
 
-fn run_with_file(flags: &[&str], file: Option<&FileSettings>) -> Result<RunConfig, Error> {
-    let args = ["lockrun", "--key", "k"]
+/// The same, over a configuration file at /etc/lockrun.conf holding `file`.
+fn run_with_file(flags: &[&str], file: Option<&str>) -> Result<RunConfig, Error> {
+    let options = crate::cli::command();
+    let path = std::path::Path::new(file::DEFAULT_PATH);
+    let file = file.map(|text| file::parse(path, text.as_bytes(), &options).expect("valid"));
+    let args: Vec<OsString> = ["lockrun", "--key", "k"]
         .into_iter()
         .chain(flags.iter().copied())
-        .chain(["--", "true"]);
-    let cli = Cli::try_parse_from(args).map_err(|err| Error::Usage(err.to_string()))?;
-    match Invocation::from_cli(cli, Passwords::default(), file)? {
+        .chain(["--", "true"])
+        .map(OsString::from)
+        .collect();
+    let presets = file.as_ref().map(FileSettings::presets).unwrap_or_default();
+    let cli = crate::cli::parse_from(options, presets, &args)
+        .map_err(|err| Error::Usage(err.to_string()))?;
+    match Invocation::from_cli(cli, Passwords::default(), file.as_ref())? {
         Invocation::Run(config) => Ok(config),
         other => panic!("not a run: {other:?}"),
     }
@@ -109,20 +115,8 @@ fn no_server_named_is_a_usage_error_naming_the_three_ways() {
 
 #[test]
 fn an_option_wins_over_the_file() {
-    let file = FileSettings {
-        path: "/etc/lockrun.conf".into(),
-        redis: vec![(
-            "redis://from-file:6379".into(),
-            UrlSource::File {
-                path: "/etc/lockrun.conf".into(),
-                line: 2,
-            },
-        )],
-        prefix: Some("file:".into()),
-        redis_timeout: Some(Duration::from_millis(700)),
-        ..FileSettings::default()
-    };
-    let config = run_with_file(&[], Some(&file)).expect("the file names a server");
+    let file = "\nredis = redis://from-file:6379\nprefix = file:\nredis-timeout = 700ms\n";
+    let config = run_with_file(&[], Some(file)).expect("the file names a server");
     let target = &config.lock.servers.targets()[0];
     assert_eq!(target.to_string(), "redis://from-file:6379");
     assert_eq!(target.source().to_string(), "/etc/lockrun.conf line 2");
@@ -137,7 +131,7 @@ fn an_option_wins_over_the_file() {
             "--redis-timeout",
             "1s",
         ],
-        Some(&file),
+        Some(file),
     )
     .expect("valid");
     let target = &config.lock.servers.targets()[0];
@@ -145,6 +139,25 @@ fn an_option_wins_over_the_file() {
     assert_eq!(*target.source(), UrlSource::Option);
     assert_eq!(config.lock.keys.lock, "p:{k}");
     assert_eq!(config.timing.redis_timeout, S);
+}
+
+/// A value the option's parser takes but the run refuses names the file's
+/// line when the file gave it, the option when the option did.
+#[test]
+fn a_refused_value_names_where_it_was_given() {
+    let file = "redis = redis://h\nredis-timeout = 0s\n";
+    let err = run_with_file(&[], Some(file)).expect_err("zero");
+    assert_eq!(
+        err.to_string(),
+        "/etc/lockrun.conf line 2: redis-timeout must be longer than zero"
+    );
+    let err = run_with_file(&["--redis-timeout=0s"], Some("redis = redis://h")).expect_err("zero");
+    assert_eq!(err.to_string(), "--redis-timeout must be longer than zero");
+    let err = run_with_file(&[], Some("redis = redis://h\nredis-timeout = 2y")).expect_err("long");
+    assert_eq!(
+        err.to_string(),
+        "/etc/lockrun.conf line 2: redis-timeout 2years is too long; use 1y (365.25 days) or less"
+    );
 }
 
 mod any_text {

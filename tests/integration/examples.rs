@@ -8,17 +8,15 @@ use std::fs::Permissions;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
+use crate::harness::{
+    alive, eventually, log_file, parent, read_log, scratch, wait_for_text, Expect, Running, Server,
+    LOCKRUN, NO_CONFIG, PATIENCE,
+};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-use wait_timeout::ChildExt;
-
-use crate::harness::{
-    alive, eventually, log_file, parent, read_log, scratch, wait_for_text, Server, LOCKRUN,
-    NO_CONFIG, PATIENCE,
-};
 
 /// Stands in for the project's own deploy script, which deploy.sh runs as
 /// `./scripts/deploy.sh ENV ARG...`: it writes its pid, then either hangs
@@ -35,7 +33,7 @@ const LOCK: &str = "deploy-staging";
 /// `sh examples/ci/deploy.sh staging ARG` in a directory of its own, with the
 /// lockrun just built first on PATH, pointed at the Redis at `url`.
 struct Deploy {
-    script: Child,
+    script: Running,
     dir: tempfile::TempDir,
 }
 
@@ -52,21 +50,21 @@ impl Deploy {
             std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
         ))
         .expect("PATH");
-        let script = Command::new("sh")
-            .arg(repo().join("examples/ci/deploy.sh"))
-            .args(["staging", arg])
-            .current_dir(dir.path())
-            .env("PATH", path)
-            .env("LOCKRUN_REDIS_URL", url)
-            .env(NO_CONFIG.0, NO_CONFIG.1)
-            .env_remove("LOCKRUN_REDIS_PASSWORD")
-            .env_remove("LOCKRUN_PREFIX")
-            .stdin(Stdio::null())
-            .stderr(log_file(&dir.path().join("stderr")))
-            // A group of its own, as a runner starts a job's shell.
-            .process_group(0)
-            .spawn()
-            .expect("run deploy.sh");
+        let script = Running::spawn(
+            Command::new("sh")
+                .arg(repo().join("examples/ci/deploy.sh"))
+                .args(["staging", arg])
+                .current_dir(dir.path())
+                .env("PATH", path)
+                .env("LOCKRUN_REDIS_URL", url)
+                .env(NO_CONFIG.0, NO_CONFIG.1)
+                .env_remove("LOCKRUN_REDIS_PASSWORD")
+                .env_remove("LOCKRUN_PREFIX")
+                .stdin(Stdio::null())
+                .stderr(log_file(&dir.path().join("stderr")))
+                // A group of its own, as a runner starts a job's shell.
+                .process_group(0),
+        );
         Deploy { script, dir }
     }
 
@@ -78,17 +76,21 @@ impl Deploy {
             pid = std::fs::read_to_string(&file)
                 .ok()
                 .and_then(|text| text.trim().parse().ok());
-            pid.is_some() || !matches!(self.script.try_wait(), Ok(None))
+            pid.is_some() || !self.script.running()
         });
         assert!(started, "the deploy never started");
-        pid.unwrap_or_else(|| panic!("deploy.sh exited first: {:?}", self.script.try_wait()))
+        pid.unwrap_or_else(|| panic!("deploy.sh exited first: {:?}", self.script.child.try_wait()))
     }
 
-    fn wait(&mut self) -> ExitStatus {
-        self.script
-            .wait_timeout(PATIENCE)
-            .expect("wait")
-            .unwrap_or_else(|| panic!("deploy.sh still running after {PATIENCE:?}"))
+    /// Waits for deploy.sh to end as `expect` says, its stderr shown if not.
+    fn exits(&mut self, expect: Expect) {
+        let stderr = self.dir.path().join("stderr");
+        self.script.exits_saying(expect, || read_log(&stderr));
+    }
+
+    /// SIGTERM to deploy.sh alone, as a CI runner cancelling the job sends.
+    fn terminate(&self) {
+        self.script.signal(Signal::SIGTERM);
     }
 }
 
@@ -101,8 +103,6 @@ impl Drop for Deploy {
                 let _ = kill(Pid::from_raw(lockrun), Signal::SIGTERM);
             }
         }
-        let _ = self.script.kill();
-        let _ = self.script.wait();
     }
 }
 
@@ -114,7 +114,7 @@ fn repo() -> PathBuf {
 fn deploy_sh_exits_with_the_deploys_status() {
     let redis = Server::start();
     let mut deploy = Deploy::start(&redis.url(), "3");
-    assert_eq!(deploy.wait().code(), Some(3));
+    deploy.exits(Expect::code(3));
     assert!(!redis.is_locked(LOCK), "the lock outlived the deploy");
 
     // Redis unreachable: the deploy waits it out (--wait 15m) without
@@ -126,13 +126,9 @@ fn deploy_sh_exits_with_the_deploys_status() {
         "lockrun never said it waits for Redis: {}",
         read_log(&stderr)
     );
-    assert_eq!(deploy.script.try_wait().ok(), Some(None), "still waiting");
-    kill(Pid::from_raw(deploy.script.id() as i32), Signal::SIGTERM).expect("SIGTERM deploy.sh");
-    assert_eq!(
-        deploy.wait().code(),
-        Some(128 + 15),
-        "cancelled while waiting"
-    );
+    assert!(deploy.script.running(), "still waiting");
+    deploy.terminate();
+    deploy.exits(Expect::code(128 + 15).context("cancelled while waiting"));
     assert!(
         !deploy.dir.path().join("deploy.pid").exists(),
         "the deploy ran without the lock"
@@ -149,16 +145,10 @@ fn sigterm_to_deploy_sh_alone_stops_the_deploy_and_frees_the_lock() {
 
     // The signal a CI runner sends when the job is cancelled, to the
     // script's pid only.
-    kill(Pid::from_raw(deploy.script.id() as i32), Signal::SIGTERM).expect("SIGTERM deploy.sh");
-    let status = deploy.wait();
-
+    deploy.terminate();
     // deploy.sh waited for lockrun, which waited for the deploy (ended by the
     // SIGTERM passed on to it) and released the lock.
-    assert_eq!(
-        status.code(),
-        Some(128 + Signal::SIGTERM as i32),
-        "{status}"
-    );
+    deploy.exits(Expect::code(128 + Signal::SIGTERM as i32));
     assert!(!alive(deploy_pid), "the deploy is still running");
     assert!(!alive(lockrun_pid), "lockrun is still running");
     assert!(!redis.is_locked(LOCK), "the lock is still held");
@@ -169,7 +159,7 @@ fn sigterm_to_deploy_sh_alone_stops_the_deploy_and_frees_the_lock() {
 /// terminal does, to its whole process group. Returns how the script ended
 /// and the last signal it took.
 fn cancel(deploy: &mut Deploy, group: bool) -> (ExitStatus, Signal) {
-    let pid = Pid::from_raw(deploy.script.id() as i32);
+    let pid = deploy.script.pid();
     let steps = [
         (Signal::SIGINT, Duration::from_millis(7500)),
         (Signal::SIGTERM, Duration::from_millis(2500)),
@@ -182,7 +172,7 @@ fn cancel(deploy: &mut Deploy, group: bool) -> (ExitStatus, Signal) {
             kill(pid, signal)
         };
         sent.expect("signal deploy.sh");
-        if let Some(status) = deploy.script.wait_timeout(grace).expect("wait") {
+        if let Some(status) = deploy.script.wait_for(grace) {
             return (status, signal);
         }
     }
@@ -231,12 +221,9 @@ fn deploy_sh_superseded_in_line_exits_79() {
         "no run waits in line"
     );
     let mut newer = Deploy::start(&redis.url(), "0");
-    assert_eq!(
-        older.wait().code(),
-        Some(i32::from(lockrun::exit_code::SUPERSEDED))
-    );
+    older.exits(Expect::code(i32::from(lockrun::exit_code::SUPERSEDED)));
     assert!(!older.dir.path().join("deploy.pid").exists());
-    kill(Pid::from_raw(running.script.id() as i32), Signal::SIGTERM).expect("SIGTERM deploy.sh");
-    assert_eq!(running.wait().code(), Some(128 + Signal::SIGTERM as i32));
-    assert_eq!(newer.wait().code(), Some(0), "the newer push deploys");
+    running.terminate();
+    running.exits(Expect::code(128 + Signal::SIGTERM as i32));
+    newer.exits(Expect::success().context("the newer push deploys"));
 }

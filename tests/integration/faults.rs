@@ -168,11 +168,7 @@ fn sigkill_to_lockrun_kills_its_command_and_the_next_run_gets_a_larger_token() {
     let mut first = redis.lockrun("job").args(["--ttl", TTL_ARG]).hold();
 
     first.run.signal(Signal::SIGKILL);
-    assert_eq!(
-        first.run.wait().code(),
-        None,
-        "lockrun cannot have exited on its own"
-    );
+    first.run.exits(Expect::killed_by(Signal::SIGKILL));
     assert!(
         eventually(PATIENCE, || !alive(first.child())),
         "the command outlived lockrun"

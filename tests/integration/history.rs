@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
+
 use crate::harness::*;
 
 /// `lockrun history --json` of `name` through `lockrun`: the runs, newest
@@ -185,21 +187,26 @@ fn a_lost_lease_and_a_superseded_run_leave_their_record() {
             .run();
         ran.assert(Expect::success().stdout_any());
     };
+    // Renewals close together: the removal is noticed at the next one.
+    let renewing = ["--ttl", "5s", "--renew-every", "100ms"];
     let mut lost = redis
         .lockrun("job")
-        .args(["--ttl", "5s"])
+        .args(renewing)
         .command(["sleep", "60"])
         .hold();
     force();
     lost.lost();
-    // Removed, and another run took the lock before this one released.
+    // Removed, and another run took the lock before this one could tell:
+    // it is stopped (SIGSTOP) meanwhile.
     let mut superseded = redis
         .lockrun("job")
-        .args(["--ttl", "10s", "--renew-every", "2s"])
+        .args(renewing)
         .command(["sleep", "60"])
         .hold();
+    superseded.run.signal(Signal::SIGSTOP);
     force();
     let mut next = redis.lockrun("job").hold();
+    superseded.run.signal(Signal::SIGCONT);
     superseded.lost();
     next.finish();
 

@@ -218,12 +218,12 @@ fn list_behind_sentinel_scans_the_primary() {
 
 #[test]
 fn list_over_a_quorum_shows_the_majority_view_and_needs_a_majority() {
+    // A member votes once it has been up longer than the ttl and its
+    // drift, in whole seconds: `quorum` waits for the 1s of this ttl.
     let mut servers = quorum(3);
-    // A member votes once it has been up longer than the ttl.
-    until_voting(&servers, 3);
     let timing = [
         "--ttl",
-        "2s",
+        "900ms",
         "--redis-timeout",
         "300ms",
         "--kill-grace",

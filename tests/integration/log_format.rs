@@ -273,7 +273,7 @@ fn a_waiting_run_says_its_place_then_acquires_and_releases() {
     );
     holder.go();
     holder.end().assert(Expect::success());
-    assert!(waiter.wait().success(), "{}", read_log(&log));
+    waiter.exits_saying(Expect::success(), || read_log(&log));
     let events = checked_events(&read_log(&log), Some("job"));
     assert_eq!(names(&events), ["waiting", "acquired", "released"]);
     let waiting = &events[0];

@@ -239,7 +239,7 @@ fn missing_channel_and_key_rules_are_named_together_and_a_release_is_never_a_fai
             .stderr_lacks("could not release")
             .stderr_one_line(),
     );
-    assert_eq!(waiter.wait().code(), Some(0));
+    waiter.exits(Expect::success());
     assert!(dir.path().join("ran").exists(), "the waiter ran");
     assert!(!server.is_locked("hand"));
 }

@@ -365,8 +365,8 @@ fn a_reader_never_sees_a_half_written_file() {
             })
             .collect();
         for run in &mut running {
-            let status = run.wait_for(Duration::from_secs(90));
-            assert_eq!(status.and_then(|s| s.code()), Some(0), "batch {batch}");
+            let limit = Duration::from_secs(90);
+            run.exits_within(limit, Expect::success(), || format!("batch {batch}"));
         }
     }
     stop.store(true, Ordering::SeqCst);
@@ -585,7 +585,7 @@ fn a_lockrun_killed_with_sigkill_stops_counting_at_the_next_write() {
     let pid = killed.run.pid().as_raw().unsigned_abs();
     assert_eq!(holders(&path, "job"), [pid]);
     killed.run.signal(Signal::SIGKILL);
-    assert_eq!(killed.run.wait().code(), None, "killed");
+    killed.run.exits(Expect::killed_by(Signal::SIGKILL));
     assert_eq!(
         value(&samples(&path), "lockrun_running", "job"),
         1.0,

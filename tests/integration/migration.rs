@@ -163,7 +163,7 @@ fn held_on_the_target(slot: &Move<'_>, url: &str, dir: &Path, fence: u64) -> u64
     assert!(busy, "{}", read_log(&said));
     holder.go();
     holder.end().assert(Expect::success());
-    assert!(waiter.wait().success(), "{}", read_log(&said));
+    waiter.exits_saying(Expect::success(), || read_log(&said));
     assert!(waited.exists());
     keys_on(slot, &[], &[FENCE]);
     read_log(&said)

@@ -131,16 +131,12 @@ fn runs_in_line_are_handed_the_lock_in_turn_while_its_keys_are_split() {
     assert_busy(&url);
     released_to_first(&mut holder, dir.path());
     assert_busy(&url);
-    assert!(
-        first.wait().success(),
-        "{}",
+    first.exits_saying(Expect::success(), || {
         read_log(&dir.path().join("first.stderr"))
-    );
-    assert!(
-        second.wait().success(),
-        "{}",
+    });
+    second.exits_saying(Expect::success(), || {
         read_log(&dir.path().join("second.stderr"))
-    );
+    });
     assert_eq!(
         order(dir.path()),
         ["first start", "first end", "second start", "second end"]
@@ -189,11 +185,9 @@ fn a_waiter_is_handed_the_lock_after_its_slot_moved_and_follows_it() {
     }));
 
     released_to_first(&mut holder, dir.path());
-    assert!(
-        first.wait().success(),
-        "{}",
+    first.exits_saying(Expect::success(), || {
         read_log(&dir.path().join("first.stderr"))
-    );
+    });
     // The dead second run is skipped, not handed the lock for its ttl.
     let after = Lockrun::via(&url)
         .key(NAME)

@@ -8,7 +8,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 
-use crate::harness::{eventually, quorum, scratch, Lockrun, Server, PATIENCE, QUORUM_TIMING};
+use crate::harness::{
+    eventually, quorum, scratch, Expect, Lockrun, Server, PATIENCE, QUORUM_TIMING,
+};
 
 /// Every command a server runs, scripts' own calls included, in the order
 /// it runs them: Redis's MONITOR, read on a thread of its own until the
@@ -67,8 +69,8 @@ fn a_waiter_subscribes_before_its_first_place_in_line_is_written() {
         monitor.all()
     );
     holder.go();
-    assert!(waiter.wait().success(), "the waiter failed");
-    assert!(holder.run.wait().success(), "the holder failed");
+    waiter.exits(Expect::success().context("the waiter"));
+    holder.end().assert(Expect::success().context("the holder"));
 
     let subscribed = monitor.first(r#""SUBSCRIBE" "lockrun:{job}:wake:"#);
     let placed = monitor.first(place);

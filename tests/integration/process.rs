@@ -271,7 +271,7 @@ fn a_daemon_is_killed_when_the_lease_is_lost() {
         while :; do sleep 0.05; done"#;
     let mut run = redis
         .lockrun("job")
-        .args(["--ttl", "2s"])
+        .args(["--ttl", "1s"])
         .sh(script, dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

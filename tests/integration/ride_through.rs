@@ -50,7 +50,7 @@ fn waiting(lockrun: Lockrun<'_>, dir: &Path) -> Running {
 /// servers, and its command ran after the fault was healed.
 fn rode_through(mut run: Running, dir: &Path, healed: SystemTime) {
     let stderr = || read_log(&dir.join("stderr"));
-    assert!(run.wait().success(), "{}", stderr());
+    run.exits_saying(Expect::success(), stderr);
     assert_eq!(stderr().matches("still waiting").count(), 1, "{}", stderr());
     started_after(dir, healed);
 }
@@ -112,11 +112,7 @@ fn a_waiting_run_rides_through_a_cluster_failover() {
         .spawn();
     let new = cluster.until_failed_over(key, old, &replicas);
     let mut run = run;
-    assert!(
-        run.wait().success(),
-        "{}",
-        read_log(&dir.path().join("stderr"))
-    );
+    run.exits_saying(Expect::success(), || read_log(&dir.path().join("stderr")));
     eprintln!(
         "cluster: command started {:?} after the slot's owner was killed",
         started_after(dir.path(), killed)

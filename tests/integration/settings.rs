@@ -128,12 +128,34 @@ fn an_option_wins_over_the_environment_which_wins_over_the_file() {
         .command(["true"])
         .run()
         .assert(Expect::success());
+    Lockrun::new()
+        .config(&file)
+        .env("LOCKRUN_PREFIX", "env:")
+        .key("job")
+        .command(["true"])
+        .run()
+        .assert(Expect::success());
     let keys = redis.keys();
     assert!(
         keys.iter().any(|key| key.starts_with("option:")),
         "{keys:?}"
     );
+    assert!(keys.iter().any(|key| key.starts_with("env:")), "{keys:?}");
     assert!(!keys.iter().any(|key| key.starts_with("file:")), "{keys:?}");
+    // A subcommand too, the option before it or after it.
+    let held = Lockrun::at(&redis).prefix("option:").key("job").hold();
+    for args in [
+        &["--prefix", "option:", "status", "-k", "job"][..],
+        &["status", "-k", "job", "--prefix", "option:"],
+    ] {
+        let ran = Lockrun::new().config(&file).args(args).run();
+        ran.assert(
+            Expect::success()
+                .stdout_starts("job: held by ")
+                .context(args.join(" ")),
+        );
+    }
+    drop(held);
 }
 
 #[test]

@@ -116,7 +116,7 @@ fn slots_place_of_a_sigkilled_holder_goes_to_the_next_waiter() {
 
     let killed = Instant::now();
     holders[1].run.signal(Signal::SIGKILL);
-    assert_eq!(holders[1].run.wait().code(), None);
+    holders[1].run.exits(Expect::killed_by(Signal::SIGKILL));
     assert!(
         eventually(PATIENCE, || !alive(holders[1].child())),
         "the command outlived lockrun"

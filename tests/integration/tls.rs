@@ -378,7 +378,7 @@ fn lock_busy_wait_and_status(url: &str, certs: &Certificates, node: &Server, ack
         read_log(&stderr)
     );
     holder.end().assert(Expect::success());
-    assert!(waiter.wait().success(), "{}", read_log(&stderr));
+    waiter.exits_saying(Expect::success(), || read_log(&stderr));
     assert!(!node.is_locked("job"));
 }
 

@@ -105,7 +105,7 @@ fn sentinel_lease_handed_to_a_waiter_is_acknowledged_before_its_command_starts()
     assert!(!ran_early, "the command started without acknowledgement");
 
     // Once the replicas answer again, the waiter gets the lock in its place.
-    assert!(waiter.wait().success(), "{}", read_log(&stderr));
+    waiter.exits_saying(Expect::success(), || read_log(&stderr));
     assert!(started.exists());
 }
 

@@ -456,7 +456,20 @@ impl Running {
     /// to a log, say) in a failure's report.
     #[track_caller]
     pub fn exits_saying(&mut self, expect: Expect, context: impl FnOnce() -> String) {
-        let status = self.wait();
+        self.exits_within(PATIENCE, expect, context);
+    }
+
+    /// `exits_saying`, waiting up to `limit` rather than `PATIENCE`.
+    #[track_caller]
+    pub fn exits_within(
+        &mut self,
+        limit: Duration,
+        expect: Expect,
+        context: impl FnOnce() -> String,
+    ) {
+        let status = self
+            .wait_for(limit)
+            .unwrap_or_else(|| panic!("still running after {limit:?}: {}", self.command));
         let took = self.began.elapsed();
         let ran = Ran::new(status, took, Vec::new(), &[], self.command.clone());
         let said = context();

@@ -73,19 +73,22 @@ pub struct Running {
 
 impl Running {
     pub fn spawn(command: &mut Command) -> Self {
-        Running {
-            child: command.spawn().expect("spawn"),
-            group: false,
-            began: Instant::now(),
-            command: format!("{command:?}"),
-        }
+        Self::start(command, false)
     }
 
     /// `command`, which puts the process in a group of its own.
     pub(super) fn spawn_group(command: &mut Command) -> Self {
+        Self::start(command, true)
+    }
+
+    fn start(command: &mut Command, group: bool) -> Self {
+        let child = command.spawn().unwrap_or_else(|err| {
+            let program = command.get_program().to_string_lossy();
+            panic!("cannot start {program}: {err} (scripts/test installs what the tests run)")
+        });
         Running {
-            child: command.spawn().expect("spawn"),
-            group: true,
+            child,
+            group,
             began: Instant::now(),
             command: format!("{command:?}"),
         }
@@ -113,7 +116,9 @@ impl Running {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Kills it (and its group), stopped or not, and reaps it.
+    /// Kills it (and its group) at once, stopped or not, and reaps it. It
+    /// is continued first: a stopped process takes SIGKILL only once
+    /// continued on some kernels' ptrace paths.
     pub(super) fn kill(&mut self) {
         if !self.running() {
             return;
@@ -122,17 +127,10 @@ impl Running {
             let _ = killpg(self.pid(), Signal::SIGCONT);
             let _ = killpg(self.pid(), Signal::SIGKILL);
         }
-        kill_and_reap(&mut self.child);
+        let _ = kill(self.pid(), Signal::SIGCONT);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
-}
-
-/// Kills `child` at once, stopped or not, and reaps it. It is continued
-/// first: a stopped process takes SIGKILL only once continued on some
-/// kernels' ptrace paths.
-pub(super) fn kill_and_reap(child: &mut Child) {
-    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGCONT);
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 impl Drop for Running {

@@ -3,14 +3,14 @@
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tempfile::TempDir;
 
-use super::{eventually, free_port, Certificates, PATIENCE};
+use super::{eventually, free_port, Certificates, Running, PATIENCE};
 
 /// A redis-server in a temporary directory of its own, on a unix socket
 /// there, a free loopback port, or both. Killed when dropped.
@@ -26,7 +26,7 @@ pub struct Server {
     /// For a TLS-only server: what the harness's own connections trust and
     /// show.
     tls: Option<redis::TlsCertificates>,
-    process: Option<Child>,
+    process: Option<Running>,
 }
 
 /// The redis-server every `Server` runs: `LOCKRUN_TEST_REDIS_SERVER` when
@@ -180,14 +180,12 @@ impl Server {
         if self.sentinel {
             command.arg("--sentinel");
         }
-        let process = command
+        let command = command
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|err| panic!("{}: {err} (scripts/test installs it)", redis_server()));
-        self.process = Some(process);
+            .stderr(Stdio::null());
+        self.process = Some(Running::spawn(command));
     }
 
     /// Waits until it accepts connections.
@@ -198,10 +196,7 @@ impl Server {
             (None, None) => unreachable!("a server listens somewhere"),
         });
         // Something else answering on the port while ours gave up on it.
-        let alive = self
-            .process
-            .as_mut()
-            .is_some_and(|process| matches!(process.try_wait(), Ok(None)));
+        let alive = self.process.as_mut().is_some_and(Running::running);
         assert!(ready && alive, "redis-server did not start: {}", self.log());
     }
 
@@ -232,7 +227,7 @@ impl Server {
     }
 
     pub fn pid(&self) -> Pid {
-        Pid::from_raw(self.process.as_ref().expect("running").id() as i32)
+        self.process.as_ref().expect("running").pid()
     }
 
     pub fn is_running(&self) -> bool {
@@ -299,7 +294,7 @@ impl Server {
     /// Kills the server at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut process) = self.process.take() {
-            super::process::kill_and_reap(&mut process);
+            process.kill();
         }
         if let Some(socket) = &self.socket {
             let _ = std::fs::remove_file(socket);
