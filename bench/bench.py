@@ -52,6 +52,8 @@ HANDOFF_MEDIAN_RATIO = 1.35
 HANDOFF_P99_RATIO = 2.0
 THROUGHPUT_RATIO = 0.65
 PEAK_RSS_KIB = 4 * 1024
+# Issue 29: a run over TLS 1.3 against the same run over TCP.
+TLS_RATIO = 1.5
 GROWTH_TOLERANCE = 0.10
 QUEUE_WALL_RATIO = 1.1
 QUEUE_SCRIPT_CALLS = 4
@@ -73,6 +75,14 @@ def percentile(values, p):
 
 def ms(ns):
     return ns / 1e6
+
+
+def paired(values, base):
+    """The median of the per-round ratios values[i] / base[i]: the tools of
+    one round ran side by side, so a neighbour's burst that slows one round
+    cancels out of its ratio, where it would move the two medians apart (the
+    one method of BENCHMARKS.md, "How each figure is taken")."""
+    return statistics.median(v / b for v, b in zip(values, base))
 
 
 class Redis:
@@ -168,6 +178,11 @@ class Bench:
         self.flock = shutil.which("flock")
         self.lockfile = os.path.join(self.work, "flock.lock")
         self.tcp = "redis://127.0.0.1:%d" % opts.port
+        # TLS 1.3 to the same server, trusting the throwaway CA (run.sh).
+        self.tls = (
+            ["--redis", "rediss://127.0.0.1:%d" % opts.tls_port, "--redis-ca-file", opts.ca]
+            if opts.tls_port else None
+        )
         self.unix = "unix://%s" % opts.socket
         self.env = {
             k: v
@@ -186,6 +201,10 @@ class Bench:
         self.errlog = os.path.join(self.work, "stderr.log")
         self.redis = Redis(opts.port)
         self.live = set()
+        # The paired ratios to flock (`paired`), filled in as measured.
+        self.overhead_ratio = {}
+        self.handoff_ratio = {}
+        self.throughput_ratio = {}
 
     # --- commands -----------------------------------------------------------
 
@@ -276,7 +295,8 @@ class Bench:
         return time.perf_counter_ns() - started
 
     def overhead_samples(self, tools, runs, warmup=20):
-        """Round-robin runs of each tool, in a fresh random order per round."""
+        """Round-robin runs of each tool, in a fresh random order per round:
+        {tool: [ns of round 0, round 1, ...]}, one sample a round."""
         samples = {name: [] for name, _ in tools}
         for i in range(warmup + runs):
             order = list(tools)
@@ -296,11 +316,20 @@ class Bench:
             ("true alone", [self.true]),
             ("lockrun start-up", [self.opts.lockrun, "--version"]),
         ] + self.tools("bench-overhead", [self.true])
+        if self.tls:
+            tls = [self.opts.lockrun] + self.tls + ["--key", "bench-overhead", "--", self.true]
+            tools.append(("lockrun tls", tls))
         samples = self.overhead_samples(tools, runs)
         result = {
             name: (ms(statistics.median(s)), ms(percentile(s, 99))) for name, s in samples.items()
         }
-        self.overhead_result = result
+        # The ratios, round by round: to flock, and TLS to TCP.
+        self.overhead_ratio = {
+            name: paired(s, samples["flock"]) for name, s in samples.items()
+        }
+        if self.tls:
+            self.overhead_ratio["tls to tcp"] = paired(samples["lockrun tls"],
+                                                       samples["lockrun tcp"])
         return result
 
     # --- 2. handoff ---------------------------------------------------------
@@ -369,16 +398,22 @@ class Bench:
         if self.etcd:
             tools.append(("etcdctl", lambda job: self.etcdctl_cmd(key, job)))
         gaps = {name: [] for name, _ in tools}
+        round_medians = {name: [] for name, _ in tools}
         overlaps = {name: 0 for name, _ in tools}
-        # Two rounds, alternating tools, so that drift hits all of them.
-        rounds = 2
+        # Six rounds, the tools alternating, so that drift hits all of them
+        # and each round's median gap pairs with the other tools'.
+        rounds = 6
         per_round = max(1, each // rounds)
         for r in range(rounds):
             for name, argv_of in tools if r % 2 == 0 else reversed(tools):
                 g, o = self.handoff_once(name, argv_of, contenders, per_round)
                 self.settle(name)
                 gaps[name] += g
+                round_medians[name].append(statistics.median(g))
                 overlaps[name] += o
+        self.handoff_ratio[contenders] = {
+            name: paired(m, round_medians["flock"]) for name, m in round_medians.items()
+        }
         return {
             name: (
                 ms(statistics.median(g)),
@@ -401,6 +436,7 @@ class Bench:
                 took = self.contend(argv, contenders, each)
                 self.settle(name)
                 rates[name].append(contenders * each / (took / 1e9))
+        self.throughput_ratio = {name: paired(r, rates["flock"]) for name, r in rates.items()}
         return {name: statistics.median(r) for name, r in rates.items()}
 
     # --- 4. memory ----------------------------------------------------------
@@ -677,6 +713,8 @@ def main():
     parser.add_argument("--socket", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--tls-port", type=int, help="the same server's TLS port")
+    parser.add_argument("--ca", help="the CA that signed its certificate")
     parser.add_argument("--runs", type=int, default=300, help="overhead runs per tool")
     parser.add_argument(
         "--handoffs", type=int, default=300, help="acquisitions per handoff setting and tool"
@@ -751,21 +789,21 @@ def measure_only(bench, opts, info, began):
     print("measured in %.0f s; %s left alone" % (time.monotonic() - began, opts.out))
 
 
-def builds_table(over, hand3, hand8, thru, rss):
+def builds_table(bench, over, hand3, hand8, thru, rss):
     """The static build (the headline, what ships) and the dynamic one, each over TCP."""
     rows = []
-    for what, static, dynamic, flock, fmt in (
-        ("overhead `X -- true`, median", over["lockrun tcp"][0], over["dynamic tcp"][0],
-         over["flock"][0], "%.2f ms"),
-        ("handoff gap, 3 contenders, median", hand3["lockrun tcp"][0], hand3["dynamic tcp"][0],
-         hand3["flock"][0], "%.2f ms"),
-        ("handoff gap, 8 contenders, median", hand8["lockrun tcp"][0], hand8["dynamic tcp"][0],
-         hand8["flock"][0], "%.2f ms"),
-        ("throughput, 8 × 25 × `true`", thru["lockrun tcp"], thru["dynamic tcp"], thru["flock"],
-         "%.0f /s"),
+    for what, results, ratios, fmt in (
+        ("overhead `X -- true`, median", {k: v[0] for k, v in over.items()},
+         bench.overhead_ratio, "%.2f ms"),
+        ("handoff gap, 3 contenders, median", {k: v[0] for k, v in hand3.items()},
+         bench.handoff_ratio[3], "%.2f ms"),
+        ("handoff gap, 8 contenders, median", {k: v[0] for k, v in hand8.items()},
+         bench.handoff_ratio[8], "%.2f ms"),
+        ("throughput, 8 × 25 × `true`", thru, bench.throughput_ratio, "%.0f /s"),
     ):
         rows.append("| %s | %s (%.2f×) | %s (%.2f×) | %s |" % (
-            what, fmt % static, static / flock, fmt % dynamic, dynamic / flock, fmt % flock))
+            what, fmt % results["lockrun tcp"], ratios["lockrun tcp"],
+            fmt % results["dynamic tcp"], ratios["dynamic tcp"], fmt % results["flock"]))
     rows.append("| peak RSS (VmHWM) while the command runs | %.2f MiB | %.2f MiB | %.2f MiB |" % (
         rss["lockrun tcp"][0] / 1024, rss["dynamic tcp"][0] / 1024, rss["flock"][0] / 1024))
     return "\n".join([
@@ -820,15 +858,19 @@ def measure(bench, opts, info, began):
     f2 = lambda x: "%.2f ms" % x
     x2 = lambda r: "%.2f×" % r
     t, u, f, e = over["lockrun tcp"], over["lockrun unix"], over["flock"], get(over, "etcdctl")
-    r = t[0] / f[0]
+    r = bench.overhead_ratio["lockrun tcp"]
     row("overhead `X -- true`, median", f2(t[0]), f2(u[0]), f2(f[0]), e and f2(e[0]), x2(r),
         e and x2(t[0] / e[0]), "≤ %.2f×" % OVERHEAD_MEDIAN_RATIO,
         verdict(r <= OVERHEAD_MEDIAN_RATIO))
     row("overhead `X -- true`, p99", f2(t[1]), f2(u[1]), f2(f[1]), e and f2(e[1]),
         x2(t[1] / f[1]), e and x2(t[1] / e[1]), "", "")
+    if "lockrun tls" in over:
+        r = bench.overhead_ratio["tls to tcp"]
+        row("overhead `lockrun -- true` over TLS 1.3, median", f2(over["lockrun tls"][0]), "",
+            "", "", "%.2f× of TCP" % r, "", "≤ 1.50× of TCP", verdict(r <= TLS_RATIO))
     for n, h in ((3, hand3), (8, hand8)):
         t, u, f, e = h["lockrun tcp"], h["lockrun unix"], h["flock"], get(h, "etcdctl")
-        r = t[0] / f[0]
+        r = bench.handoff_ratio[n]["lockrun tcp"]
         row("handoff gap, %d contenders, median" % n, f2(t[0]), f2(u[0]), f2(f[0]),
             e and f2(e[0]), x2(r), e and x2(t[0] / e[0]),
             "≤ %.2f×" % HANDOFF_MEDIAN_RATIO, verdict(r <= HANDOFF_MEDIAN_RATIO))
@@ -840,7 +882,7 @@ def measure(bench, opts, info, began):
         row("handoff overlaps, %d contenders (%d gaps)" % (n, t[3]), str(t[2]), str(u[2]),
             str(f[2]), e and str(e[2]), "", "", "0", verdict(all_zero))
     t, u, f, e = thru["lockrun tcp"], thru["lockrun unix"], thru["flock"], get(thru, "etcdctl")
-    r = t / f
+    r = bench.throughput_ratio["lockrun tcp"]
     rate = lambda x: "%.0f /s" % x
     row("throughput, 8 × 25 × `true`", rate(t), rate(u), rate(f), e and rate(e), x2(r),
         e and x2(t / e), "≥ %.2f×" % THROUGHPUT_RATIO, verdict(r >= THROUGHPUT_RATIO))
@@ -880,7 +922,7 @@ def measure(bench, opts, info, began):
         verdict(fair["lockrun"] == 0))
     slots_rows(slots, row)
 
-    builds = builds_table(over, hand3, hand8, thru, rss) if opts.lockrun_dynamic else ""
+    builds = builds_table(bench, over, hand3, hand8, thru, rss) if opts.lockrun_dynamic else ""
     columns = ["measure", "lockrun, TCP loopback", "lockrun, unix socket", "flock(1)"]
     columns += ["etcdctl lock"] if etcd else []
     columns += ["lockrun TCP / flock"]
@@ -932,9 +974,13 @@ def measure(bench, opts, info, began):
 
 {tools}, measured side by side in one run by `bench/run.sh`
 ({elapsed:.0f} s of measuring, plus the release builds{skip}). The targets are the ratios to flock from
-issues 5, 10 and 37; the headline column is the static build that ships, talking to Redis over TCP
-loopback, the realistic case. Runs of the tools are interleaved, so a busy neighbour slows them alike; absolute
-figures move with the machine's load, the ratios much less.
+issues 5, 10, 29 and 37; the headline column is the static build that ships, talking to Redis over TCP
+loopback, the realistic case. One method throughout: the tools run side by side in rounds (in a
+fresh random order each round), and each ratio is the median of the per-round ratios, so that a
+busy neighbour's burst, which slows one round, cancels out of that round's ratio. Absolute figures
+move with the machine's load and its cost of starting a glibc program (`true` alone, below: flock
+pays it twice a run, for itself and for `true`, a static lockrun once, for `true`), the paired
+ratios less; BENCHMARKS.md, "Measured by hand", has how far.
 
 - Machine: {info['nproc']} CPUs, {info['cpu']}, Linux {info['kernel']}, redis-server {info['redis']}{"; " + versions if versions else ""}
 - Date: {info['date']}; load average {info['load']} at the start, {info['load_end']} at the end; niceness {info['nice']}
@@ -946,15 +992,18 @@ figures move with the machine's load, the ratios much less.
 {builds}
 How each figure is taken:
 
-- **overhead**: wall time from spawn to reaped of `lockrun --key K -- true`{cmds}
-  {opts.runs} runs each after 20 warm-up runs, uncontended.
+- **overhead**: wall time from spawn (`posix_spawn`) to reaped of `lockrun --key K -- true`{cmds}
+  {opts.runs} rounds after 20 warm-up rounds, uncontended; the ratio is the median of the per-round
+  ratios. Over TLS: `rediss://` to the same server (a P-256 certificate from a throwaway CA, given
+  with `--redis-ca-file`), in the same rounds, against the TCP run of the same round.
 - **handoff**: 3 and 8 contenders, each a shell loop running the tool around a job that logs
   CLOCK_MONOTONIC at its start and end and sleeps {JOB_MS} ms (`bench/stamp.rs`, a tiny std-only
   binary, so its own start-up is a small, equal part of every gap). {waits} The gap is the next job's start minus the previous job's
-  end. An overlap is a job that found another's marker directory (mkdir) or started before
+  end. Six rounds, the tools alternating; the ratio is the median of the rounds' ratios of
+  median gaps. An overlap is a job that found another's marker directory (mkdir) or started before
   the previous one ended.
 - **throughput**: 8 contenders × 25 acquisitions of `true`, the median of 9 repetitions, the tools
-  alternating.
+  alternating; the ratio is the median of the repetitions' ratios.
 {rss_how}
 - **cost growth**: the overhead while 1, 100 and 1,000 other keys `lockrun:{{name}}` with a
   ttl are held in the same Redis, measured in alternating rounds.
