@@ -205,6 +205,8 @@ class Bench:
         self.overhead_ratio = {}
         self.handoff_ratio = {}
         self.throughput_ratio = {}
+        self.baseline_difference = None
+        self.growth_ratio = {}
 
     # --- commands -----------------------------------------------------------
 
@@ -319,7 +321,13 @@ class Bench:
         if self.tls:
             tls = [self.opts.lockrun] + self.tls + ["--key", "bench-overhead", "--", self.true]
             tools.append(("lockrun tls", tls))
+        if self.opts.baseline:
+            tools.append(("baseline tcp", self.lockrun(self.tcp, "bench-overhead", [self.true],
+                                                       binary=self.opts.baseline)))
         samples = self.overhead_samples(tools, runs)
+        if self.opts.baseline:
+            self.baseline_difference = ms(statistics.median(
+                a - b for a, b in zip(samples["lockrun tcp"], samples["baseline tcp"])))
         result = {
             name: (ms(statistics.median(s)), ms(percentile(s, 99))) for name, s in samples.items()
         }
@@ -662,16 +670,24 @@ class Bench:
     def growth(self, levels=(1, 100, 1000), rounds=8):
         per_round = max(1, self.opts.runs // rounds)
         argv = self.lockrun(self.tcp, "bench-growth", [self.true])
+        flock = self.flock_cmd([self.true])
         samples = {n: [] for n in levels}
+        # Each lockrun run paired with a flock run beside it, whose time
+        # the keys in Redis do not move: the growth is of the paired ratio.
+        ratios = {n: [] for n in levels}
         for r in range(rounds):
             order = list(levels) if r % 2 == 0 else list(reversed(levels))
             for n in order:
                 self.set_other_keys(n)
                 for i in range(per_round + 3):
-                    took = self.timed(argv)
+                    pair = [argv, flock] if i % 2 == 0 else [flock, argv]
+                    took = {id(a): self.timed(a) for a in pair}
                     if i >= 3:
-                        samples[n].append(took)
+                        samples[n].append(took[id(argv)])
+                        ratios[n].append(took[id(argv)] / took[id(flock)])
         self.set_other_keys(0)
+        self.growth_ratio = {n: statistics.median(ratios[n]) / statistics.median(ratios[levels[0]])
+                             for n in levels}
         return {n: (ms(statistics.median(s)), ms(percentile(s, 99))) for n, s in samples.items()}
 
 
@@ -724,7 +740,12 @@ def main():
     parser.add_argument("--etcd-version", default="unknown")
     parser.add_argument("--etcdctl-version", default="unknown")
     parser.add_argument(
-        "--only", choices=["slots"], help="measure this one case and print it; --out is left alone"
+        "--only", choices=["slots", "overhead"],
+        help="measure this one case and print it; --out is left alone"
+    )
+    parser.add_argument(
+        "--baseline", help="another build of lockrun, measured in the overhead's rounds: "
+        "how to judge a change (bench/README.md)"
     )
     opts = parser.parse_args()
 
@@ -780,7 +801,20 @@ def measure_only(bench, opts, info, began):
     def row(what, tcp, unix, flock, etc, ratio, etc_ratio, target, ok):
         rows.append("| %s |" % " | ".join([what, tcp, ratio, target, ok]))
 
-    slots_rows(bench.slots(), row)
+    if opts.only == "slots":
+        slots_rows(bench.slots(), row)
+    else:
+        over = bench.overhead()
+        for name, (median, p99) in over.items():
+            row("`%s`, median (p99)" % name, "%.3f ms (%.3f)" % (median, p99), "", "", "",
+                "%.3f× flock" % bench.overhead_ratio[name], "", "", "")
+        if "lockrun tls" in over:
+            r = bench.overhead_ratio["tls to tcp"]
+            row("TLS run against the TCP run", "", "", "", "", "%.3f× of TCP" % r, "",
+                "≤ %.2f×" % TLS_RATIO, verdict(r <= TLS_RATIO))
+        if bench.baseline_difference is not None:
+            row("this build less `--baseline`, per round", "%+.3f ms" % bench.baseline_difference,
+                "", "", "", "", "", "", "")
     print("| measure | lockrun, TCP loopback | ratio | target | |")
     print("|---|---|---|---|---|")
     print("\n".join(rows))
@@ -864,6 +898,9 @@ def measure(bench, opts, info, began):
         verdict(r <= OVERHEAD_MEDIAN_RATIO))
     row("overhead `X -- true`, p99", f2(t[1]), f2(u[1]), f2(f[1]), e and f2(e[1]),
         x2(t[1] / f[1]), e and x2(t[1] / e[1]), "", "")
+    if bench.baseline_difference is not None:
+        row("overhead, this build less `--baseline`, median of the rounds' differences",
+            "%+.3f ms" % bench.baseline_difference, "", "", "", "", "", "", "")
     if "lockrun tls" in over:
         r = bench.overhead_ratio["tls to tcp"]
         row("overhead `lockrun -- true` over TLS 1.3, median", f2(over["lockrun tls"][0]), "",
@@ -895,12 +932,11 @@ def measure(bench, opts, info, began):
         mib(rss["lockrun tcp"][1]), "", "", e and mib(e[1]), "",
         e and x2(rss["lockrun tcp"][1] / e[1]),
         "≤ 4 MiB", verdict(rss["lockrun tcp"][1] <= PEAK_RSS_KIB))
-    base = grow[1][0]
-    worst = max(abs(grow[n][0] / base - 1) for n in grow)
+    worst = max(abs(bench.growth_ratio[n] - 1) for n in grow)
     for n in sorted(grow):
         last = n == max(grow)
         row("overhead median, %s other key%s held" % (format(n, ","), "" if n == 1 else "s"),
-            f2(grow[n][0]), "", "", "", "%.2f× of 1 key" % (grow[n][0] / base), "",
+            f2(grow[n][0]), "", "", "", "%.2f× of 1 key" % bench.growth_ratio[n], "",
             "±%d %%" % (GROWTH_TOLERANCE * 100) if last else "",
             verdict(worst <= GROWTH_TOLERANCE) if last else "")
 
@@ -1006,7 +1042,8 @@ How each figure is taken:
   alternating; the ratio is the median of the repetitions' ratios.
 {rss_how}
 - **cost growth**: the overhead while 1, 100 and 1,000 other keys `lockrun:{{name}}` with a
-  ttl are held in the same Redis, measured in alternating rounds.
+  ttl are held in the same Redis, measured in alternating rounds, each run paired with a flock
+  run beside it; the figure is the median ratio to flock against that with 1 key.
 - **queue**: 5, 60 and 200 copies of `lockrun --wait forever --key K -- sleep 0.02` (and of
   `flock FILE sleep 0.02`) started together; the wall time until the last one is reaped, and
   the Redis script calls (`EVALSHA` + `EVAL` in `INFO commandstats`, before and after) divided

@@ -9,12 +9,16 @@
 #   bench/run.sh --runs 100      # fewer overhead runs (other options go to bench.py)
 #   bench/run.sh --only slots    # one case (60 waiters on 3 slots), printed;
 #                                # BENCHMARKS.md is left alone
+#   bench/run.sh --only overhead --baseline /tmp/old/lockrun
+#                                # `-- true` only, this build against another in
+#                                # the same rounds (how to judge a change)
 #
 # Builds the release binaries (the static musl one, measured by default, and
-# the dynamic glibc one beside it), starts a throwaway redis-server on a unix socket
-# and a free loopback TCP port in a temporary directory (never the Redis on
-# 6379), runs bench/bench.py, and removes the server and the directory on
-# exit, however it exits. Needs cargo, redis-server, flock and python3, and
+# the dynamic glibc one beside it), starts a throwaway redis-server on a unix socket,
+# a free loopback TCP port and a TLS port (a throwaway CA's certificate) in a
+# temporary directory (never the Redis on 6379), runs bench/bench.py, and removes
+# the server and the directory on exit, however it exits. Needs cargo,
+# redis-server (built with TLS), flock, openssl and python3, and
 # for the static build the rustup target x86_64-unknown-linux-musl and
 # musl-tools (scripts/dist installs both).
 #
