@@ -1016,7 +1016,7 @@ fresh random order each round), and each ratio is the median of the per-round ra
 busy neighbour's burst, which slows one round, cancels out of that round's ratio. Absolute figures
 move with the machine's load and its cost of starting a glibc program (`true` alone, below: flock
 pays it twice a run, for itself and for `true`, a static lockrun once, for `true`), the paired
-ratios less; BENCHMARKS.md, "Measured by hand", has how far.
+ratios less: "Measured by hand", below, says how far and why.
 
 - Machine: {info['nproc']} CPUs, {info['cpu']}, Linux {info['kernel']}, redis-server {info['redis']}{"; " + versions if versions else ""}
 - Date: {info['date']}; load average {info['load']} at the start, {info['load_end']} at the end; niceness {info['nice']}
