@@ -82,7 +82,11 @@ fn every_path_at_its_floor_but_the_listed_excess() {
         let want = r["floor"].as_u64().expect("floor") + flights;
         let want_connects = r["connects_floor"].as_u64().expect("floor") + connects;
         let expected_status = if path.starts_with("busy") { 75 } else { 0 };
-        if r["flights"].as_u64() != Some(want)
+        let flights_ok = match r["flights"].as_u64() {
+            Some(n) if overlapping(path) => n <= want,
+            n => n == Some(want),
+        };
+        if !flights_ok
             || r["connects"].as_u64() != Some(want_connects)
             || r["statuses"] != serde_json::json!([expected_status])
         {
@@ -94,6 +98,13 @@ fn every_path_at_its_floor_but_the_listed_excess() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Whether a path's bursts to several servers may overlap, counting as one
+/// flight, or not, by timing alone: the crate's cluster client talks to
+/// every node at once. Such a path is held to at most its flights.
+fn overlapping(path: &str) -> bool {
+    path.starts_with("Cluster")
 }
 
 /// `bench/roundtrips.py --serve`: its delay proxy in front of `server`,
