@@ -52,6 +52,8 @@ HANDOFF_MEDIAN_RATIO = 1.35
 HANDOFF_P99_RATIO = 2.0
 THROUGHPUT_RATIO = 0.65
 PEAK_RSS_KIB = 4 * 1024
+# Issue 29: a run over TLS 1.3 against the same run over TCP.
+TLS_RATIO = 1.5
 GROWTH_TOLERANCE = 0.10
 QUEUE_WALL_RATIO = 1.1
 QUEUE_SCRIPT_CALLS = 4
@@ -73,6 +75,14 @@ def percentile(values, p):
 
 def ms(ns):
     return ns / 1e6
+
+
+def paired(values, base):
+    """The median of the per-round ratios values[i] / base[i]: the tools of
+    one round ran side by side, so a neighbour's burst that slows one round
+    cancels out of its ratio, where it would move the two medians apart (the
+    one method of BENCHMARKS.md, "How each figure is taken")."""
+    return statistics.median(v / b for v, b in zip(values, base))
 
 
 class Redis:
@@ -168,6 +178,11 @@ class Bench:
         self.flock = shutil.which("flock")
         self.lockfile = os.path.join(self.work, "flock.lock")
         self.tcp = "redis://127.0.0.1:%d" % opts.port
+        # TLS 1.3 to the same server, trusting the throwaway CA (run.sh).
+        self.tls = (
+            ["--redis", "rediss://127.0.0.1:%d" % opts.tls_port, "--redis-ca-file", opts.ca]
+            if opts.tls_port else None
+        )
         self.unix = "unix://%s" % opts.socket
         self.env = {
             k: v
@@ -186,6 +201,12 @@ class Bench:
         self.errlog = os.path.join(self.work, "stderr.log")
         self.redis = Redis(opts.port)
         self.live = set()
+        # The paired ratios to flock (`paired`), filled in as measured.
+        self.overhead_ratio = {}
+        self.handoff_ratio = {}
+        self.throughput_ratio = {}
+        self.baseline_difference = None
+        self.growth_ratio = {}
 
     # --- commands -----------------------------------------------------------
 
@@ -276,7 +297,8 @@ class Bench:
         return time.perf_counter_ns() - started
 
     def overhead_samples(self, tools, runs, warmup=20):
-        """Round-robin runs of each tool, in a fresh random order per round."""
+        """Round-robin runs of each tool, in a fresh random order per round:
+        {tool: [ns of round 0, round 1, ...]}, one sample a round."""
         samples = {name: [] for name, _ in tools}
         for i in range(warmup + runs):
             order = list(tools)
@@ -296,11 +318,26 @@ class Bench:
             ("true alone", [self.true]),
             ("lockrun start-up", [self.opts.lockrun, "--version"]),
         ] + self.tools("bench-overhead", [self.true])
+        if self.tls:
+            tls = [self.opts.lockrun] + self.tls + ["--key", "bench-overhead", "--", self.true]
+            tools.append(("lockrun tls", tls))
+        if self.opts.baseline:
+            tools.append(("baseline tcp", self.lockrun(self.tcp, "bench-overhead", [self.true],
+                                                       binary=self.opts.baseline)))
         samples = self.overhead_samples(tools, runs)
+        if self.opts.baseline:
+            self.baseline_difference = ms(statistics.median(
+                a - b for a, b in zip(samples["lockrun tcp"], samples["baseline tcp"])))
         result = {
             name: (ms(statistics.median(s)), ms(percentile(s, 99))) for name, s in samples.items()
         }
-        self.overhead_result = result
+        # The ratios, round by round: to flock, and TLS to TCP.
+        self.overhead_ratio = {
+            name: paired(s, samples["flock"]) for name, s in samples.items()
+        }
+        if self.tls:
+            self.overhead_ratio["tls to tcp"] = paired(samples["lockrun tls"],
+                                                       samples["lockrun tcp"])
         return result
 
     # --- 2. handoff ---------------------------------------------------------
@@ -369,16 +406,22 @@ class Bench:
         if self.etcd:
             tools.append(("etcdctl", lambda job: self.etcdctl_cmd(key, job)))
         gaps = {name: [] for name, _ in tools}
+        round_medians = {name: [] for name, _ in tools}
         overlaps = {name: 0 for name, _ in tools}
-        # Two rounds, alternating tools, so that drift hits all of them.
-        rounds = 2
+        # Six rounds, the tools alternating, so that drift hits all of them
+        # and each round's median gap pairs with the other tools'.
+        rounds = 6
         per_round = max(1, each // rounds)
         for r in range(rounds):
             for name, argv_of in tools if r % 2 == 0 else reversed(tools):
                 g, o = self.handoff_once(name, argv_of, contenders, per_round)
                 self.settle(name)
                 gaps[name] += g
+                round_medians[name].append(statistics.median(g))
                 overlaps[name] += o
+        self.handoff_ratio[contenders] = {
+            name: paired(m, round_medians["flock"]) for name, m in round_medians.items()
+        }
         return {
             name: (
                 ms(statistics.median(g)),
@@ -401,6 +444,7 @@ class Bench:
                 took = self.contend(argv, contenders, each)
                 self.settle(name)
                 rates[name].append(contenders * each / (took / 1e9))
+        self.throughput_ratio = {name: paired(r, rates["flock"]) for name, r in rates.items()}
         return {name: statistics.median(r) for name, r in rates.items()}
 
     # --- 4. memory ----------------------------------------------------------
@@ -626,16 +670,24 @@ class Bench:
     def growth(self, levels=(1, 100, 1000), rounds=8):
         per_round = max(1, self.opts.runs // rounds)
         argv = self.lockrun(self.tcp, "bench-growth", [self.true])
+        flock = self.flock_cmd([self.true])
         samples = {n: [] for n in levels}
+        # Each lockrun run paired with a flock run beside it, whose time
+        # the keys in Redis do not move: the growth is of the paired ratio.
+        ratios = {n: [] for n in levels}
         for r in range(rounds):
             order = list(levels) if r % 2 == 0 else list(reversed(levels))
             for n in order:
                 self.set_other_keys(n)
                 for i in range(per_round + 3):
-                    took = self.timed(argv)
+                    pair = [argv, flock] if i % 2 == 0 else [flock, argv]
+                    took = {id(a): self.timed(a) for a in pair}
                     if i >= 3:
-                        samples[n].append(took)
+                        samples[n].append(took[id(argv)])
+                        ratios[n].append(took[id(argv)] / took[id(flock)])
         self.set_other_keys(0)
+        self.growth_ratio = {n: statistics.median(ratios[n]) / statistics.median(ratios[levels[0]])
+                             for n in levels}
         return {n: (ms(statistics.median(s)), ms(percentile(s, 99))) for n, s in samples.items()}
 
 
@@ -677,6 +729,8 @@ def main():
     parser.add_argument("--socket", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--tls-port", type=int, help="the same server's TLS port")
+    parser.add_argument("--ca", help="the CA that signed its certificate")
     parser.add_argument("--runs", type=int, default=300, help="overhead runs per tool")
     parser.add_argument(
         "--handoffs", type=int, default=300, help="acquisitions per handoff setting and tool"
@@ -686,7 +740,12 @@ def main():
     parser.add_argument("--etcd-version", default="unknown")
     parser.add_argument("--etcdctl-version", default="unknown")
     parser.add_argument(
-        "--only", choices=["slots"], help="measure this one case and print it; --out is left alone"
+        "--only", choices=["slots", "overhead"],
+        help="measure this one case and print it; --out is left alone"
+    )
+    parser.add_argument(
+        "--baseline", help="another build of lockrun, measured in the overhead's rounds: "
+        "how to judge a change (bench/README.md)"
     )
     opts = parser.parse_args()
 
@@ -742,7 +801,20 @@ def measure_only(bench, opts, info, began):
     def row(what, tcp, unix, flock, etc, ratio, etc_ratio, target, ok):
         rows.append("| %s |" % " | ".join([what, tcp, ratio, target, ok]))
 
-    slots_rows(bench.slots(), row)
+    if opts.only == "slots":
+        slots_rows(bench.slots(), row)
+    else:
+        over = bench.overhead()
+        for name, (median, p99) in over.items():
+            row("`%s`, median (p99)" % name, "%.3f ms (%.3f)" % (median, p99), "", "", "",
+                "%.3f× flock" % bench.overhead_ratio[name], "", "", "")
+        if "lockrun tls" in over:
+            r = bench.overhead_ratio["tls to tcp"]
+            row("TLS run against the TCP run", "", "", "", "", "%.3f× of TCP" % r, "",
+                "≤ %.2f×" % TLS_RATIO, verdict(r <= TLS_RATIO))
+        if bench.baseline_difference is not None:
+            row("this build less `--baseline`, per round", "%+.3f ms" % bench.baseline_difference,
+                "", "", "", "", "", "", "")
     print("| measure | lockrun, TCP loopback | ratio | target | |")
     print("|---|---|---|---|---|")
     print("\n".join(rows))
@@ -751,21 +823,21 @@ def measure_only(bench, opts, info, began):
     print("measured in %.0f s; %s left alone" % (time.monotonic() - began, opts.out))
 
 
-def builds_table(over, hand3, hand8, thru, rss):
+def builds_table(bench, over, hand3, hand8, thru, rss):
     """The static build (the headline, what ships) and the dynamic one, each over TCP."""
     rows = []
-    for what, static, dynamic, flock, fmt in (
-        ("overhead `X -- true`, median", over["lockrun tcp"][0], over["dynamic tcp"][0],
-         over["flock"][0], "%.2f ms"),
-        ("handoff gap, 3 contenders, median", hand3["lockrun tcp"][0], hand3["dynamic tcp"][0],
-         hand3["flock"][0], "%.2f ms"),
-        ("handoff gap, 8 contenders, median", hand8["lockrun tcp"][0], hand8["dynamic tcp"][0],
-         hand8["flock"][0], "%.2f ms"),
-        ("throughput, 8 × 25 × `true`", thru["lockrun tcp"], thru["dynamic tcp"], thru["flock"],
-         "%.0f /s"),
+    for what, results, ratios, fmt in (
+        ("overhead `X -- true`, median", {k: v[0] for k, v in over.items()},
+         bench.overhead_ratio, "%.2f ms"),
+        ("handoff gap, 3 contenders, median", {k: v[0] for k, v in hand3.items()},
+         bench.handoff_ratio[3], "%.2f ms"),
+        ("handoff gap, 8 contenders, median", {k: v[0] for k, v in hand8.items()},
+         bench.handoff_ratio[8], "%.2f ms"),
+        ("throughput, 8 × 25 × `true`", thru, bench.throughput_ratio, "%.0f /s"),
     ):
         rows.append("| %s | %s (%.2f×) | %s (%.2f×) | %s |" % (
-            what, fmt % static, static / flock, fmt % dynamic, dynamic / flock, fmt % flock))
+            what, fmt % results["lockrun tcp"], ratios["lockrun tcp"],
+            fmt % results["dynamic tcp"], ratios["dynamic tcp"], fmt % results["flock"]))
     rows.append("| peak RSS (VmHWM) while the command runs | %.2f MiB | %.2f MiB | %.2f MiB |" % (
         rss["lockrun tcp"][0] / 1024, rss["dynamic tcp"][0] / 1024, rss["flock"][0] / 1024))
     return "\n".join([
@@ -820,15 +892,22 @@ def measure(bench, opts, info, began):
     f2 = lambda x: "%.2f ms" % x
     x2 = lambda r: "%.2f×" % r
     t, u, f, e = over["lockrun tcp"], over["lockrun unix"], over["flock"], get(over, "etcdctl")
-    r = t[0] / f[0]
+    r = bench.overhead_ratio["lockrun tcp"]
     row("overhead `X -- true`, median", f2(t[0]), f2(u[0]), f2(f[0]), e and f2(e[0]), x2(r),
         e and x2(t[0] / e[0]), "≤ %.2f×" % OVERHEAD_MEDIAN_RATIO,
         verdict(r <= OVERHEAD_MEDIAN_RATIO))
     row("overhead `X -- true`, p99", f2(t[1]), f2(u[1]), f2(f[1]), e and f2(e[1]),
         x2(t[1] / f[1]), e and x2(t[1] / e[1]), "", "")
+    if bench.baseline_difference is not None:
+        row("overhead, this build less `--baseline`, median of the rounds' differences",
+            "%+.3f ms" % bench.baseline_difference, "", "", "", "", "", "", "")
+    if "lockrun tls" in over:
+        r = bench.overhead_ratio["tls to tcp"]
+        row("overhead `lockrun -- true` over TLS 1.3, median", f2(over["lockrun tls"][0]), "",
+            "", "", "%.2f× of TCP" % r, "", "≤ 1.50× of TCP", verdict(r <= TLS_RATIO))
     for n, h in ((3, hand3), (8, hand8)):
         t, u, f, e = h["lockrun tcp"], h["lockrun unix"], h["flock"], get(h, "etcdctl")
-        r = t[0] / f[0]
+        r = bench.handoff_ratio[n]["lockrun tcp"]
         row("handoff gap, %d contenders, median" % n, f2(t[0]), f2(u[0]), f2(f[0]),
             e and f2(e[0]), x2(r), e and x2(t[0] / e[0]),
             "≤ %.2f×" % HANDOFF_MEDIAN_RATIO, verdict(r <= HANDOFF_MEDIAN_RATIO))
@@ -840,7 +919,7 @@ def measure(bench, opts, info, began):
         row("handoff overlaps, %d contenders (%d gaps)" % (n, t[3]), str(t[2]), str(u[2]),
             str(f[2]), e and str(e[2]), "", "", "0", verdict(all_zero))
     t, u, f, e = thru["lockrun tcp"], thru["lockrun unix"], thru["flock"], get(thru, "etcdctl")
-    r = t / f
+    r = bench.throughput_ratio["lockrun tcp"]
     rate = lambda x: "%.0f /s" % x
     row("throughput, 8 × 25 × `true`", rate(t), rate(u), rate(f), e and rate(e), x2(r),
         e and x2(t / e), "≥ %.2f×" % THROUGHPUT_RATIO, verdict(r >= THROUGHPUT_RATIO))
@@ -853,12 +932,11 @@ def measure(bench, opts, info, began):
         mib(rss["lockrun tcp"][1]), "", "", e and mib(e[1]), "",
         e and x2(rss["lockrun tcp"][1] / e[1]),
         "≤ 4 MiB", verdict(rss["lockrun tcp"][1] <= PEAK_RSS_KIB))
-    base = grow[1][0]
-    worst = max(abs(grow[n][0] / base - 1) for n in grow)
+    worst = max(abs(bench.growth_ratio[n] - 1) for n in grow)
     for n in sorted(grow):
         last = n == max(grow)
         row("overhead median, %s other key%s held" % (format(n, ","), "" if n == 1 else "s"),
-            f2(grow[n][0]), "", "", "", "%.2f× of 1 key" % (grow[n][0] / base), "",
+            f2(grow[n][0]), "", "", "", "%.2f× of 1 key" % bench.growth_ratio[n], "",
             "±%d %%" % (GROWTH_TOLERANCE * 100) if last else "",
             verdict(worst <= GROWTH_TOLERANCE) if last else "")
 
@@ -880,7 +958,7 @@ def measure(bench, opts, info, began):
         verdict(fair["lockrun"] == 0))
     slots_rows(slots, row)
 
-    builds = builds_table(over, hand3, hand8, thru, rss) if opts.lockrun_dynamic else ""
+    builds = builds_table(bench, over, hand3, hand8, thru, rss) if opts.lockrun_dynamic else ""
     columns = ["measure", "lockrun, TCP loopback", "lockrun, unix socket", "flock(1)"]
     columns += ["etcdctl lock"] if etcd else []
     columns += ["lockrun TCP / flock"]
@@ -932,9 +1010,13 @@ def measure(bench, opts, info, began):
 
 {tools}, measured side by side in one run by `bench/run.sh`
 ({elapsed:.0f} s of measuring, plus the release builds{skip}). The targets are the ratios to flock from
-issues 5, 10 and 37; the headline column is the static build that ships, talking to Redis over TCP
-loopback, the realistic case. Runs of the tools are interleaved, so a busy neighbour slows them alike; absolute
-figures move with the machine's load, the ratios much less.
+issues 5, 10, 29 and 37; the headline column is the static build that ships, talking to Redis over TCP
+loopback, the realistic case. One method throughout: the tools run side by side in rounds (in a
+fresh random order each round), and each ratio is the median of the per-round ratios, so that a
+busy neighbour's burst, which slows one round, cancels out of that round's ratio. Absolute figures
+move with the machine's load and its cost of starting a glibc program (`true` alone, below: flock
+pays it twice a run, for itself and for `true`, a static lockrun once, for `true`), the paired
+ratios less: "Measured by hand", below, says how far and why.
 
 - Machine: {info['nproc']} CPUs, {info['cpu']}, Linux {info['kernel']}, redis-server {info['redis']}{"; " + versions if versions else ""}
 - Date: {info['date']}; load average {info['load']} at the start, {info['load_end']} at the end; niceness {info['nice']}
@@ -946,18 +1028,22 @@ figures move with the machine's load, the ratios much less.
 {builds}
 How each figure is taken:
 
-- **overhead**: wall time from spawn to reaped of `lockrun --key K -- true`{cmds}
-  {opts.runs} runs each after 20 warm-up runs, uncontended.
+- **overhead**: wall time from spawn (`posix_spawn`) to reaped of `lockrun --key K -- true`{cmds}
+  {opts.runs} rounds after 20 warm-up rounds, uncontended; the ratio is the median of the per-round
+  ratios. Over TLS: `rediss://` to the same server (a P-256 certificate from a throwaway CA, given
+  with `--redis-ca-file`), in the same rounds, against the TCP run of the same round.
 - **handoff**: 3 and 8 contenders, each a shell loop running the tool around a job that logs
   CLOCK_MONOTONIC at its start and end and sleeps {JOB_MS} ms (`bench/stamp.rs`, a tiny std-only
   binary, so its own start-up is a small, equal part of every gap). {waits} The gap is the next job's start minus the previous job's
-  end. An overlap is a job that found another's marker directory (mkdir) or started before
+  end. Six rounds, the tools alternating; the ratio is the median of the rounds' ratios of
+  median gaps. An overlap is a job that found another's marker directory (mkdir) or started before
   the previous one ended.
 - **throughput**: 8 contenders × 25 acquisitions of `true`, the median of 9 repetitions, the tools
-  alternating.
+  alternating; the ratio is the median of the repetitions' ratios.
 {rss_how}
 - **cost growth**: the overhead while 1, 100 and 1,000 other keys `lockrun:{{name}}` with a
-  ttl are held in the same Redis, measured in alternating rounds.
+  ttl are held in the same Redis, measured in alternating rounds, each run paired with a flock
+  run beside it; the figure is the median ratio to flock against that with 1 key.
 - **queue**: 5, 60 and 200 copies of `lockrun --wait forever --key K -- sleep 0.02` (and of
   `flock FILE sleep 0.02`) started together; the wall time until the last one is reaped, and
   the Redis script calls (`EVALSHA` + `EVAL` in `INFO commandstats`, before and after) divided

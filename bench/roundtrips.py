@@ -227,8 +227,8 @@ def openssl(workdir, *args):
 
 
 def certificates(workdir):
-    """A private CA and a P-256 server certificate for 127.0.0.1 (the
-    curve BENCHMARKS.md advises)."""
+    """A private CA, a P-256 server certificate for 127.0.0.1 (the curve
+    BENCHMARKS.md advises) and a client certificate for mutual TLS."""
     key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     openssl(workdir, "req", "-x509", *key, "-days", "2", "-subj", "/CN=bench-CA",
             "-keyout", "ca.key", "-out", "ca.pem")
@@ -239,12 +239,21 @@ def certificates(workdir):
     openssl(workdir, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey",
             "ca.key", "-CAcreateserial", "-days", "2", "-extfile", "san.ext",
             "-out", "server.pem")
+    openssl(workdir, "req", *key, "-subj", "/CN=lockrun-bench", "-keyout", "client.key",
+            "-out", "client.csr")
+    # Version 3, which rustls needs: an -extfile makes one.
+    with open(os.path.join(workdir, "client.ext"), "w") as f:
+        f.write("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
+                "extendedKeyUsage=clientAuth\n")
+    openssl(workdir, "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey",
+            "ca.key", "-CAcreateserial", "-days", "2", "-extfile", "client.ext",
+            "-out", "client.pem")
 
 
 class Servers:
     """The throwaway servers: `plain` (TCP and TLS, no password), `secured`
-    (TCP and TLS, a password and an ACL user), two more plain ones for the
-    quorum."""
+    (TCP and TLS, a password and an ACL user), `mutual` (TLS asking for the
+    client's certificate), two more plain ones for the quorum."""
 
     def __init__(self, workdir, redis_server):
         self.workdir = workdir
@@ -264,6 +273,8 @@ class Servers:
             tls + f"requirepass {PASSWORD}\n"
             f"user {USER} on >{USER_PASSWORD} ~* &* +@all\n",
         )
+        self.mutual = self._start(
+            "mutual", tls.replace("tls-auth-clients no", "tls-auth-clients yes"))
         self.others = [self._start(f"quorum{i}", "") for i in (2, 3)]
 
     def _start(self, name, extra):
@@ -367,6 +378,8 @@ def paths(servers, proxy):
         return proxy.port_for(server["tls_port"] if tls else server["port"])
 
     ca = ["--redis-ca-file", servers.ca]
+    client = ["--redis-cert-file", os.path.join(servers.workdir, "client.pem"),
+              "--redis-key-file", os.path.join(servers.workdir, "client.key")]
     run = ["--key", "bench-rt", "--", "true"]
     held = "bench-rt-held"
     return [
@@ -383,12 +396,23 @@ def paths(servers, proxy):
         ("TLS 1.3, ACL user", 3, 1,
          ["--redis", f"rediss://{USER}:{USER_PASSWORD}@127.0.0.1:{port(p, True)}", *ca, *run],
          None),
+        # Mutual TLS: the client's certificate travels with its Finished.
+        ("mutual TLS 1.3", 3, 1,
+         ["--redis", f"rediss://127.0.0.1:{port(servers.mutual, True)}", *ca, *client, *run],
+         None),
         # A run that may wait listens for its wake-up on the connection
         # it calls on (RESP3); uncontended, it takes the lock at once.
         ("--wait, TCP", 2, 1,
          ["--redis", f"redis://127.0.0.1:{port(s)}", "--wait", "10s", *run], None),
         ("--wait, TCP, password", 2, 1,
          ["--redis", f"redis://:{PASSWORD}@127.0.0.1:{port(p)}", "--wait", "10s", *run], None),
+        # Finds the lock held, waits subscribed, is handed the lock when the
+        # holder (on a direct connection) lets go: its acquire (the
+        # subscription in the same write) and its release; the wake-up is
+        # the server's. Wall time from the holder's release on.
+        ("--wait, handed the lock", 2, 1,
+         ["--redis", f"redis://127.0.0.1:{port(s)}", "--key", held, "--wait", "30s", "--",
+          "true"], "handed"),
         # Asking a sentinel which server is the primary, then that server.
         ("Sentinel", 3, 2,
          lambda: ["--redis", f"redis+sentinel://127.0.0.1:"
@@ -425,11 +449,13 @@ def measure(lockrun, servers, proxy, path, runs):
     for i in range(runs + 1):
         proxy.counting = False
         holder = None
-        if before == "hold":
+        if before in ("hold", "handed"):
+            # Handed: the holder lets go when its stdin closes.
+            job = ["sh", "-c", "read x || true"] if before == "handed" else ["sleep", "30"]
             holder = subprocess.Popen(
                 [lockrun, "--redis", plain_url, "--key", "bench-rt-held", "--ttl", "30s",
-                 "--", "sleep", "30"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                 "--", *job],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
             for _ in range(200):
                 if subprocess.run(
@@ -452,13 +478,25 @@ def measure(lockrun, servers, proxy, path, runs):
             continue
         proxy.reset()
         began = time.monotonic()
-        done = subprocess.run([lockrun, *args], capture_output=True, text=True)
+        if before == "handed":
+            waiter = subprocess.Popen([lockrun, *args], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+            # In line and subscribed well before the holder lets go.
+            time.sleep(0.3 + 6 * proxy.rtt)
+            began = time.monotonic()
+            holder.stdin.close()
+            out, err = waiter.communicate()
+            done = subprocess.CompletedProcess(waiter.args, waiter.returncode, out, err)
+        else:
+            done = subprocess.run([lockrun, *args], capture_output=True, text=True)
         wall = time.monotonic() - began
         # The proxy may still be delivering the last answer's accounting.
         time.sleep(proxy.half + 0.01)
         proxy.counting = False
         counts = proxy.counts()
         if holder:
+            if holder.stdin and not holder.stdin.closed:
+                holder.stdin.close()
             holder.terminate()
             holder.wait()
             subprocess.run([lockrun, "--redis", plain_url, "release", "--force", "--key",

@@ -9,12 +9,16 @@
 #   bench/run.sh --runs 100      # fewer overhead runs (other options go to bench.py)
 #   bench/run.sh --only slots    # one case (60 waiters on 3 slots), printed;
 #                                # BENCHMARKS.md is left alone
+#   bench/run.sh --only overhead --baseline /tmp/old/lockrun
+#                                # `-- true` only, this build against another in
+#                                # the same rounds (how to judge a change)
 #
 # Builds the release binaries (the static musl one, measured by default, and
-# the dynamic glibc one beside it), starts a throwaway redis-server on a unix socket
-# and a free loopback TCP port in a temporary directory (never the Redis on
-# 6379), runs bench/bench.py, and removes the server and the directory on
-# exit, however it exits. Needs cargo, redis-server, flock and python3, and
+# the dynamic glibc one beside it), starts a throwaway redis-server on a unix socket,
+# a free loopback TCP port and a TLS port (a throwaway CA's certificate) in a
+# temporary directory (never the Redis on 6379), runs bench/bench.py, and removes
+# the server and the directory on exit, however it exits. Needs cargo,
+# redis-server (built with TLS), flock, openssl and python3, and
 # for the static build the rustup target x86_64-unknown-linux-musl and
 # musl-tools (scripts/dist installs both).
 #
@@ -36,6 +40,7 @@ need rustc "https://rustup.rs"
 need redis-server "apt-get install redis-server"
 need flock "apt-get install util-linux"
 need python3 "apt-get install python3"
+need openssl "apt-get install openssl"
 
 # --no-etcd is ours; every other argument goes to bench.py.
 no_etcd=${BENCH_NO_ETCD:-}
@@ -125,11 +130,26 @@ await_ready() {
   "$@"
 }
 
+# The TLS run's certificates: a throwaway CA and a P-256 certificate for
+# 127.0.0.1, the curve BENCHMARKS.md advises.
+ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+openssl req -x509 "${ec[@]}" -days 2 -subj /CN=lockrun-bench-CA \
+  -keyout "$work/ca.key" -out "$work/ca.pem" 2>/dev/null
+openssl req "${ec[@]}" -subj /CN=localhost -keyout "$work/server.key" \
+  -out "$work/server.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' >"$work/san.ext"
+openssl x509 -req -in "$work/server.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" \
+  -CAcreateserial -days 2 -extfile "$work/san.ext" -out "$work/server.pem" 2>/dev/null
+
 # Another process may take the free port before redis-server binds it: retry.
 socket="$work/redis.sock"
 for attempt in 1 2 3 4 5; do
   port=$(free_port)
+  tls_port=$(free_port)
   redis-server --port "$port" --bind 127.0.0.1 --unixsocket "$socket" \
+    --tls-port "$tls_port" --tls-cert-file "$work/server.pem" \
+    --tls-key-file "$work/server.key" --tls-ca-cert-file "$work/ca.pem" \
+    --tls-auth-clients no \
     --unixsocketperm 700 --save '' --appendonly no --dir "$work" \
     --logfile "$work/redis.log" --daemonize no </dev/null >/dev/null 2>&1 &
   redis_pid=$!
@@ -139,7 +159,7 @@ for attempt in 1 2 3 4 5; do
   say "redis-server did not start on port $port (attempt $attempt)"
 done
 [ -n "$redis_pid" ] || { say "could not start redis-server; see above"; exit 1; }
-say "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on 127.0.0.1:$port and $socket"
+say "redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') on 127.0.0.1:$port (TLS: $tls_port) and $socket"
 
 # etcdctl lock is a third point of comparison when etcd is installed.
 etcd_args=()
@@ -190,7 +210,8 @@ fi
 # In the background, so that a signal to this script is handled at once
 # (bash runs traps only between commands, and `wait` is interruptible).
 python3 bench/bench.py --lockrun "$lockrun" --lockrun-dynamic "$lockrun_dynamic" --stamp "$work/stamp" --port "$port" \
-  --socket "$socket" --work "$work" --out BENCHMARKS.md "${etcd_args[@]}" \
+  --socket "$socket" --tls-port "$tls_port" --ca "$work/ca.pem" --work "$work" \
+  --out BENCHMARKS.md "${etcd_args[@]}" \
   ${args[@]+"${args[@]}"} &
 bench_pid=$!
 status=0

@@ -137,6 +137,13 @@ end
 local function acquired(fence, slot)
   local replicas = 0
   if COUNT_REPLICAS == '1' then
+    -- No replica has acknowledged the lease yet: said in the holder record
+    -- of a run alone now, so that lockrun notes the count in a call of its
+    -- own (acked.lua) only when WAIT counted some. Before INFO: Redis < 7
+    -- refuses writes after it.
+    if redis.call('GET', LEASE) == me then
+      redis.call('HSET', HOLDER, 'replicas_acked', 0)
+    end
     replicas = online_replicas()
   end
   local reply = {'kind', 'acquired', 'fence', fence, 'replicas', replicas}

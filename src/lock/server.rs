@@ -190,6 +190,9 @@ impl Server {
         self.first_sent.get_or_insert(sent);
         // A call whose reply never came may have taken the lease.
         let before = std::mem::replace(&mut self.in_redis, true);
+        // The count of acknowledging replicas in the new holder record, when
+        // the acquire script wrote it (acquire.lua, `acquired`).
+        let mut noted = None;
         let (attempt, written) = match self.invoke(&call).await {
             Err(LockError::Foreign(foreign)) => {
                 // The script stopped before touching anything.
@@ -202,7 +205,10 @@ impl Server {
                     .acquire(ttl, me, sent, waits)
                     .await?
             }
-            Ok(reply) => self.attempt(reply, sent, started)?,
+            Ok(reply) => {
+                noted = (self.acks == ReplicaAcks::All && self.hold != Hold::Together).then_some(0);
+                self.attempt(reply, sent, started)?
+            }
         };
         self.in_redis = !matches!(
             attempt,
@@ -213,8 +219,10 @@ impl Server {
         );
         if let Attempt::Acquired(grant) = &attempt {
             self.fence = Some(grant.fence);
-            // A new holder record: the count is noted afresh.
-            self.acked = None;
+            // A new holder record: the count is noted afresh, unless the
+            // script wrote it, so that no call of its own notes that no
+            // replica acknowledged when there is none to wait for.
+            self.acked = noted;
             if let Err(err) = self.replicated(&written).await {
                 // Too few copies: a failover now could hand the lock to a
                 // second run while the command runs. Give it back and let

@@ -342,10 +342,13 @@ impl Session {
     /// a primary for 10 s; across a network partition, for as long as it
     /// lasts): renewing there would keep a lease that the new primary lets
     /// lapse. At most a third of the call's time goes to asking; when no
-    /// sentinel answers, the current primary is kept.
+    /// sentinel answers, the current primary is kept. A connection that has
+    /// answered no call yet was opened moments ago on the sentinels' word,
+    /// for this call or the connect just before it: asking again would cost
+    /// a round trip and tell nothing new.
     async fn follow_sentinels(&mut self, started: Instant) {
-        let (Topology::Sentinel(sentinels), Some(current)) =
-            (&self.target.topology, self.primary_node())
+        let (Topology::Sentinel(sentinels), Some(current), true) =
+            (&self.target.topology, self.primary_node(), self.answered)
         else {
             return;
         };

@@ -18,26 +18,25 @@ const BENCH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/bench/roundtrips.py");
 const EXCESS: &[(&str, u64, u64, &str)] = &[
     ("--wait, TCP", 1, 0, HELLO_ALONE),
     ("--wait, TCP, password", 1, 0, HELLO_ALONE),
+    ("--wait, handed the lock", 1, 0, HELLO_ALONE),
     (
         "quorum of 3",
         1,
         0,
         "the fences are raised in a flight of their own",
     ),
-    ("Cluster, lock on the seed", 2, 0, CLUSTER),
-    ("Cluster, lock on another node", 1, 0, CLUSTER),
+    ("Cluster, lock on the seed", 1, 0, CLUSTER),
     (
         "Sentinel",
-        5,
-        3,
-        "every call asks a sentinel again, on a connection of its own; the primary's ROLE is \
-         asked; the replicas acknowledged (none) are noted in a call of their own",
+        2,
+        1,
+        "the primary's ROLE is asked; the release asks a sentinel again, on a connection of its \
+         own, whether the primary is still the primary",
     ),
 ];
 
 const CLUSTER: &str = "the slot map is asked (CLUSTER SLOTS) before the first call, also when \
-     the lock is on the node asked; the replicas acknowledged (none) are noted in a call of their \
-     own";
+     the lock is on the node asked";
 
 const HELLO_ALONE: &str =
     "the crate sends HELLO 3 (RESP3, for the wake-ups) alone before the first call";
@@ -71,7 +70,7 @@ fn every_path_at_its_floor_but_the_listed_excess() {
     );
     let text = std::fs::read_to_string(&out).expect("the bench's JSON");
     let results: Vec<serde_json::Value> = serde_json::from_str(&text).expect("JSON");
-    assert!(results.len() >= 16, "every path measured: {text}");
+    assert!(results.len() >= 18, "every path measured: {text}");
     let mut wrong = Vec::new();
     for r in &results {
         let path = r["path"].as_str().expect("path");
@@ -82,7 +81,11 @@ fn every_path_at_its_floor_but_the_listed_excess() {
         let want = r["floor"].as_u64().expect("floor") + flights;
         let want_connects = r["connects_floor"].as_u64().expect("floor") + connects;
         let expected_status = if path.starts_with("busy") { 75 } else { 0 };
-        if r["flights"].as_u64() != Some(want)
+        let flights_ok = match r["flights"].as_u64() {
+            Some(n) if overlapping(path) => n <= want,
+            n => n == Some(want),
+        };
+        if !flights_ok
             || r["connects"].as_u64() != Some(want_connects)
             || r["statuses"] != serde_json::json!([expected_status])
         {
@@ -94,6 +97,13 @@ fn every_path_at_its_floor_but_the_listed_excess() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Whether a path's bursts to several servers may overlap, counting as one
+/// flight, or not, by timing alone: lockrun asks every listed cluster node
+/// for the slot map at once. Such a path is held to at most its flights.
+fn overlapping(path: &str) -> bool {
+    path.starts_with("Cluster")
 }
 
 /// `bench/roundtrips.py --serve`: its delay proxy in front of `server`,
