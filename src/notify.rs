@@ -87,10 +87,10 @@ impl Systemd {
                 relay: None,
             },
             Err(err) => {
-                failed(&format!(
-                    "cannot notify systemd at {}: {err}",
-                    name.display()
-                ));
+                report::say(Message::NotifySocketFailed {
+                    socket: name,
+                    error: err.to_string(),
+                });
                 Systemd::default()
             }
         }
@@ -112,11 +112,9 @@ impl Systemd {
                 vec![(SOCKET_ENV, Some(path))]
             }
             Err(err) => {
-                let message = format!(
-                    "cannot relay the command's notifications to systemd ({err}); the command \
-                     gets systemd's NOTIFY_SOCKET"
-                );
-                failed(&message);
+                report::say(Message::RelayFailed {
+                    error: err.to_string(),
+                });
                 Vec::new()
             }
         }
@@ -248,18 +246,11 @@ impl Link {
     /// Sends one datagram, from lockrun's pid, never waiting.
     fn send(&self, message: &[u8]) {
         if let Err(err) = self.socket.send_to_addr(message, &self.to) {
-            report::say(Message::NotifyMissed {
-                message: format!("cannot notify systemd: {err}"),
+            report::say(Message::NotifySendFailed {
                 error: err.to_string(),
             });
         }
     }
-}
-
-/// Says that lockrun cannot speak to systemd as asked: the unit would hang
-/// in "activating" without a word, so this is said whatever the verbosity.
-fn failed(message: &str) {
-    report::say(Message::NotifyFailed { message });
 }
 
 /// Half the watchdog timeout systemd set for lockrun (`WATCHDOG_USEC`,

@@ -113,16 +113,9 @@ fn say_acquired(
     child: &Child,
     waited: Duration,
 ) {
-    let server = match on {
-        Servers::One(target) => format!("{} (from {})", target.with_user_shown(), target.source()),
-        Servers::Quorum(targets) => {
-            let all: Vec<String> = targets.iter().map(ToString::to_string).collect();
-            format!("a quorum of {}: {}", all.len(), all.join(", "))
-        }
-    };
     report::say(Message::Acquired {
         lock: &lock.keys().lock,
-        server,
+        on,
         fence,
         slot,
         waited,
@@ -173,12 +166,7 @@ fn lock(config: &RunConfig, token: &Token) -> Lock {
 fn say_skipped(done: &DoneRecord, keys: &Keys) {
     report::say(Message::Skipped {
         lock: &keys.name,
-        host: &done.by.host,
-        pid: done.by.pid,
-        command: &done.by.command,
-        fence: done.by.fence,
-        ran_at_ms: done.by.acquired_us / 1000,
-        until_ms: done.until_ms,
+        done,
     });
 }
 

@@ -128,8 +128,7 @@ async fn pass_on(socket: Arc<UnixDatagram>, link: Arc<Link>) {
         match received {
             Ok(received) => pass_on_one(&link, &received, &buffer),
             Err(err) => {
-                report::say(Message::NotifyMissed {
-                    message: format!("cannot read the command's notifications: {err}"),
+                report::say(Message::NotifyReadFailed {
                     error: err.to_string(),
                 });
                 return;

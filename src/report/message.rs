@@ -3,6 +3,7 @@
 //! its event for `--log-format json`, from the same fields, and says whether
 //! it needs `--verbose`.
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use crate::clock::{show, show_exact};
 use crate::error::Unreleased;
 use crate::exit_code;
 use crate::lease::Loss;
+use crate::lock::{DoneRecord, Servers};
 
 use super::event::Event;
 
@@ -30,7 +32,7 @@ pub(crate) enum Message<'a> {
     /// The lock is taken and the command started.
     Acquired {
         lock: &'a str,
-        server: String,
+        on: &'a Servers,
         fence: u64,
         slot: Option<u32>,
         waited: Duration,
@@ -48,16 +50,11 @@ pub(crate) enum Message<'a> {
     EvenQuorum {
         servers: usize,
     },
-    /// The job ran already this period (`--once-per`); times on Redis's
-    /// clock, in ms since the epoch.
+    /// The job ran already this period (`--once-per`): who ran it, when,
+    /// and when the period ends, on Redis's clock.
     Skipped {
         lock: &'a str,
-        host: &'a str,
-        pid: u32,
-        command: &'a str,
-        fence: u64,
-        ran_at_ms: u64,
-        until_ms: u64,
+        done: &'a DoneRecord,
     },
     /// Waiting in line (`place` is this run's, the last when it joined), or
     /// trying again without a place (`place: None`).
@@ -161,14 +158,23 @@ pub(crate) enum Message<'a> {
         path: &'a Path,
         cause: String,
     },
-    /// lockrun cannot speak to systemd as asked: said whatever the
-    /// verbosity, or the unit would hang in "activating" without a word.
-    NotifyFailed {
-        message: &'a str,
+    /// lockrun cannot speak to systemd at `NOTIFY_SOCKET`: said whatever
+    /// the verbosity, or the unit would hang in "activating" without a word.
+    NotifySocketFailed {
+        socket: &'a OsStr,
+        error: String,
     },
-    /// One notification could not be sent or read.
-    NotifyMissed {
-        message: String,
+    /// The command's notifications cannot be relayed: said whatever the
+    /// verbosity, as `NotifySocketFailed`.
+    RelayFailed {
+        error: String,
+    },
+    /// One notification could not be sent.
+    NotifySendFailed {
+        error: String,
+    },
+    /// The command's notifications could not be read.
+    NotifyReadFailed {
         error: String,
     },
     /// What the command sent that systemd does not get.
@@ -207,6 +213,17 @@ fn verbose(event: Event, text: String) -> Said {
     Said { shown, event, text }
 }
 
+/// Where the lock is held, for people.
+fn servers(on: &Servers) -> String {
+    match on {
+        Servers::One(target) => format!("{} (from {})", target.with_user_shown(), target.source()),
+        Servers::Quorum(targets) => {
+            let all: Vec<String> = targets.iter().map(ToString::to_string).collect();
+            format!("a quorum of {}: {}", all.len(), all.join(", "))
+        }
+    }
+}
+
 /// A time on Redis's clock, for people.
 fn wall(ms: u64) -> String {
     let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
@@ -234,22 +251,26 @@ impl Message<'_> {
             ),
             Message::Acquired {
                 lock,
-                server,
+                on,
                 fence,
                 slot,
                 waited,
                 pid,
-            } => verbose(
-                Event::info("acquired")
-                    .with("server", server.as_str())
-                    .with("fencing_token", fence)
-                    .with("slot", slot)
-                    .with_ms("waited_ms", waited)
-                    .with("command_pid", pid),
-                format!(
-                    "acquired {lock} on {server} with fencing token {fence}; started pid {pid}"
-                ),
-            ),
+            } => {
+                let server = servers(on);
+                verbose(
+                    Event::info("acquired")
+                        .with("server", server.as_str())
+                        .with("fencing_token", fence)
+                        .with("slot", slot)
+                        .with_ms("waited_ms", waited)
+                        .with("command_pid", pid),
+                    format!(
+                        "acquired {lock} on {server} with fencing token {fence}; started pid \
+                         {pid}"
+                    ),
+                )
+            }
             Message::NoWait { lock } => always(
                 Event::warning("unacknowledged").with("cause", "no_wait"),
                 format!(
@@ -275,34 +296,32 @@ impl Message<'_> {
                     servers - 1
                 ),
             ),
-            Message::Skipped {
-                lock,
-                host,
-                pid,
-                command,
-                fence,
-                ran_at_ms,
-                until_ms,
-            } => verbose(
-                Event::info("skipped")
-                    .with(
-                        "ran_by",
-                        serde_json::json!({
-                            "host": host,
-                            "pid": pid,
-                            "command": command,
-                            "fencing_token": fence,
-                        }),
-                    )
-                    .with("ran_at_ms", ran_at_ms)
-                    .with("until_ms", until_ms),
-                format!(
-                    "skipped: {lock} ran on {host} pid {pid} at {} (fencing token {fence}); the \
-                     period ends at {}",
-                    wall(ran_at_ms),
-                    wall(until_ms)
-                ),
-            ),
+            Message::Skipped { lock, done } => {
+                let (by, ran_at_ms) = (&done.by, done.by.acquired_us / 1000);
+                verbose(
+                    Event::info("skipped")
+                        .with(
+                            "ran_by",
+                            serde_json::json!({
+                                "host": by.host,
+                                "pid": by.pid,
+                                "command": by.command,
+                                "fencing_token": by.fence,
+                            }),
+                        )
+                        .with("ran_at_ms", ran_at_ms)
+                        .with("until_ms", done.until_ms),
+                    format!(
+                        "skipped: {lock} ran on {} pid {} at {} (fencing token {}); the period \
+                         ends at {}",
+                        by.host,
+                        by.pid,
+                        wall(ran_at_ms),
+                        by.fence,
+                        wall(done.until_ms)
+                    ),
+                )
+            }
             Message::Waiting {
                 lock,
                 waiting,
@@ -470,13 +489,30 @@ impl Message<'_> {
                     path.display()
                 ),
             ),
-            Message::NotifyFailed { message } => always(
-                Event::warning("notify_failed").with("error", message),
-                message.to_owned(),
+            Message::NotifySocketFailed { socket, error } => {
+                let text = format!("cannot notify systemd at {}: {error}", socket.display());
+                always(
+                    Event::warning("notify_failed").with("error", text.as_str()),
+                    text,
+                )
+            }
+            Message::RelayFailed { error } => {
+                let text = format!(
+                    "cannot relay the command's notifications to systemd ({error}); the command \
+                     gets systemd's NOTIFY_SOCKET"
+                );
+                always(
+                    Event::warning("notify_failed").with("error", text.as_str()),
+                    text,
+                )
+            }
+            Message::NotifySendFailed { error } => verbose(
+                Event::warning("notify_failed").with("error", error.as_str()),
+                format!("cannot notify systemd: {error}"),
             ),
-            Message::NotifyMissed { message, error } => verbose(
-                Event::warning("notify_failed").with("error", error),
-                message,
+            Message::NotifyReadFailed { error } => verbose(
+                Event::warning("notify_failed").with("error", error.as_str()),
+                format!("cannot read the command's notifications: {error}"),
             ),
             Message::NotifyDropped { what } => verbose(
                 Event::info("notify_dropped").with("what", what),
