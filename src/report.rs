@@ -1,6 +1,8 @@
 //! Everything lockrun says goes to stderr, one line each, prefixed
 //! `lockrun:`, or as one JSON object each with `--log-format json` (see
-//! `event`). stdout belongs to the command.
+//! `event`). stdout belongs to the command. What each line says is
+//! `message`'s; the format and the verbosity are set once at start-up, so
+//! code anywhere says a message with `say`, carrying no reporter.
 //!
 //! Saying something never holds up the deadline. The command shares stderr
 //! with lockrun; when nobody drains it (a stuck log collector) and the command
