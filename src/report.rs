@@ -52,8 +52,10 @@ pub(crate) enum Verbosity {
     Verbose,
 }
 
-/// How this invocation says things: set as soon as the command line says,
-/// read by every line, so that no caller has to carry it.
+/// How this invocation says things, read by every line so that no caller
+/// carries it. Set in two steps, not once: the format as soon as the command
+/// line is read, so that a settings error is said in it, and the verbosity
+/// once the settings are valid.
 static REPORT: RwLock<Report> = RwLock::new(Report::TEXT);
 
 #[derive(Clone, Copy, Debug)]

@@ -189,7 +189,7 @@ pub(crate) enum Message<'a> {
 
 /// Who sees a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Shown {
+pub(super) enum Shown {
     /// Whatever the verbosity.
     Always,
     /// Only with `--verbose`.
@@ -197,10 +197,10 @@ pub(crate) enum Shown {
 }
 
 /// A message as it is said: its event and its line for people.
-pub(crate) struct Said {
-    pub(crate) shown: Shown,
-    pub(crate) event: Event,
-    pub(crate) text: String,
+pub(super) struct Said {
+    pub(super) shown: Shown,
+    pub(super) event: Event,
+    pub(super) text: String,
 }
 
 fn always(event: Event, text: String) -> Said {
@@ -233,7 +233,7 @@ fn wall(ms: u64) -> String {
 impl Message<'_> {
     // One short arm per message: a long catalogue, not a complicated one.
     #[allow(clippy::too_many_lines)]
-    pub(crate) fn said(self) -> Said {
+    pub(super) fn said(self) -> Said {
         match self {
             Message::Config { path } => verbose(
                 Event::info("config").with("path", path.display().to_string()),
