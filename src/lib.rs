@@ -23,7 +23,8 @@
 //!   standby's readiness, and `notify/relay`, the command's notifications
 //!   passed on from lockrun's pid;
 //! - `report`: the one-line messages on stderr, as loud as asked, never
-//!   holding up the deadline; `report/event` says each as a typed event for
+//!   holding up the deadline; `report/message`: everything lockrun says, each
+//!   message once, as a line and as a typed event (`report/event`) for
 //!   `--log-format json`;
 //! - `secrets`: the Redis password from the environment or a file, kept out
 //!   of the command's environment;
@@ -103,7 +104,7 @@ use crate::config::{Invocation, Passwords};
 use crate::error::Error;
 use crate::exit_code::Exit;
 use crate::lock::Token;
-use crate::report::{Event, Report};
+use crate::report::Message;
 use crate::signals::{Blocked, Signals};
 
 /// The whole program: parse, validate, run on a single-threaded runtime,
@@ -134,18 +135,17 @@ fn start(blocked: io::Result<Blocked>) -> u8 {
         Ok(None) => return 0,
         // The key is not known yet: JSON says null.
         Err(err) => {
-            let report = Report::default().in_format(cli::log_format_hint(), None);
-            return exit(report, Err(err));
+            report::set_format(cli::log_format_hint(), None);
+            return exit(Err(err));
         }
     };
     // --log-format is a run's: status and release write for people.
-    let report = match &cli.action {
-        None => Report::default().in_format(config::log_format(&cli), cli.run.key.clone()),
-        Some(_) => Report::default(),
-    };
+    if cli.action.is_none() {
+        report::set_format(config::log_format(&cli), cli.run.key.clone());
+    }
     let file = match file {
         Ok(file) => file,
-        Err(err) => return exit(report, Err(err)),
+        Err(err) => return exit(Err(err)),
     };
     let passwords = Passwords {
         redis: std::env::var(PASSWORD_ENV).ok(),
@@ -153,21 +153,15 @@ fn start(blocked: io::Result<Blocked>) -> u8 {
     };
     let invocation = match Invocation::from_cli(cli, passwords, file.as_ref()) {
         Ok(invocation) => invocation,
-        Err(err) => return exit(report, Err(err)),
+        Err(err) => return exit(Err(err)),
     };
-    let report = report.as_loud_as(invocation.verbosity());
+    report::set_verbosity(invocation.verbosity());
     if let Some(file) = &file {
-        let path = file.path.display().to_string();
-        report.verbose(
-            Event::info("config").with("path", path.clone()),
-            format_args!("read the settings in {path}"),
-        );
+        report::say(Message::Config { path: &file.path });
     }
     if let Some(key) = invocation.exposed_key() {
-        let event = Event::warning("key_file_readable")
-            .with("path", key.path.display().to_string())
-            .with("mode", format!("{:04o}", key.mode));
-        report.error(event, key);
+        let (path, mode) = (&key.path, key.mode);
+        report::say(Message::KeyFileReadable { path, mode });
     }
     // One thread: the command is spawned from the thread that lives as long
     // as lockrun, which the parent-death signal depends on.
@@ -178,10 +172,10 @@ fn start(blocked: io::Result<Blocked>) -> u8 {
         Ok(runtime) => runtime,
         Err(source) => {
             let doing = "start the async runtime";
-            return exit(report, Err(Error::Internal { doing, source }));
+            return exit(Err(Error::Internal { doing, source }));
         }
     };
-    let outcome = runtime.block_on(execute(invocation, blocked, report));
+    let outcome = runtime.block_on(execute(invocation, blocked));
     // Left to the exit, not dropped: dropping would wait for the runtime's
     // blocking threads, and a DNS lookup for the Redis host runs on one
     // (after a lookup that outlived its timeout, lockrun would hang there
@@ -189,14 +183,10 @@ fn start(blocked: io::Result<Blocked>) -> u8 {
     // sockets and fds in turn, which the exit does anyway. Nothing in it has
     // work left: `execute` has returned, the command has been waited for.
     std::mem::forget(runtime);
-    exit(report, outcome)
+    exit(outcome)
 }
 
-async fn execute(
-    invocation: Invocation,
-    blocked: io::Result<Blocked>,
-    report: Report,
-) -> Result<Exit, Error> {
+async fn execute(invocation: Invocation, blocked: io::Result<Blocked>) -> Result<Exit, Error> {
     match invocation {
         Invocation::Run(config) => {
             // Before anything is taken: a run that cannot catch signals or
@@ -215,7 +205,7 @@ async fn execute(
                 doing: "become the reaper of the command's orphans",
                 source,
             })?;
-            run::run(config, report, signals, token).await
+            run::run(config, signals, token).await
         }
         Invocation::Status { lock, json } => {
             unblock(blocked);
@@ -256,12 +246,12 @@ fn unblock(blocked: io::Result<Blocked>) {
 
 /// The one place where an outcome becomes an exit status, and an error is
 /// reported. A signal death is lockrun's own last act, once all is said.
-fn exit(report: Report, outcome: Result<Exit, Error>) -> u8 {
+fn exit(outcome: Result<Exit, Error>) -> u8 {
     let exit = outcome.unwrap_or_else(|err| {
-        report.failure(&err);
+        report::failure(&err);
         err.exit()
     });
-    report::flush(report);
+    report::flush();
     match exit {
         Exit::Status(status) => status,
         Exit::Signal(signal) => signals::die_of(signal),

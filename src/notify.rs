@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime};
 use crate::exit_code::Exit;
 use crate::lease::Loss;
 use crate::lock::Taken;
-use crate::report::{Event, Report};
+use crate::report::{self, Message};
 
 mod relay;
 
@@ -52,7 +52,6 @@ pub(crate) struct Systemd {
 struct Link {
     socket: UnixDatagram,
     to: SocketAddr,
-    report: Report,
     /// Whether lockrun said READY=1 already.
     ready: AtomicBool,
     /// Whether the command started: its own pings feed the watchdog then.
@@ -69,9 +68,9 @@ impl Systemd {
     /// The socket systemd named in `NOTIFY_SOCKET`, if any.
     /// Feeds systemd's watchdog, if it set one for lockrun, until the
     /// command starts.
-    pub(crate) fn from_env(report: Report) -> Systemd {
+    pub(crate) fn from_env() -> Systemd {
         let systemd = match std::env::var_os(SOCKET_ENV) {
-            Some(name) if !name.is_empty() => Systemd::at(&name, report),
+            Some(name) if !name.is_empty() => Systemd::at(&name),
             _ => Systemd::default(),
         };
         if let (Some(link), Some(every)) = (&systemd.link, watchdog_interval()) {
@@ -81,17 +80,17 @@ impl Systemd {
     }
 
     /// The socket named `name`, as `NOTIFY_SOCKET` names it.
-    fn at(name: &std::ffi::OsStr, report: Report) -> Systemd {
-        match Link::to(name, report) {
+    fn at(name: &std::ffi::OsStr) -> Systemd {
+        match Link::to(name) {
             Ok(link) => Systemd {
                 link: Some(Arc::new(link)),
                 relay: None,
             },
             Err(err) => {
-                failed(
-                    report,
-                    &format!("cannot notify systemd at {}: {err}", name.display()),
-                );
+                report::say(Message::NotifySocketFailed {
+                    socket: name,
+                    error: err.to_string(),
+                });
                 Systemd::default()
             }
         }
@@ -113,11 +112,9 @@ impl Systemd {
                 vec![(SOCKET_ENV, Some(path))]
             }
             Err(err) => {
-                let message = format!(
-                    "cannot relay the command's notifications to systemd ({err}); the command \
-                     gets systemd's NOTIFY_SOCKET"
-                );
-                failed(link.report, &message);
+                report::say(Message::RelayFailed {
+                    error: err.to_string(),
+                });
                 Vec::new()
             }
         }
@@ -203,7 +200,7 @@ pub(crate) fn lost_or_timed_out(loss: Option<Loss>) -> &'static str {
 
 impl Link {
     /// A socket that sends to `name`: a path, or an abstract name after '@'.
-    fn to(name: &std::ffi::OsStr, report: Report) -> io::Result<Link> {
+    fn to(name: &std::ffi::OsStr) -> io::Result<Link> {
         let bytes = name.as_bytes();
         let to = match bytes.split_first() {
             Some((b'@', abstract_name)) => SocketAddr::from_abstract_name(abstract_name)?,
@@ -222,7 +219,6 @@ impl Link {
         Ok(Link {
             socket,
             to,
-            report,
             ready: AtomicBool::new(false),
             command_started: AtomicBool::new(false),
             command_status: AtomicBool::new(false),
@@ -250,18 +246,11 @@ impl Link {
     /// Sends one datagram, from lockrun's pid, never waiting.
     fn send(&self, message: &[u8]) {
         if let Err(err) = self.socket.send_to_addr(message, &self.to) {
-            let event = Event::warning("notify_failed").with("error", err.to_string());
-            self.report
-                .verbose(event, format_args!("cannot notify systemd: {err}"));
+            report::say(Message::NotifySendFailed {
+                error: err.to_string(),
+            });
         }
     }
-}
-
-/// Says that lockrun cannot speak to systemd as asked: the unit would hang
-/// in "activating" without a word, so this is said whatever the verbosity.
-fn failed(report: Report, message: &str) {
-    let event = Event::warning("notify_failed").with("error", message);
-    report.error(event, message);
 }
 
 /// Half the watchdog timeout systemd set for lockrun (`WATCHDOG_USEC`,

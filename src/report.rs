@@ -1,6 +1,8 @@
 //! Everything lockrun says goes to stderr, one line each, prefixed
 //! `lockrun:`, or as one JSON object each with `--log-format json` (see
-//! `event`). stdout belongs to the command.
+//! `event`). stdout belongs to the command. What each line says is
+//! `message`'s; the format and the verbosity are set once at start-up, so
+//! code anywhere says a message with `say`, carrying no reporter.
 //!
 //! Saying something never holds up the deadline. The command shares stderr
 //! with lockrun; when nobody drains it (a stuck log collector) and the command
@@ -18,9 +20,8 @@
 //! fail with EAGAIN, which most programs treat as fatal.
 
 use std::collections::VecDeque;
-use std::fmt::Display;
 use std::io::Write;
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
@@ -28,7 +29,11 @@ use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 use crate::error::{Error, Loudness};
 
 mod event;
-pub(crate) use event::{Context, Event, Format};
+mod message;
+pub(crate) use event::Format;
+use event::{Context, Event};
+pub(crate) use message::Message;
+use message::Shown;
 
 /// Lines waiting for the writer thread: far more than lockrun says in a
 /// renewal period, even with --verbose.
@@ -47,77 +52,103 @@ pub(crate) enum Verbosity {
     Verbose,
 }
 
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Report {
+/// How this invocation says things, read by every line so that no caller
+/// carries it. Set in two steps, not once: the format as soon as the command
+/// line is read, so that a settings error is said in it, and the verbosity
+/// once the settings are valid.
+static REPORT: RwLock<Report> = RwLock::new(Report::TEXT);
+
+#[derive(Clone, Copy, Debug)]
+struct Report {
     verbosity: Verbosity,
     /// What every JSON line says of this run; None for text.
     json: Option<&'static Context>,
 }
 
+/// Lines from now on in `format`, about the lock named `key` (None when
+/// the command line could not be read). Set once or twice per invocation,
+/// so the context is leaked rather than shared.
+pub(crate) fn set_format(format: Format, key: Option<String>) {
+    let json = match format {
+        Format::Text => None,
+        Format::Json => Some(&*Box::leak(Box::new(Context::new(key)))),
+    };
+    REPORT.write().unwrap_or_else(PoisonError::into_inner).json = json;
+}
+
+/// Lines from now on as loud as `verbosity` says.
+pub(crate) fn set_verbosity(verbosity: Verbosity) {
+    REPORT
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .verbosity = verbosity;
+}
+
+/// Says `message`, if the verbosity lets it through.
+pub(crate) fn say(message: Message<'_>) {
+    let report = Report::now();
+    let said = message.said();
+    if said.shown == Shown::Always || report.verbosity == Verbosity::Verbose {
+        report.line(said.event, &said.text);
+    }
+}
+
+/// The error that ends this invocation, as loudly as it deserves: a busy
+/// lock not under --quiet, a verbose one only with --verbose.
+pub(crate) fn failure(err: &Error) {
+    let report = Report::now();
+    let shown = match err.loudness() {
+        Loudness::Error => true,
+        Loudness::Busy => report.verbosity != Verbosity::Quiet,
+        Loudness::Verbose => report.verbosity == Verbosity::Verbose,
+    };
+    if shown {
+        report.line(Event::of_error(err), &err.to_string());
+    }
+}
+
 impl Report {
-    /// Lines in `format`, about the lock named `key` (None when the command
-    /// line could not be read). Made once or twice per invocation, so the
-    /// context is leaked rather than shared.
-    pub(crate) fn in_format(self, format: Format, key: Option<String>) -> Self {
-        let json = match format {
-            Format::Text => None,
-            Format::Json => Some(&*Box::leak(Box::new(Context::new(key)))),
-        };
-        Report { json, ..self }
+    const TEXT: Report = Report {
+        verbosity: Verbosity::Normal,
+        json: None,
+    };
+
+    fn now() -> Report {
+        *REPORT.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The same lines, as loud as `verbosity` says.
-    pub(crate) fn as_loud_as(self, verbosity: Verbosity) -> Self {
-        Report { verbosity, ..self }
+    fn line(self, event: Event, message: &str) {
+        push(self.format(event, message), self.dropped_line());
     }
 
-    /// Something the operator must see, whatever the verbosity (short of
-    /// a busy lock under --quiet, which is `failure`'s to decide).
-    pub(crate) fn error(self, event: Event, message: impl Display) {
-        self.line(event, message);
-    }
-
-    /// Routine progress, only with --verbose.
-    pub(crate) fn verbose(self, event: Event, message: impl Display) {
-        if self.verbosity == Verbosity::Verbose {
-            self.line(event, message);
-        }
-    }
-
-    /// The error that ends this invocation, as loudly as it deserves.
-    pub(crate) fn failure(self, err: &Error) {
-        let event = Event::of_error(err);
-        match err.loudness() {
-            Loudness::Error => self.error(event, err),
-            Loudness::Busy if self.verbosity != Verbosity::Quiet => self.line(event, err),
-            Loudness::Busy => {}
-            Loudness::Verbose => self.verbose(event, err),
-        }
-    }
-
-    fn line(self, event: Event, message: impl Display) {
-        let text = match self.json {
+    fn format(self, event: Event, message: &str) -> String {
+        match self.json {
             None => format!("lockrun: {message}\n"),
-            Some(context) => context.json_line(event, &message.to_string(), SystemTime::now()),
-        };
-        push(text, self.dropped_line());
+            Some(context) => context.json_line(event, message, SystemTime::now()),
+        }
     }
 
     /// How this report says that lines went missing.
     fn dropped_line(self) -> impl Fn(u64) -> String {
-        move |dropped| {
-            let message = format!(
-                "{dropped} message{} dropped here: stderr was full (is anyone reading it?)",
-                if dropped == 1 { " was" } else { "s were" }
-            );
-            match self.json {
-                None => format!("lockrun: {message}\n"),
-                Some(context) => {
-                    context.json_line(Event::dropped(dropped), &message, SystemTime::now())
-                }
-            }
+        move |count| {
+            let said = Message::Dropped { count }.said();
+            self.format(said.event, &said.text)
         }
     }
+}
+
+/// `message`'s JSON line, parsed: about the lock `billing`, from pid 41 on
+/// web-2, at the epoch.
+#[cfg(test)]
+pub(crate) fn json_of(message: Message<'_>) -> serde_json::Map<String, serde_json::Value> {
+    let context = Context {
+        key: Some("billing".into()),
+        host: "web-2".into(),
+        pid: 41,
+    };
+    let said = message.said();
+    let line = context.json_line(said.event, &said.text, SystemTime::UNIX_EPOCH);
+    serde_json::from_str(&line).expect("one JSON object")
 }
 
 /// The queue to stderr's writer thread, started by the first line; None if
@@ -135,11 +166,11 @@ fn push(text: String, dropped_line: impl Fn(u64) -> String) {
     }
 }
 
-/// Waits until everything `report` said so far is written, or `FLUSH_LIMIT`
-/// passed. Called once, just before lockrun exits.
-pub(crate) fn flush(report: Report) {
+/// Waits until everything said so far is written, or `FLUSH_LIMIT` passed.
+/// Called once, just before lockrun exits.
+pub(crate) fn flush() {
     if let Some(Some(queue)) = STDERR.get() {
-        queue.flush(FLUSH_LIMIT, report.dropped_line());
+        queue.flush(FLUSH_LIMIT, Report::now().dropped_line());
     }
 }
 
@@ -270,7 +301,7 @@ mod tests {
 
     /// How a text report says that lines went missing.
     fn text() -> impl Fn(u64) -> String {
-        Report::default().dropped_line()
+        Report::TEXT.dropped_line()
     }
 
     /// A stderr that blocks until the test opens it, and tells the test when
@@ -364,7 +395,11 @@ mod tests {
 
     #[test]
     fn json_says_what_was_dropped_in_json() {
-        let report = Report::default().in_format(Format::Json, Some("job".into()));
+        let context = Box::leak(Box::new(Context::new(Some("job".into()))));
+        let report = Report {
+            json: Some(context),
+            ..Report::TEXT
+        };
         let line = report.dropped_line()(2);
         assert!(line.ends_with("}\n"), "{line}");
         let parsed: serde_json::Value = serde_json::from_str(&line).expect("one JSON object");

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::child::{Child, SpawnError};
-use crate::clock::{show, whole, BootInstant, MS};
+use crate::clock::{whole, BootInstant, MS};
 use crate::config::RunConfig;
 use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code::{self, Exit};
@@ -15,7 +15,7 @@ use crate::lock::{
     Share, Taken, ToRecord, Token,
 };
 use crate::notify::{self, Systemd};
-use crate::report::{Event, Report};
+use crate::report::{self, Message};
 use crate::secrets;
 use crate::signals::Signals;
 use crate::supervise::{Ended, Stop, Supervisor};
@@ -26,18 +26,13 @@ use metrics_file::MetricsFile;
 
 /// Runs the configured command under the lock. `signals` and `token` are
 /// made by the caller, so that they exist before anything can go wrong.
-pub(crate) async fn run(
-    config: RunConfig,
-    report: Report,
-    signals: Signals,
-    token: Token,
-) -> Result<Exit, Error> {
+pub(crate) async fn run(config: RunConfig, signals: Signals, token: Token) -> Result<Exit, Error> {
     // The one place that sees how every run ends, for the metrics file.
-    let mut metrics = MetricsFile::new(&config, report);
+    let mut metrics = MetricsFile::new(&config);
     // Dropped when the run ends, however it ends: that removes the command's
     // notification socket.
-    let mut systemd = Systemd::from_env(report);
-    let result = run_steps(config, report, signals, token, &mut metrics, &mut systemd).await;
+    let mut systemd = Systemd::from_env();
+    let result = run_steps(config, signals, token, &mut metrics, &mut systemd).await;
     if let Err(err) = &result {
         // A oneshot unit keeps it after lockrun exits: `systemctl status`
         // says who had the lock.
@@ -49,37 +44,36 @@ pub(crate) async fn run(
 
 async fn run_steps(
     config: RunConfig,
-    report: Report,
     mut signals: Signals,
     token: Token,
     metrics: &mut MetricsFile,
     systemd: &mut Systemd,
 ) -> Result<Exit, Error> {
-    let mut lock = lock(&config, &token, report);
+    let mut lock = lock(&config, &token);
     let asked = BootInstant::now();
     // Who this run is, for its holder record, its place in line and its
     // history: said once, for host name and pid do not change.
     let me = Me::new(&config.command, config.share);
-    let grant = match acquire(&config, &me, &mut lock, &mut signals, systemd, report).await? {
+    let grant = match acquire(&config, &me, &mut lock, &mut signals, systemd).await? {
         Turn::Run(grant) => grant,
         Turn::Skip(done) => {
-            say_skipped(&done, lock.keys(), report);
+            say_skipped(&done, lock.keys());
             return Ok(Exit::Status(0));
         }
     };
     metrics.acquired();
-    warn_if_unprotected(&lock, report);
+    warn_if_unprotected(&lock);
     let child = match start(&config, grant, systemd) {
         Ok(started) => started,
         Err(cause) => {
             let (program, ttl) = (config.program(), config.timing.ttl);
-            return Err(not_started(program, cause, &mut lock, ttl, report).await);
+            return Err(not_started(program, cause, &mut lock, ttl).await);
         }
     };
     let slot = config.share.slot(grant.slot);
     let on = &config.lock.servers;
     let waited = asked.elapsed();
-    say_acquired(&lock, on, grant.fence, slot, &child, waited, report);
+    say_acquired(&lock, on, grant.fence, slot, &child, waited);
     systemd.holding(&config.lock.name, grant.fence, std::time::SystemTime::now());
     let mut held = Held {
         lease: Lease::new(config.timing.deadline_after(grant.sent)),
@@ -101,13 +95,12 @@ async fn run_steps(
         acquired: grant.sent,
         timeout_at: config.timeout.map(|limit| held.started + limit),
         systemd,
-        report,
     }
     .supervise()
     .await;
     systemd.ended(&config.lock.name, ended.status.as_ref().ok().copied());
-    let unreleased = held.finish(&config, &ended, report).await;
-    exit_status(ended, &held.lock, unreleased, report)
+    let unreleased = held.finish(&config, &ended).await;
+    exit_status(ended, &held.lock, unreleased)
 }
 
 /// Says, with --verbose, that the lock is taken on which servers and the
@@ -119,74 +112,38 @@ fn say_acquired(
     slot: Option<u32>,
     child: &Child,
     waited: Duration,
-    report: Report,
 ) {
-    let server = match on {
-        Servers::One(target) => format!("{} (from {})", target.with_user_shown(), target.source()),
-        Servers::Quorum(targets) => {
-            let all: Vec<String> = targets.iter().map(ToString::to_string).collect();
-            format!("a quorum of {}: {}", all.len(), all.join(", "))
-        }
-    };
-    let acquired = Event::info("acquired")
-        .with("server", server.clone())
-        .with("fencing_token", fence)
-        .with("slot", slot)
-        .with_ms("waited_ms", waited)
-        .with("command_pid", child.group().as_raw());
-    report.verbose(
-        acquired,
-        format_args!(
-            "acquired {} on {server} with fencing token {fence}; started pid {}",
-            lock.keys().lock,
-            child.group()
-        ),
-    );
+    report::say(Message::Acquired {
+        lock: &lock.keys().lock,
+        on,
+        fence,
+        slot,
+        waited,
+        pid: child.group().as_raw(),
+    });
 }
 
 /// Says, once per run, that `--replica-acks all` found no replica to copy
 /// the lease to: the operator asked for protection against a failover and
 /// does not have it.
-fn warn_if_unprotected(lock: &Lock, report: Report) {
+fn warn_if_unprotected(lock: &Lock) {
+    let lock_key = &lock.keys().lock;
     if lock.lacks_wait() {
-        report.error(
-            Event::warning("unacknowledged").with("cause", "no_wait"),
-            format_args!(
-                "--replica-acks all: the primary holding {} cannot acknowledge replication (it \
-                 does not know WAIT): the lease is not protected against a failover, which \
-                 could give the lock to a second run; --replica-acks 0 runs without asking",
-                lock.keys().lock
-            ),
-        );
+        report::say(Message::NoWait { lock: lock_key });
     } else if lock.unprotected() {
-        report.error(
-            Event::warning("unacknowledged").with("cause", "no_replica"),
-            format_args!(
-                "--replica-acks all found no replica connected to the primary holding {}: the \
-                 lease is not protected against a failover, which could give the lock to a \
-                 second run",
-                lock.keys().lock
-            ),
-        );
+        report::say(Message::NoReplica { lock: lock_key });
     }
 }
 
 /// The lock, on one server or on a quorum of them when `--redis` was given
 /// three times or more.
-fn lock(config: &RunConfig, token: &Token, report: Report) -> Lock {
+fn lock(config: &RunConfig, token: &Token) -> Lock {
     let servers = &config.lock.servers;
     if let Servers::Quorum(members) = servers {
-        let of = members.len();
-        if of.is_multiple_of(2) {
-            let event = Event::warning("even_quorum").with("servers", of);
-            report.error(
-                event,
-                format_args!(
-                "--redis given {of} times: an even number of servers survives no more failures \
-                 than {} would; use an odd number",
-                of - 1
-            ),
-            );
+        if members.len().is_multiple_of(2) {
+            report::say(Message::EvenQuorum {
+                servers: members.len(),
+            });
         }
     }
     let role = Role {
@@ -206,34 +163,11 @@ fn lock(config: &RunConfig, token: &Token, report: Report) -> Lock {
 /// Says, with `--verbose`, that the job ran already this period
 /// (`--once-per`): who ran it, when, and when the period ends, on Redis's
 /// clock.
-fn say_skipped(done: &DoneRecord, keys: &Keys, report: Report) {
-    let wall = |ms: u64| {
-        let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
-        humantime::format_rfc3339_millis(at).to_string()
-    };
-    let ran_ms = done.by.acquired_us / 1000;
-    let ran_by = serde_json::json!({
-        "host": done.by.host,
-        "pid": done.by.pid,
-        "command": done.by.command,
-        "fencing_token": done.by.fence,
+fn say_skipped(done: &DoneRecord, keys: &Keys) {
+    report::say(Message::Skipped {
+        lock: &keys.name,
+        done,
     });
-    let event = Event::info("skipped")
-        .with("ran_by", ran_by)
-        .with("ran_at_ms", ran_ms)
-        .with("until_ms", done.until_ms);
-    report.verbose(
-        event,
-        format_args!(
-            "skipped: {} ran on {} pid {} at {} (fencing token {}); the period ends at {}",
-            keys.name,
-            done.by.host,
-            done.by.pid,
-            wall(ran_ms),
-            done.by.fence,
-            wall(done.until_ms)
-        ),
-    );
 }
 
 /// What a run does once it asked for the lock.
@@ -253,10 +187,9 @@ async fn acquire(
     lock: &mut Lock,
     signals: &mut Signals,
     systemd: &Systemd,
-    report: Report,
 ) -> Result<Turn, Error> {
     let (timing, wait, supersede) = (config.timing, config.wait, config.supersede);
-    let attempt = wait::acquire(lock, timing, me, wait, supersede, systemd, report);
+    let attempt = wait::acquire(lock, timing, me, wait, supersede, systemd);
     let outcome = tokio::select! {
         signal = signals.recv_interrupt() => Err(match signal {
             Ok(signal) => Error::Interrupted(signal),
@@ -350,21 +283,16 @@ fn start(config: &RunConfig, grant: Grant, systemd: &mut Systemd) -> Result<Chil
 /// A command that could not be started gives the lock back at once, and
 /// says so with --verbose; a lock that could not be given back is said
 /// after why the command did not start, with when it expires (`ttl`).
-async fn not_started(
-    program: String,
-    cause: SpawnError,
-    lock: &mut Lock,
-    ttl: Duration,
-    report: Report,
-) -> Error {
+async fn not_started(program: String, cause: SpawnError, lock: &mut Lock, ttl: Duration) -> Error {
     let unreleased = match lock.release(None, None, None).await {
         // Taken just now, and already not ours: nothing to give back.
         Ok(Released::NotOurs) => None,
         Ok(Released::Deleted | Released::Kept) => {
-            let event = Event::info("released")
-                .with("held_ms", 0)
-                .with("exit_status", None::<u8>);
-            report.verbose(event, format_args!("released {}", lock.keys().lock));
+            report::say(Message::Released {
+                lock: &lock.keys().lock,
+                held: Duration::ZERO,
+                exit_status: None,
+            });
             None
         }
         Err(cause) => Some(Box::new(Unreleased {
@@ -402,12 +330,7 @@ impl Held {
     /// Stops whatever the command left running, then gives the lock back,
     /// or keeps it until `--min-hold` is over. A lock that could not be
     /// given back is returned, to be said after why the run ended.
-    async fn finish(
-        &mut self,
-        config: &RunConfig,
-        ended: &Ended,
-        report: Report,
-    ) -> Option<Box<Unreleased>> {
+    async fn finish(&mut self, config: &RunConfig, ended: &Ended) -> Option<Box<Unreleased>> {
         let (timing, stop) = (config.timing, ended.stop);
         // Whatever the command left running must not outlive the lock.
         let gone = if matches!(stop, Some(Stop::Lost(_))) {
@@ -417,10 +340,7 @@ impl Held {
             self.child.stop_stragglers(kill_at).await
         };
         if !gone {
-            report.error(
-                Event::error("stragglers"),
-                "a process the command started is still there after SIGKILL (stuck in the kernel?)",
-            );
+            report::say(Message::Stragglers);
         }
         let keep = match (stop, config.min_hold) {
             (None | Some(Stop::TimedOut), Some(min_hold)) => {
@@ -436,16 +356,12 @@ impl Held {
         let record = ToRecord::new(config.history, &self.record(config, ended));
         let released = self.lock.release(keep, done_for, record.as_ref()).await;
         if let Some(unheard) = self.lock.take_unheard() {
-            report.error(
-                Event::warning("waiters_not_told").with("error", unheard.to_string()),
-                format_args!(
-                    "{}: could not tell the runs waiting for it how it stands now (they \
-                     find out at their next look): {unheard}",
-                    self.lock.keys().name
-                ),
-            );
+            report::say(Message::WaitersNotTold {
+                lock: &self.lock.keys().name,
+                error: unheard.to_string(),
+            });
         }
-        self.say_released(released, keep, ended, timing.ttl, report)
+        self.say_released(released, keep, ended, timing.ttl)
     }
 
     /// What the history keeps of this run: the release adds when it ended
@@ -482,7 +398,6 @@ impl Held {
         keep: Option<Duration>,
         ended: &Ended,
         ttl: Duration,
-        report: Report,
     ) -> Option<Box<Unreleased>> {
         let Keys { name, lock, .. } = self.lock.keys().clone();
         let exit_status = ended
@@ -490,32 +405,22 @@ impl Held {
             .as_ref()
             .ok()
             .map(|s| exit_code::from_child(*s));
-        let ended_event = |event: Event| {
-            event
-                .with_ms("held_ms", self.started.elapsed())
-                .with("exit_status", exit_status)
-        };
+        let held = self.started.elapsed();
         match released {
-            Ok(Released::Deleted) => report.verbose(
-                ended_event(Event::info("released")),
-                format_args!("released {lock}"),
-            ),
-            Ok(Released::Kept) => report.verbose(
-                ended_event(Event::info("kept")).with_ms("kept_ms", keep.unwrap_or_default()),
-                format_args!(
-                    "kept {lock} for {} more to honour --min-hold",
-                    show(keep.unwrap_or_default())
-                ),
-            ),
-            Ok(Released::NotOurs) if ended.stop.is_none() => report.error(
-                Event::warning("lost")
-                    .with("reason", "gone_at_release")
-                    .with("exit_status", None::<u8>),
-                format_args!(
-                "{name} no longer held this run's token when the command exited (it expired or \
-                 was removed); another run may have overlapped the end of this one"
-            ),
-            ),
+            Ok(Released::Deleted) => report::say(Message::Released {
+                lock: &lock,
+                held,
+                exit_status,
+            }),
+            Ok(Released::Kept) => report::say(Message::Kept {
+                lock: &lock,
+                held,
+                exit_status,
+                kept: keep.unwrap_or_default(),
+            }),
+            Ok(Released::NotOurs) if ended.stop.is_none() => {
+                report::say(Message::GoneAtRelease { lock: &name });
+            }
             Ok(Released::NotOurs) => {}
             Err(cause) => {
                 return Some(Box::new(Unreleased {
@@ -536,15 +441,11 @@ fn exit_status(
     ended: Ended,
     lock: &Lock,
     unreleased: Option<Box<Unreleased>>,
-    report: Report,
 ) -> Result<Exit, Error> {
     match ended.stop {
         None => {
             if let Some(unreleased) = unreleased {
-                let event = Event::error("unreleased")
-                    .with_ms("expires_within_ms", unreleased.within)
-                    .with("cause", unreleased.cause.to_string());
-                report.error(event, unreleased);
+                report::say(Message::Unreleased(&unreleased));
             }
             ended
                 .status

@@ -11,12 +11,12 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::child::Child;
-use crate::clock::{self, show, BootInstant};
+use crate::clock::{self, BootInstant};
 use crate::lease::{Lease, Loss, Timing};
 use crate::lock::{Lock, LockError, Renewal};
 use crate::notify::Systemd;
 use crate::redis_conn::ErrorKind;
-use crate::report::{Event, Report};
+use crate::report::{self, Message};
 use crate::signals::Signals;
 
 mod stopping;
@@ -47,7 +47,6 @@ pub(crate) struct Supervisor<'a> {
     pub(crate) timeout_at: Option<BootInstant>,
     /// Told why lockrun stops the command.
     pub(crate) systemd: &'a Systemd,
-    pub(crate) report: Report,
 }
 
 impl Supervisor<'_> {
@@ -62,14 +61,13 @@ impl Supervisor<'_> {
             acquired,
             timeout_at,
             systemd,
-            report,
         } = self;
         let name = lock.keys().name.clone();
-        let keeper = keep_lease(lock, lease, acquired, timing, report);
+        let keeper = keep_lease(lock, lease, acquired, timing);
         tokio::pin!(keeper);
         let mut keeper_running = true;
         // Every stop starts in `stopping`, which says so before it signals.
-        let mut stopping = Stopping::new(timing, timeout_at, &name, report, systemd);
+        let mut stopping = Stopping::new(timing, timeout_at, &name, systemd);
         loop {
             stopping.enforce_deadline(&*child, lease);
             let wake = stopping.next_wake(lease.deadline());
@@ -175,7 +173,6 @@ async fn keep_lease<L: Renew>(
     lease: &Lease,
     acquired: BootInstant,
     timing: Timing,
-    report: Report,
 ) -> Loss {
     let mut next = acquired + timing.renew_every;
     let mut failing = false;
@@ -192,36 +189,33 @@ async fn keep_lease<L: Renew>(
             Ok(Renewal::Extended) => {
                 lease.extend_to(timing.deadline_after(sent));
                 next = sent + timing.renew_every;
-                let left = lease.deadline().remaining();
-                if std::mem::take(&mut failing) {
-                    let event = Event::info("renewal_late").with_ms("lease_left_ms", left);
-                    report.error(event, format_args!("renewed {} again", lock.name()));
+                let lease_left = lease.deadline().remaining();
+                report::say(if std::mem::take(&mut failing) {
+                    Message::RenewedAgain {
+                        lock: lock.name(),
+                        lease_left,
+                    }
                 } else {
-                    let event = Event::info("renewed").with_ms("lease_left_ms", left);
-                    report.verbose(event, format_args!("renewed {}", lock.redis_key()));
-                }
+                    Message::Renewed {
+                        key: lock.redis_key(),
+                        lease_left,
+                    }
+                });
             }
             Ok(Renewal::Lost) => return Loss::TokenGone,
             Err(err) => {
-                let left = lease
-                    .deadline()
-                    .remaining()
-                    .saturating_sub(timing.kill_grace);
-                let message = format!(
-                    "cannot renew {} ({err}); retrying for {} before stopping the command",
-                    lock.name(),
-                    show(left)
-                );
-                let event = Event::warning("renewal_failed")
-                    .with("error", err.to_string())
-                    .with_ms("retry_for_ms", left);
                 let kind = L::failure_kind(&err);
-                if std::mem::replace(&mut failing, true) && said == kind {
-                    report.verbose(event, message);
-                } else {
-                    said = kind;
-                    report.error(event, message);
-                }
+                let repeated = std::mem::replace(&mut failing, true) && said == kind;
+                said = kind;
+                report::say(Message::RenewalFailed {
+                    lock: lock.name(),
+                    error: err.to_string(),
+                    retry_for: lease
+                        .deadline()
+                        .remaining()
+                        .saturating_sub(timing.kill_grace),
+                    repeated,
+                });
                 next = BootInstant::now() + timing.retry_delay();
             }
         }

@@ -24,14 +24,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock::show_exact;
 use crate::lease::Timing;
 use crate::lock::{
     Attempt, Grant, Lock, LockError, Me, Mode, NotGivenBack, Subscription, Tried, Wake, Wakes,
 };
 use crate::notify::Systemd;
 use crate::redis_conn::ErrorKind;
-use crate::report::{Event, Report};
+use crate::report::{self, Message};
 
 /// How long the first connection to the lock's servers may take, unless a
 /// bounded wait has less left.
@@ -151,7 +150,6 @@ pub(crate) async fn acquire(
     wait: Option<Wait>,
     supersede: bool,
     systemd: &Systemd,
-    report: Report,
 ) -> Result<Attempt, LockError> {
     let started = Instant::now();
     let mut waiter = Waiter {
@@ -168,7 +166,6 @@ pub(crate) async fn acquire(
         place: None,
         systemd,
         refused_wakes: None,
-        report,
     };
     // Only the first connection gets longer than a Redis call may take:
     // nothing is held yet, and a slow handshake is no reason to give up.
@@ -215,7 +212,6 @@ struct Waiter<'a, L> {
     systemd: &'a Systemd,
     /// The ACL's refusal of the wake-up subscription, until said.
     refused_wakes: Option<String>,
-    report: Report,
 }
 
 impl<L: Contended> Waiter<'_, L> {
@@ -297,7 +293,9 @@ impl<L: Contended> Waiter<'_, L> {
             // subscribe again once Redis lets this run in, since it may wait
             // long after that.
             Subscription::Failed(err) if err.is_refused_for_now() => self.resubscribe = true,
-            Subscription::Failed(err) => self.polling(&err.to_string()),
+            Subscription::Failed(err) => report::say(Message::Polling {
+                why: &err.to_string(),
+            }),
             Subscription::NoMessages => {}
         }
     }
@@ -307,27 +305,12 @@ impl<L: Contended> Waiter<'_, L> {
     /// until it runs out.
     fn not_given_back(&self, servers: &[NotGivenBack]) {
         for NotGivenBack { server, cause } in servers {
-            let event = Event::warning("give_back_failed")
-                .with("server", server.as_str())
-                .with("error", cause.to_string())
-                .with_ms("expires_within_ms", self.timing.ttl);
-            self.report.verbose(
-                event,
-                format_args!(
-                    "could not give back on {server} what this attempt may hold there, \
-                     which expires within {}: {cause}",
-                    show_exact(self.timing.ttl)
-                ),
-            );
+            report::say(Message::GiveBackFailed {
+                server,
+                cause: cause.to_string(),
+                expires_within: self.timing.ttl,
+            });
         }
-    }
-
-    /// Says, with `--verbose`, that no wake-up message will come, and why.
-    fn polling(&self, why: &str) {
-        self.report.verbose(
-            Event::warning("polling").with("error", why),
-            format_args!("no wake-up messages, polling instead: {why}"),
-        );
     }
 
     /// Says, once and without `--verbose`, that the ACL refused this run
@@ -339,13 +322,7 @@ impl<L: Contended> Waiter<'_, L> {
         let Some(why) = self.refused_wakes.take() else {
             return;
         };
-        self.report.error(
-            Event::warning("polling").with("error", why.as_str()),
-            format_args!(
-                "{why}; until then this run waits by polling instead of being woken, so the \
-                 lock reaches it later after a release"
-            ),
-        );
+        report::say(Message::PollingRefused { why: &why });
     }
 
     /// A wait that is over before it began only tries once; any other
@@ -382,28 +359,24 @@ impl<L: Contended> Waiter<'_, L> {
                 self.systemd.waiting(self.lock.name(), &taken, self.place);
                 self.say_refused_wakes();
                 if first {
-                    self.report.verbose(
-                        waiting(taken.waiting, true),
-                        format_args!(
-                            "{} is busy; waiting, {} in line",
-                            self.lock.redis_key(),
-                            taken.waiting
-                        ),
-                    );
+                    report::say(Message::Waiting {
+                        lock: self.lock.redis_key(),
+                        waiting: taken.waiting,
+                        place: Some(taken.waiting),
+                        held: taken.held,
+                    });
                 }
                 Ok(ControlFlow::Continue(retry))
             }
             Ok(Attempt::Busy(taken)) => {
                 self.systemd.waiting(self.lock.name(), &taken, None);
                 if !self.answers_again() {
-                    self.report.verbose(
-                        waiting(taken.waiting, false),
-                        format_args!(
-                            "{} is busy{}; trying again",
-                            self.lock.redis_key(),
-                            if taken.held { "" } else { " (no majority)" }
-                        ),
-                    );
+                    report::say(Message::Waiting {
+                        lock: self.lock.redis_key(),
+                        waiting: taken.waiting,
+                        place: None,
+                        held: taken.held,
+                    });
                 }
                 Ok(ControlFlow::Continue(None))
             }
@@ -430,9 +403,9 @@ impl<L: Contended> Waiter<'_, L> {
         }
         self.failures = self.failures.saturating_add(1);
         if self.failing.is_none() {
-            let event = Event::warning("redis_failing").with("error", err.to_string());
-            self.report
-                .error(event, format_args!("{err}; still waiting"));
+            report::say(Message::RedisFailing {
+                error: err.to_string(),
+            });
         }
         self.failing = Some(err);
         Ok(())
@@ -444,10 +417,9 @@ impl<L: Contended> Waiter<'_, L> {
         self.failures = 0;
         let was_failing = self.failing.take().is_some();
         if was_failing {
-            self.report.error(
-                Event::info("redis_back"),
-                format_args!("{} answers again; still waiting", self.lock.servers()),
-            );
+            report::say(Message::RedisBack {
+                servers: self.lock.servers(),
+            });
         }
         was_failing
     }
@@ -492,7 +464,7 @@ impl<L: Contended> Waiter<'_, L> {
                         if unheard.by_acl {
                             self.refused_wakes = Some(unheard.why);
                         } else {
-                            self.polling(&unheard.why);
+                            report::say(Message::Polling { why: &unheard.why });
                         }
                         return None;
                     }
@@ -532,15 +504,6 @@ impl<L> Waiter<'_, L> {
             .saturating_mul(1 << doublings)
             .min(MAX_BACKOFF.max(period))
     }
-}
-
-/// The `waiting` event: this run's place is the last of `in_line` when it
-/// just took one.
-fn waiting(in_line: u64, queued: bool) -> Event {
-    Event::info("waiting")
-        .with("queued", queued)
-        .with("place", queued.then_some(in_line))
-        .with("waiting", in_line)
 }
 
 /// A random pause between half and all of `period`, so that waiters which

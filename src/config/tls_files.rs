@@ -28,18 +28,6 @@ pub(crate) struct ExposedKey {
     pub(crate) mode: u32,
 }
 
-impl fmt::Display for ExposedKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = self.path.display();
-        write!(
-            f,
-            "--redis-key-file {path}: users other than its owner may read the private key \
-             (mode {:04o}); make it private: chmod 600 {path}",
-            self.mode
-        )
-    }
-}
-
 /// The TLS setup the flags ask for, if `tls` (some URL is `rediss…://`);
 /// and the key file, if others may read it.
 pub(super) fn read(

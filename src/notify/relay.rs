@@ -16,7 +16,7 @@ use tokio::io::Interest;
 use tokio::net::UnixDatagram;
 
 use super::Link;
-use crate::report::Event;
+use crate::report::{self, Message};
 
 /// What the command may say, passed on as it is: exact lines, and prefixes
 /// of lines that carry a value. Not `MAINPID=` (lockrun stays the main
@@ -128,11 +128,9 @@ async fn pass_on(socket: Arc<UnixDatagram>, link: Arc<Link>) {
         match received {
             Ok(received) => pass_on_one(&link, &received, &buffer),
             Err(err) => {
-                let event = Event::warning("notify_failed").with("error", err.to_string());
-                link.report.verbose(
-                    event,
-                    format_args!("cannot read the command's notifications: {err}"),
-                );
+                report::say(Message::NotifyReadFailed {
+                    error: err.to_string(),
+                });
                 return;
             }
         }
@@ -142,13 +140,10 @@ async fn pass_on(socket: Arc<UnixDatagram>, link: Arc<Link>) {
 /// Passes on one datagram that `receive` put in `buffer`, or says why not.
 fn pass_on_one(link: &Link, received: &Received, buffer: &[u8]) {
     if received.fds {
-        dropped(
-            link,
-            "file descriptors (the file descriptor store is not relayed)",
-        );
+        dropped("file descriptors (the file descriptor store is not relayed)");
     }
     if received.truncated {
-        dropped(link, "a notification longer than systemd reads");
+        dropped("a notification longer than systemd reads");
     } else {
         relay(link, &buffer[..received.len]);
     }
@@ -179,7 +174,7 @@ fn receive(socket: &UnixDatagram, buffer: &mut [u8]) -> io::Result<Received> {
 fn relay(link: &Link, datagram: &[u8]) {
     let (kept, dropped_lines) = sift(datagram);
     for line in dropped_lines {
-        dropped(link, &String::from_utf8_lossy(line));
+        dropped(&String::from_utf8_lossy(line));
     }
     if kept.is_empty() {
         return;
@@ -212,12 +207,8 @@ fn sift(datagram: &[u8]) -> (Vec<u8>, Vec<&[u8]>) {
 }
 
 /// Says, with `--verbose`, what the command sent that systemd does not get.
-fn dropped(link: &Link, what: &str) {
-    let event = Event::info("notify_dropped").with("what", what);
-    link.report.verbose(
-        event,
-        format_args!("not passed on to systemd from the command: {what}"),
-    );
+fn dropped(what: &str) {
+    report::say(Message::NotifyDropped { what });
 }
 
 #[cfg(test)]

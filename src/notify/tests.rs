@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use super::*;
 use crate::lock::Holder;
-use crate::report::Verbosity;
 
 /// A socket where systemd's would be, in a directory removed with it.
 struct Listener {
@@ -24,8 +23,7 @@ impl Listener {
     }
 
     fn systemd(&self) -> Systemd {
-        let quiet = Report::default().as_loud_as(Verbosity::Quiet);
-        Systemd::at(self.dir.join("systemd").as_os_str(), quiet)
+        Systemd::at(self.dir.join("systemd").as_os_str())
     }
 
     fn next(&self) -> String {
@@ -137,7 +135,6 @@ fn no_socket_named_no_messages_and_nothing_for_the_command() {
 
 #[test]
 fn a_socket_that_is_no_path_nor_abstract_name_is_not_used() {
-    let quiet = Report::default().as_loud_as(Verbosity::Quiet);
-    let mut systemd = Systemd::at(std::ffi::OsStr::new("vsock:2:1"), quiet);
+    let mut systemd = Systemd::at(std::ffi::OsStr::new("vsock:2:1"));
     assert!(systemd.for_command().is_empty());
 }

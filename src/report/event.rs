@@ -1,6 +1,6 @@
 //! `--log-format json`: each line lockrun says is also an event with typed
-//! fields, built where it is said, so that nothing has to be parsed back out
-//! of the text. The schema is the man page's LOG FORMAT section, which a test
+//! fields, made with the line (`message`), so that nothing has to be parsed
+//! back out of the text. The schema is the man page's LOG FORMAT section, which a test
 //! holds these events to.
 
 use std::fmt::Write as _;
@@ -49,15 +49,15 @@ pub(crate) struct Event {
 }
 
 impl Event {
-    pub(crate) fn error(name: &'static str) -> Self {
+    pub(super) fn error(name: &'static str) -> Self {
         Event::new(Level::Error, name)
     }
 
-    pub(crate) fn warning(name: &'static str) -> Self {
+    pub(super) fn warning(name: &'static str) -> Self {
         Event::new(Level::Warning, name)
     }
 
-    pub(crate) fn info(name: &'static str) -> Self {
+    pub(super) fn info(name: &'static str) -> Self {
         Event::new(Level::Info, name)
     }
 
@@ -70,19 +70,14 @@ impl Event {
     }
 
     /// One more field of this event's own.
-    pub(crate) fn with(mut self, field: &'static str, value: impl Into<Value>) -> Self {
+    pub(super) fn with(mut self, field: &'static str, value: impl Into<Value>) -> Self {
         self.fields.push((field, value.into()));
         self
     }
 
     /// A duration, as whole milliseconds.
-    pub(crate) fn with_ms(self, field: &'static str, duration: Duration) -> Self {
+    pub(super) fn with_ms(self, field: &'static str, duration: Duration) -> Self {
         self.with(field, whole(duration, MS))
-    }
-
-    /// The line that says `dropped` lines went missing on a full stderr.
-    pub(crate) fn dropped(dropped: u64) -> Self {
-        Event::warning("dropped").with("count", dropped)
     }
 
     /// The error that ends an invocation, at the level its loudness says.

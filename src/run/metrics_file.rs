@@ -22,7 +22,7 @@ use crate::config::RunConfig;
 use crate::error::Error;
 use crate::exit_code::Exit;
 use crate::metrics::{self, Change, Held, Outcome, Process};
-use crate::report::{Event, Report};
+use crate::report::{self, Message};
 
 /// How long the end of a run waits for its writes: both may wait for the
 /// lock file, and then some for the file system.
@@ -46,7 +46,6 @@ struct Writer {
     /// This process, as the file's records of the runs that hold a lock
     /// name it.
     me: Process,
-    report: Report,
     /// A run says once that the file cannot be written, however often it
     /// tries.
     warned: AtomicBool,
@@ -61,28 +60,21 @@ impl Writer {
 
     fn warn(&self, cause: impl Display) {
         if !self.warned.swap(true, Ordering::Relaxed) {
-            let path = self.path.display().to_string();
-            let event = Event::warning("metrics_unwritable")
-                .with("path", path.as_str())
-                .with("cause", cause.to_string());
-            self.report.error(
-                event,
-                format_args!(
-                    "cannot update the metrics file {path}: {cause}; the run is not affected"
-                ),
-            );
+            report::say(Message::MetricsUnwritable {
+                path: &self.path,
+                cause: cause.to_string(),
+            });
         }
     }
 }
 
 impl MetricsFile {
-    pub(super) fn new(config: &RunConfig, report: Report) -> Self {
+    pub(super) fn new(config: &RunConfig) -> Self {
         let file = config.metrics_file.clone().map(|path| {
             Arc::new(Writer {
                 path,
                 key: config.lock.name.clone(),
                 me: Process::me(),
-                report,
                 warned: AtomicBool::new(false),
             })
         });

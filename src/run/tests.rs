@@ -27,8 +27,7 @@ fn unreachable_lock() -> Lock {
 async fn a_command_not_started_says_the_lock_could_not_be_released_and_when_it_expires() {
     let mut lock = unreachable_lock();
     let ttl = Duration::from_secs(30);
-    let quiet = Report::default().as_loud_as(crate::report::Verbosity::Quiet);
-    let err = not_started("nope".into(), SpawnError::NotFound, &mut lock, ttl, quiet).await;
+    let err = not_started("nope".into(), SpawnError::NotFound, &mut lock, ttl).await;
     assert_eq!(err.exit_code(), exit_code::NOT_FOUND);
     let said = err.to_string();
     assert!(

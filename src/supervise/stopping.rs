@@ -10,11 +10,10 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::child::Child;
-use crate::clock::{show_exact, whole, BootInstant, MS};
-use crate::exit_code;
+use crate::clock::BootInstant;
 use crate::lease::{Lease, Loss, Timing};
 use crate::notify::{self, Systemd};
-use crate::report::{Event, Report};
+use crate::report::{self, Message};
 
 /// Why lockrun stopped the command before it finished on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,7 +47,6 @@ pub(super) struct Stopping<'a> {
     timeout_at: Option<BootInstant>,
     /// The lock's name, for the text lines.
     lock: &'a str,
-    report: Report,
     /// Told why, as the unit's status.
     systemd: &'a Systemd,
     pub(super) reason: Option<Stop>,
@@ -64,14 +62,12 @@ impl<'a> Stopping<'a> {
         timing: Timing,
         timeout_at: Option<BootInstant>,
         lock: &'a str,
-        report: Report,
         systemd: &'a Systemd,
     ) -> Self {
         Stopping {
             timing,
             timeout_at,
             lock,
-            report,
             systemd,
             reason: None,
             kill_at: None,
@@ -131,8 +127,7 @@ impl<'a> Stopping<'a> {
     /// Says that the stop starts, then starts it: `signal` to everything the
     /// command started, and SIGKILL `grace` later.
     fn start(&mut self, target: &impl Target, reason: Stop, signal: Signal, grace: Duration) {
-        let (event, line) = stop_said(Some(reason), signal, Some(grace), self.lock);
-        self.report.verbose(event, line);
+        report::say(stop_said(reason, signal, grace, self.lock));
         let lost = match reason {
             Stop::Lost(loss) => Some(loss),
             Stop::TimedOut => None,
@@ -153,16 +148,14 @@ impl<'a> Stopping<'a> {
             signal,
             Signal::SIGTERM | Signal::SIGINT | Signal::SIGQUIT | Signal::SIGABRT
         );
-        let (event, line) = if ends && !self.asked && self.reason.is_none() {
+        if ends && !self.asked && self.reason.is_none() {
             self.asked = true;
             self.systemd
                 .stopping(&format!("{signal} passed on to the command"));
-            stop_said(None, signal, None, self.lock)
+            report::say(Message::StoppingForwarded { signal });
         } else {
-            let event = Event::info("forwarded").with("signal", signal.as_str());
-            (event, format!("forwarding {signal} to the command"))
-        };
-        self.report.verbose(event, line);
+            report::say(Message::Forwarded { signal });
+        }
         target.signal_group(signal);
     }
 
@@ -197,48 +190,18 @@ impl<'a> Stopping<'a> {
     }
 }
 
-/// The `stopping` event and its text line: why (None: a signal lockrun got
-/// and passes on), the signal sent first, and how long until SIGKILL (None:
-/// lockrun sends none of its own).
-pub(super) fn stop_said(
-    reason: Option<Stop>,
-    signal: Signal,
-    grace: Option<Duration>,
-    lock: &str,
-) -> (Event, String) {
-    let (event, name, exit_status) = match reason {
-        None => (Event::info("stopping"), "signal", None),
-        Some(Stop::TimedOut) => (
-            Event::warning("stopping"),
-            "timeout",
-            Some(exit_code::TIMED_OUT),
-        ),
-        Some(Stop::Lost(_)) => (
-            Event::warning("stopping"),
-            "lost",
-            Some(exit_code::LEASE_LOST),
-        ),
-    };
-    let how = match grace {
-        _ if signal == Signal::SIGKILL => format!("stopping the command: {signal}"),
-        Some(grace) => format!(
-            "stopping the command: {signal} now, SIGKILL in {}",
-            show_exact(grace)
-        ),
-        // The command decides how long it takes: lockrun keeps the lease.
-        None => format!("forwarding {signal} to the command"),
-    };
-    let line = match reason {
-        None => how,
-        Some(Stop::TimedOut) => format!("the command ran longer than --timeout; {how}"),
-        Some(Stop::Lost(loss)) => format!("lost the lock {lock}: {loss}; {how}"),
-    };
-    let event = event
-        .with("reason", name)
-        .with("signal", signal.as_str())
-        .with("grace_ms", grace.map(|grace| whole(grace, MS)))
-        .with("exit_status", exit_status);
-    (event, line)
+/// The `stopping` message of a stop lockrun makes: why, the signal sent
+/// first, and how long until SIGKILL.
+pub(super) fn stop_said(reason: Stop, signal: Signal, grace: Duration, lock: &str) -> Message<'_> {
+    match reason {
+        Stop::TimedOut => Message::StoppingTimedOut { signal, grace },
+        Stop::Lost(loss) => Message::StoppingLost {
+            lock,
+            loss,
+            signal,
+            grace,
+        },
+    }
 }
 
 #[cfg(test)]

@@ -23,13 +23,7 @@ pub(super) fn timing() -> Timing {
 
 /// A stop schedule for the lock "billing", saying nothing.
 fn new_stopping(timing: Timing, timeout_at: Option<BootInstant>) -> Stopping<'static> {
-    Stopping::new(
-        timing,
-        timeout_at,
-        "billing",
-        Report::default(),
-        no_systemd(),
-    )
+    Stopping::new(timing, timeout_at, "billing", no_systemd())
 }
 
 /// Milliseconds from `t0` to `t`: the timelines below count from the
@@ -117,7 +111,7 @@ struct Kept {
 /// ms after `t0`.
 async fn keep(t0: BootInstant, lease: &Lease, mut lock: Scripted<'_>, until: u64) -> Kept {
     let limit = t0 + ms(until);
-    let keeper = keep_lease(&mut lock, lease, t0, timing(), Report::default());
+    let keeper = keep_lease(&mut lock, lease, t0, timing());
     let loss = tokio::time::timeout(limit.remaining(), keeper).await.ok();
     Kept {
         loss,
@@ -213,7 +207,7 @@ async fn a_pause_past_the_deadline_sends_no_renewal() {
     let (t0, lease) = grant();
     let mut lock = Scripted::new(t0, &lease, &[]);
     let loss = {
-        let keeper = keep_lease(&mut lock, &lease, t0, timing(), Report::default());
+        let keeper = keep_lease(&mut lock, &lease, t0, timing());
         tokio::pin!(keeper);
         let waiting = tokio::time::timeout(ms(500), &mut keeper).await;
         assert!(waiting.is_err(), "no renewal is due yet");

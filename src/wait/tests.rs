@@ -168,9 +168,8 @@ impl Contended for Scripted {
 
 async fn wait_on(lock: &mut Scripted, wait: Option<Wait>) -> Result<Attempt, LockError> {
     let me = Me::new(&["job".into()], Share::Alone);
-    let report = Report::default().as_loud_as(crate::report::Verbosity::Quiet);
     let systemd = crate::notify::Systemd::default();
-    acquire(lock, timing(), &me, wait, false, &systemd, report).await
+    acquire(lock, timing(), &me, wait, false, &systemd).await
 }
 
 #[tokio::test(start_paused = true)]

@@ -3,12 +3,11 @@
 //! whom, when SIGKILL follows, and what the `stopping` event says of it.
 
 use std::cell::RefCell;
-use std::time::SystemTime;
 
 use serde_json::{json, Value};
 
 use super::*;
-use crate::report::Context;
+use crate::report;
 
 use crate::supervise::tests::{ms, no_systemd, timing};
 
@@ -34,29 +33,12 @@ impl Noted {
 }
 
 fn new_stopping(timeout_at: Option<BootInstant>) -> Stopping<'static> {
-    Stopping::new(
-        timing(),
-        timeout_at,
-        "billing",
-        Report::default(),
-        no_systemd(),
-    )
-}
-
-/// The JSON line an event and its message make, parsed back.
-fn json((event, message): (Event, String)) -> serde_json::Map<String, Value> {
-    let context = Context {
-        key: Some("billing".into()),
-        host: "web-2".into(),
-        pid: 41,
-    };
-    let line = context.json_line(event, &message, SystemTime::UNIX_EPOCH);
-    serde_json::from_str(&line).expect("one JSON object")
+    Stopping::new(timing(), timeout_at, "billing", no_systemd())
 }
 
 /// event, level, reason, signal, grace_ms, exit_status, message.
-fn said(said: (Event, String)) -> Value {
-    let line = json(said);
+fn said(said: Message<'_>) -> Value {
+    let line = report::json_of(said);
     let fields = [
         "event",
         "level",
@@ -77,14 +59,9 @@ fn said(said: (Event, String)) -> Value {
 
 #[test]
 fn each_reason_says_why_which_signal_and_how_long_until_sigkill() {
-    let timed_out = Some(Stop::TimedOut);
+    let timed_out = Stop::TimedOut;
     assert_eq!(
-        said(stop_said(
-            timed_out,
-            Signal::SIGTERM,
-            Some(ms(10_000)),
-            "billing"
-        )),
+        said(stop_said(timed_out, Signal::SIGTERM, ms(10_000), "billing")),
         json!([
             "stopping",
             "warning",
@@ -96,9 +73,9 @@ fn each_reason_says_why_which_signal_and_how_long_until_sigkill() {
              SIGKILL in 10s"
         ])
     );
-    let gone = Some(Stop::Lost(Loss::TokenGone));
+    let gone = Stop::Lost(Loss::TokenGone);
     assert_eq!(
-        said(stop_said(gone, Signal::SIGTERM, Some(ms(1500)), "billing")),
+        said(stop_said(gone, Signal::SIGTERM, ms(1500), "billing")),
         json!([
             "stopping",
             "warning",
@@ -113,9 +90,9 @@ fn each_reason_says_why_which_signal_and_how_long_until_sigkill() {
             )
         ])
     );
-    let lapsed = Some(Stop::Lost(Loss::Lapsed));
+    let lapsed = Stop::Lost(Loss::Lapsed);
     assert_eq!(
-        said(stop_said(lapsed, Signal::SIGKILL, Some(ms(0)), "billing")),
+        said(stop_said(lapsed, Signal::SIGKILL, ms(0), "billing")),
         json!([
             "stopping",
             "warning",
@@ -130,7 +107,9 @@ fn each_reason_says_why_which_signal_and_how_long_until_sigkill() {
         ])
     );
     assert_eq!(
-        said(stop_said(None, Signal::SIGINT, None, "billing")),
+        said(Message::StoppingForwarded {
+            signal: Signal::SIGINT
+        }),
         json!([
             "stopping",
             "info",
