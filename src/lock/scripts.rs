@@ -1,42 +1,275 @@
-//! The Lua scripts as lockrun sends them: EVALSHA with a SHA-1 that the
-//! build script computed, and EVAL once for a server that does not know the
-//! script yet (EVAL caches it under the same hash); after one NOSCRIPT on a
-//! connection, EVAL at once for each script not yet sent whole on it
-//! (`Scripts`).
+//! The Lua scripts, each in a module of its own beside its file
+//! (`scripts/NAME.rs`, `scripts/NAME.lua`), as mini-redis keeps each
+//! command in one file: its keys and arguments, the call that sends them,
+//! and its reply with its decoding. Here what they share: a script's text,
+//! assembled and hashed at its first call, and how a call is sent; `reply`
+//! has the shared decoding.
 //!
-//! `build.rs` assembles each script from its parts in this directory, with
-//! the names of its keys and arguments from `protocol.rs` in front, and
-//! hashes it: `redis::Script` would hash its text whenever one is made, that
-//! is at every start of lockrun, and the queue's rules make the scripts
-//! long. A call is made from a script's `Args`, so it takes the keys and
-//! sends the arguments that script names, in its order.
+//! A script reads its keys and arguments by name only: its text starts with
+//! a `local NAME = KEYS[i]` line for each key it takes and a
+//! `local NAME = ARGV[j]` line for each field of its `Args`, in the order a
+//! call sends them, so that the two cannot disagree. Then come the parts it
+//! needs (`GUARD` ...), then its own file. Sent as EVALSHA, and as EVAL once
+//! for a server that does not know it yet (EVAL caches it under the same
+//! hash); after one NOSCRIPT on a connection, EVAL at once for each script
+//! not yet sent whole on it (`Scripts`).
+
+mod acked;
+mod acquire;
+mod force_release;
+mod one_key;
+mod raise_fence;
+mod release;
+mod renew;
+mod reply;
+mod status;
+
+use std::fmt::Write as _;
+use std::sync::OnceLock;
 
 use redis::aio::ConnectionLike;
 use redis::{RedisResult, Value};
 
-use super::keys::Keys;
-use super::protocol::{self, Args, Part, Takes};
+pub(super) use self::acked::AckedArgs;
+pub(super) use self::acquire::{Acquire, AcquireArgs};
+pub(super) use self::force_release::{ForceRelease, ForceReleaseArgs};
+pub(super) use self::one_key::{OneKeyArgs, Piece};
+pub(super) use self::raise_fence::{RaiseFenceArgs, Raised};
+pub(super) use self::release::ReleaseArgs;
+pub(crate) use self::release::Released;
+pub(super) use self::renew::{Renew, RenewArgs, RenewTogetherArgs};
+pub(super) use self::reply::{Guarded, Reply};
+pub(super) use self::status::{view, StatusArgs};
+use crate::lock::keys::{Keys, Part, Scope, EVERY_PART, LOCK_KEYS, WAKE};
 use crate::redis_conn::{script_refusal, Request, ScriptRefusal, Scripts};
 
-/// A script and its SHA-1, in lower-case hex as Redis names it.
+/// The parts put in front of the scripts that need them (their `Lua::new`):
+/// the guard of the lock's keys' types, the steps that the scripts of a
+/// whole lock and one_key.lua share, the line's rules, the count of online
+/// replicas.
+const GUARD: &str = include_str!("scripts/guard.lua");
+const STEPS: &str = include_str!("scripts/steps.lua");
+const QUEUE: &str = include_str!("scripts/queue.lua");
+const REPLICAS: &str = include_str!("scripts/replicas.lua");
+
+/// Which keys a script takes, as its `KEYS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Takes {
+    /// Every key of the lock, in `LOCK_KEYS`'s order. Such a script also
+    /// gets `OURS` (every key with its type, for `wrong_type`), `ALONE`
+    /// (the same for the keys of scope `Alone`), `CROWD` (the keys of
+    /// scope `Crowd`) and `WAKE`.
+    Lock,
+    /// These keys of the lock, in this order.
+    Parts(&'static [Part]),
+    /// One key of the lock, chosen at each call, as `KEY`; with `WAKE`.
+    One,
+}
+
+/// A script's arguments: the fields of a struct that `args!` declares, in
+/// the order they are sent, each read by the script as its name
+/// upper-cased.
+pub(super) trait Args {
+    const TAKES: Takes;
+    /// The fields' names, in order.
+    const ARGV: &'static [&'static str];
+    /// Whether the last field is a list of any length (`..`).
+    const REST: bool;
+    /// The script these arguments are for.
+    fn lua() -> &'static Lua;
+    /// The arguments, in `ARGV`'s order.
+    fn encode(&self, argv: &mut Vec<Vec<u8>>);
+}
+
+/// Declares a script's arguments as the fields of a struct, in the order
+/// they are sent, and links it to the script (`runs`). `..` before the last
+/// field makes it a list of any length.
+macro_rules! args {
+    (
+        $(#[doc = $doc:literal])*
+        $name:ident $(<$lt:lifetime>)? takes $takes:expr, runs $lua:ident {
+            $($(#[doc = $fdoc:literal])* $field:ident: $ty:ty,)*
+            $(.. $(#[doc = $rdoc:literal])* $rest:ident: $rty:ty,)?
+        }
+    ) => {
+        $(#[doc = $doc])*
+        pub(in crate::lock) struct $name $(<$lt>)? {
+            $($(#[doc = $fdoc])* pub(in crate::lock) $field: $ty,)*
+            $($(#[doc = $rdoc])* pub(in crate::lock) $rest: $rty,)?
+        }
+
+        impl $(<$lt>)? super::Args for $name $(<$lt>)? {
+            const TAKES: super::Takes = $takes;
+            const ARGV: &'static [&'static str] =
+                &[$(stringify!($field),)* $(stringify!($rest))?];
+            const REST: bool = { let rest: &[&str] = &[$(stringify!($rest))?]; !rest.is_empty() };
+            fn lua() -> &'static super::Lua {
+                &$lua
+            }
+            #[allow(unused_variables)]
+            fn encode(&self, argv: &mut Vec<Vec<u8>>) {
+                $(super::Arg::put(&self.$field, argv);)*
+                $(super::Rest::put_all(&self.$rest, argv);)?
+            }
+        }
+    };
+}
+use args;
+
+/// One argument as a script receives it: a string.
+trait Arg {
+    fn put(&self, argv: &mut Vec<Vec<u8>>);
+}
+
+impl Arg for &str {
+    fn put(&self, argv: &mut Vec<Vec<u8>>) {
+        argv.push(self.as_bytes().to_vec());
+    }
+}
+
+impl Arg for u64 {
+    fn put(&self, argv: &mut Vec<Vec<u8>>) {
+        argv.push(self.to_string().into_bytes());
+    }
+}
+
+impl Arg for u32 {
+    fn put(&self, argv: &mut Vec<Vec<u8>>) {
+        u64::from(*self).put(argv);
+    }
+}
+
+/// `'1'` or `'0'`.
+impl Arg for bool {
+    fn put(&self, argv: &mut Vec<Vec<u8>>) {
+        argv.push(vec![if *self { b'1' } else { b'0' }]);
+    }
+}
+
+/// Any number of arguments, which the script receives as one table: only
+/// a script's last field, after `..` (one of any length anywhere else
+/// would move the ones after it).
+trait Rest {
+    fn put_all(&self, argv: &mut Vec<Vec<u8>>);
+}
+
+impl Rest for &[&str] {
+    fn put_all(&self, argv: &mut Vec<Vec<u8>>) {
+        for arg in *self {
+            arg.put(argv);
+        }
+    }
+}
+
+/// A script: its file and the parts in front of it, with the names of its
+/// keys and arguments from its `Args`.
 pub(crate) struct Lua {
-    /// Its file in this directory, without `.lua`.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// Its file in `scripts/`, without `.lua`.
     name: &'static str,
-    code: &'static str,
-    sha: &'static str,
+    takes: Takes,
+    argv: &'static [&'static str],
+    rest: bool,
+    parts: &'static [&'static str],
+    body: &'static str,
+    /// Its whole text and SHA-1, made at its first call: some 0.05 ms for
+    /// the longest, too little to earn a build script (docs/design.md).
+    built: OnceLock<Built>,
 }
 
-/// The script that a call with these arguments runs.
-pub(crate) trait Script: Args {
-    const LUA: &'static Lua;
+struct Built {
+    code: String,
+    /// In lower-case hex, as Redis names it.
+    sha: String,
 }
 
-// One `Lua` static per script in this directory, each linked to its `Args`.
-include!(concat!(env!("OUT_DIR"), "/scripts.rs"));
+impl Lua {
+    /// The script in `body` (its file, `include_str!`), after `parts`, for
+    /// the arguments `A`.
+    const fn new<A: Args>(
+        name: &'static str,
+        parts: &'static [&'static str],
+        body: &'static str,
+    ) -> Self {
+        Lua {
+            name,
+            takes: A::TAKES,
+            argv: A::ARGV,
+            rest: A::REST,
+            parts,
+            body,
+            built: OnceLock::new(),
+        }
+    }
+
+    fn built(&'static self) -> &'static Built {
+        self.built.get_or_init(|| {
+            let mut code = self.header();
+            for part in self.parts.iter().chain([&self.body]) {
+                code.push_str(part);
+            }
+            let sha = sha1_smol::Sha1::from(&code).digest().to_string();
+            Built { code, sha }
+        })
+    }
+
+    fn code(&'static self) -> &'static str {
+        &self.built().code
+    }
+
+    fn sha(&'static self) -> &'static str {
+        &self.built().sha
+    }
+
+    /// The lines that name its keys and arguments.
+    fn header(&self) -> String {
+        let mut lines = format!(
+            "-- Keys and arguments: src/lock/scripts/{}.rs.\n",
+            self.name
+        );
+        let keys: Vec<&str> = match self.takes {
+            Takes::Lock => LOCK_KEYS.iter().map(|key| key.lua).collect(),
+            Takes::Parts(parts) => parts.iter().map(|part| part.key().lua).collect(),
+            Takes::One => vec!["KEY"],
+        };
+        for (i, key) in keys.iter().enumerate() {
+            let _ = writeln!(lines, "local {key} = KEYS[{}]", i + 1);
+        }
+        let last = self.argv.len();
+        for (j, arg) in self.argv.iter().enumerate() {
+            let name = arg.to_uppercase();
+            let _ = if self.rest && j + 1 == last {
+                writeln!(lines, "local {name} = {{unpack(ARGV, {})}}", j + 1)
+            } else {
+                writeln!(lines, "local {name} = ARGV[{}]", j + 1)
+            };
+        }
+        if self.takes == Takes::Lock {
+            let typed = |scope: Option<Scope>| {
+                let keys: Vec<String> = LOCK_KEYS
+                    .iter()
+                    .filter(|key| scope.is_none_or(|scope| key.scope == scope))
+                    .map(|key| format!("{{{}, '{}'}}", key.lua, key.holds))
+                    .collect();
+                keys.join(", ")
+            };
+            let crowd: Vec<&str> = LOCK_KEYS
+                .iter()
+                .filter(|key| key.scope == Scope::Crowd)
+                .map(|key| key.lua)
+                .collect();
+            let _ = writeln!(lines, "local OURS = {{{}}}", typed(None));
+            let _ = writeln!(lines, "local ALONE = {{{}}}", typed(Some(Scope::Alone)));
+            let _ = writeln!(lines, "local CROWD = {{{}}}", crowd.join(", "));
+        }
+        if matches!(self.takes, Takes::Lock | Takes::One) {
+            let _ = writeln!(lines, "local WAKE = {WAKE:?}");
+        }
+        lines
+    }
+}
 
 /// One call of a script: its KEYS and ARGV.
-pub(crate) struct Call {
+pub(super) struct Call {
     lua: &'static Lua,
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
@@ -47,7 +280,7 @@ pub(crate) struct Call {
 
 impl Call {
     /// A call of the script `args` are for, on the keys of `lock` it takes.
-    pub(crate) fn new<A: Script>(lock: &Keys, args: &A) -> Self {
+    pub(super) fn new<A: Args>(lock: &Keys, args: &A) -> Self {
         const {
             assert!(
                 !matches!(A::TAKES, Takes::One),
@@ -55,7 +288,7 @@ impl Call {
             );
         };
         let parts = match A::TAKES {
-            Takes::Lock => protocol::EVERY_PART,
+            Takes::Lock => EVERY_PART,
             Takes::Parts(parts) => parts,
             Takes::One => &[],
         };
@@ -69,7 +302,7 @@ impl Call {
 
     /// A call of a script that takes one key of the lock, chosen for each
     /// call (`Takes::One`): `part`'s.
-    pub(crate) fn on_key<A: Script>(lock: &Keys, part: Part, args: &A) -> Self {
+    pub(super) fn on_key<A: Args>(lock: &Keys, part: Part, args: &A) -> Self {
         const {
             assert!(
                 matches!(A::TAKES, Takes::One),
@@ -81,11 +314,11 @@ impl Call {
         call
     }
 
-    fn of<A: Script>(declared: &A) -> Self {
+    fn of<A: Args>(declared: &A) -> Self {
         let mut args = Vec::with_capacity(A::ARGV.len());
         declared.encode(&mut args);
         Call {
-            lua: A::LUA,
+            lua: A::lua(),
             keys: Vec::new(),
             args,
             reply_last: false,
@@ -99,7 +332,7 @@ impl Call {
     /// the release's reply reaches this run: on a busy CPU, the waiter then
     /// starts its command while this run is still exiting, instead of after
     /// (docs/design.md).
-    pub(crate) fn reply_last(&mut self) -> &mut Self {
+    pub(super) fn reply_last(&mut self) -> &mut Self {
         self.reply_last = true;
         self
     }
@@ -134,16 +367,19 @@ impl Call {
         conn: &mut impl ConnectionLike,
         scripts: &mut Scripts,
     ) -> RedisResult<Value> {
-        if scripts.lacks(self.lua.sha) {
-            scripts.sent_whole(self.lua.sha);
-            return self.send_as("EVAL", self.lua.code.as_bytes(), conn).await;
+        if scripts.lacks(self.lua.sha()) {
+            scripts.sent_whole(self.lua.sha());
+            return self.send_as("EVAL", self.lua.code().as_bytes(), conn).await;
         }
-        match self.send_as("EVALSHA", self.lua.sha.as_bytes(), conn).await {
+        match self
+            .send_as("EVALSHA", self.lua.sha().as_bytes(), conn)
+            .await
+        {
             Err(err)
                 if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
-                scripts.sent_whole(self.lua.sha);
-                self.send_as("EVAL", self.lua.code.as_bytes(), conn).await
+                scripts.sent_whole(self.lua.sha());
+                self.send_as("EVAL", self.lua.code().as_bytes(), conn).await
             }
             done => done,
         }
@@ -175,12 +411,12 @@ impl Lua {
     /// the NOPERM error a command sent directly gets. Redis says only the
     /// script's line, so the command is read from that line; `None` for
     /// any other error.
-    fn refusal(&self, err: &redis::RedisError) -> Option<redis::RedisError> {
+    fn refusal(&'static self, err: &redis::RedisError) -> Option<redis::RedisError> {
         let detail = match script_refusal(err)? {
             ScriptRefusal::Channel => "No permissions to access a channel".to_owned(),
             ScriptRefusal::Key => "No permissions to access a key".to_owned(),
             ScriptRefusal::Line(line) => {
-                let called = commands_on(self.code.lines().nth(line.checked_sub(1)?)?);
+                let called = commands_on(self.code().lines().nth(line.checked_sub(1)?)?);
                 let quoted: Vec<String> = called.iter().map(|name| format!("'{name}'")).collect();
                 format!(
                     "this user has no permissions to run the {} command",
@@ -218,14 +454,35 @@ mod tests {
     use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
 
+    use super::acked::ACKED;
+    use super::acquire::ACQUIRE;
+    use super::force_release::FORCE_RELEASE;
+    use super::one_key::ONE_KEY;
+    use super::raise_fence::RAISE_FENCE;
+    use super::release::RELEASE;
+    use super::renew::{RENEW, RENEW_TOGETHER};
+    use super::status::STATUS;
     use super::*;
 
-    /// Every `.lua` file in this directory, by name, with its text.
+    /// Every script.
+    static ALL: [&Lua; 9] = [
+        &ACQUIRE,
+        &RENEW,
+        &RENEW_TOGETHER,
+        &ACKED,
+        &RELEASE,
+        &FORCE_RELEASE,
+        &STATUS,
+        &RAISE_FENCE,
+        &ONE_KEY,
+    ];
+
+    /// Every `.lua` file in `scripts/`, by name, with its text.
     fn lua_files() -> Vec<(String, String)> {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lock");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/lock/scripts");
         let mut files = Vec::new();
-        for entry in std::fs::read_dir(dir).expect("src/lock") {
-            let path = entry.expect("src/lock").path();
+        for entry in std::fs::read_dir(dir).expect("src/lock/scripts") {
+            let path = entry.expect("src/lock/scripts").path();
             if path.extension().is_some_and(|ext| ext == "lua") {
                 let text = std::fs::read_to_string(&path).expect("a script");
                 files.push((path.display().to_string(), text));
@@ -241,9 +498,23 @@ mod tests {
             for positional in ["KEYS[", "ARGV["] {
                 assert!(
                     !text.contains(positional),
-                    "{file} reads {positional}...]: declare the name in protocol.rs"
+                    "{file} reads {positional}...]: declare the name in its .rs file"
                 );
             }
+        }
+    }
+
+    /// No `.lua` file is left out of every script.
+    #[test]
+    fn each_lua_file_is_a_script_or_a_part_of_one() {
+        for (file, text) in lua_files() {
+            let used = ALL
+                .iter()
+                .any(|lua| lua.body == text || lua.parts.contains(&text.as_str()));
+            assert!(
+                used,
+                "{file} is neither a script (`Lua::new`) nor a part of one"
+            );
         }
     }
 
@@ -264,14 +535,10 @@ mod tests {
 
     #[test]
     fn every_declared_key_and_argument_is_used() {
-        for declared in protocol::DECLARED {
-            let lua = ALL
-                .iter()
-                .find(|lua| lua.name == declared.script)
-                .expect("built from its file");
-            let keys: Vec<&str> = match declared.takes {
+        for lua in ALL {
+            let keys: Vec<&str> = match lua.takes {
                 // Each guards them all (OURS) and has a waiter's channel.
-                Takes::Lock => protocol::LOCK_KEYS
+                Takes::Lock => LOCK_KEYS
                     .iter()
                     .map(|key| key.lua)
                     .chain(["OURS", "WAKE"])
@@ -279,13 +546,13 @@ mod tests {
                 Takes::Parts(parts) => parts.iter().map(|part| part.key().lua).collect(),
                 Takes::One => vec!["KEY"],
             };
-            let args = declared.argv.iter().map(|arg| arg.to_uppercase());
+            let args = lua.argv.iter().map(|arg| arg.to_uppercase());
             for name in keys.into_iter().map(str::to_owned).chain(args) {
                 // Its `local` line is one.
                 assert!(
-                    uses(lua.code, &name) > 1,
+                    uses(lua.code(), &name) > 1,
                     "{}.lua does not use {name}",
-                    declared.script
+                    lua.name
                 );
             }
         }
@@ -300,7 +567,7 @@ mod tests {
             let err = redis::make_extension_error("ERR".into(), Some(text.into()));
             ACQUIRE.refusal(&err).map(|err| err.to_string())
         };
-        let code: Vec<&str> = ACQUIRE.code.lines().collect();
+        let code: Vec<&str> = ACQUIRE.code().lines().collect();
         let at = |needle: &str| {
             1 + code
                 .iter()
@@ -331,7 +598,7 @@ mod tests {
     #[test]
     fn each_line_of_a_script_calls_one_command_at_most() {
         for lua in ALL {
-            for (n, line) in lua.code.lines().enumerate() {
+            for (n, line) in lua.code().lines().enumerate() {
                 let calls = commands_on(line).len();
                 assert!(calls <= 1, "{} line {}: {line}", lua.name, n + 1);
             }
@@ -392,10 +659,10 @@ mod tests {
         for lua in ALL {
             let loaded: String = redis::cmd("SCRIPT")
                 .arg("LOAD")
-                .arg(lua.code)
+                .arg(lua.code())
                 .query(&mut conn)
                 .unwrap_or_else(|err| panic!("SCRIPT LOAD {}: {err}", lua.name));
-            assert_eq!(lua.sha, loaded, "{}", lua.name);
+            assert_eq!(lua.sha(), loaded, "{}", lua.name);
         }
     }
 
@@ -408,7 +675,7 @@ mod tests {
             _ => Part::Lease,
         };
         let mut argv = Vec::new();
-        protocol::OneKeyArgs {
+        OneKeyArgs {
             op: op[0],
             holds: part.key().holds,
             name_node: false,
@@ -416,7 +683,7 @@ mod tests {
         }
         .encode(&mut argv);
         let reply: Vec<redis::Value> = redis::cmd("EVAL")
-            .arg(ONE_KEY.code)
+            .arg(ONE_KEY.code())
             .arg(1)
             .arg(key)
             .arg(argv)
