@@ -25,6 +25,7 @@ mod reply;
 mod status;
 
 use std::fmt::Write as _;
+use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 use redis::aio::ConnectionLike;
@@ -37,7 +38,7 @@ pub(super) use self::one_key::{OneKeyArgs, Piece};
 pub(super) use self::raise_fence::{RaiseFenceArgs, Raised};
 pub(super) use self::release::ReleaseArgs;
 pub(crate) use self::release::Released;
-pub(super) use self::renew::{Renew, RenewArgs, RenewTogetherArgs};
+pub(super) use self::renew::{RenewArgs, RenewTogetherArgs};
 pub(super) use self::reply::{Guarded, Reply};
 pub(super) use self::status::{view, StatusArgs};
 use crate::lock::keys::{Keys, Part, Scope, EVERY_PART, LOCK_KEYS, WAKE};
@@ -70,6 +71,8 @@ pub(super) enum Takes {
 /// the order they are sent, each read by the script as its name
 /// upper-cased.
 pub(super) trait Args {
+    /// What the script answers (`reply::Reply`).
+    type Reply;
     const TAKES: Takes;
     /// The fields' names, in order.
     const ARGV: &'static [&'static str];
@@ -82,12 +85,12 @@ pub(super) trait Args {
 }
 
 /// Declares a script's arguments as the fields of a struct, in the order
-/// they are sent, and links it to the script (`runs`). `..` before the last
-/// field makes it a list of any length.
+/// they are sent, and links it to the script (`runs`) and its reply
+/// (`returns`). `..` before the last field makes it a list of any length.
 macro_rules! args {
     (
         $(#[doc = $doc:literal])*
-        $name:ident $(<$lt:lifetime>)? takes $takes:expr, runs $lua:ident {
+        $name:ident $(<$lt:lifetime>)? takes $takes:expr, runs $lua:ident, returns $reply:ty {
             $($(#[doc = $fdoc:literal])* $field:ident: $ty:ty,)*
             $(.. $(#[doc = $rdoc:literal])* $rest:ident: $rty:ty,)?
         }
@@ -99,6 +102,7 @@ macro_rules! args {
         }
 
         impl $(<$lt>)? super::Args for $name $(<$lt>)? {
+            type Reply = $reply;
             const TAKES: super::Takes = $takes;
             const ARGV: &'static [&'static str] =
                 &[$(stringify!($field),)* $(stringify!($rest))?];
@@ -268,19 +272,20 @@ impl Lua {
     }
 }
 
-/// One call of a script: its KEYS and ARGV.
-pub(super) struct Call {
+/// One call of a script, whose reply is an `R`: its KEYS and ARGV.
+pub(super) struct Call<R> {
     lua: &'static Lua,
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
     /// Whether the script's reply should reach this run after what the
     /// script publishes reaches its listeners (`reply_last`).
     reply_last: bool,
+    reply: PhantomData<fn() -> R>,
 }
 
-impl Call {
+impl<R> Call<R> {
     /// A call of the script `args` are for, on the keys of `lock` it takes.
-    pub(super) fn new<A: Args>(lock: &Keys, args: &A) -> Self {
+    pub(super) fn new<A: Args<Reply = R>>(lock: &Keys, args: &A) -> Self {
         const {
             assert!(
                 !matches!(A::TAKES, Takes::One),
@@ -302,7 +307,7 @@ impl Call {
 
     /// A call of a script that takes one key of the lock, chosen for each
     /// call (`Takes::One`): `part`'s.
-    pub(super) fn on_key<A: Args>(lock: &Keys, part: Part, args: &A) -> Self {
+    pub(super) fn on_key<A: Args<Reply = R>>(lock: &Keys, part: Part, args: &A) -> Self {
         const {
             assert!(
                 matches!(A::TAKES, Takes::One),
@@ -314,7 +319,7 @@ impl Call {
         call
     }
 
-    fn of<A: Args>(declared: &A) -> Self {
+    fn of<A: Args<Reply = R>>(declared: &A) -> Self {
         let mut args = Vec::with_capacity(A::ARGV.len());
         declared.encode(&mut args);
         Call {
@@ -322,6 +327,7 @@ impl Call {
             keys: Vec::new(),
             args,
             reply_last: false,
+            reply: PhantomData,
         }
     }
 
@@ -349,7 +355,7 @@ impl Call {
     }
 }
 
-impl Request for Call {
+impl<R> Request for Call<R> {
     async fn send(
         &self,
         conn: &mut impl ConnectionLike,
@@ -361,7 +367,7 @@ impl Request for Call {
     }
 }
 
-impl Call {
+impl<R> Call<R> {
     async fn send_script(
         &self,
         conn: &mut impl ConnectionLike,

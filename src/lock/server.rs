@@ -19,7 +19,7 @@ use super::keys::{Keys, Token};
 use super::records::{Me, Share};
 use super::scripts::{
     AckedArgs, Acquire, AcquireArgs, Call, ForceRelease, ForceReleaseArgs, Guarded, RaiseFenceArgs,
-    Raised, ReleaseArgs, Released, Renew, RenewArgs, RenewTogetherArgs, Reply, StatusArgs,
+    Raised, ReleaseArgs, Released, RenewArgs, RenewTogetherArgs, Reply, StatusArgs,
 };
 use super::status::Status;
 use super::wake::{Unheard, Wakes};
@@ -132,7 +132,7 @@ impl Server {
 
     /// Runs a script behind `lock/guard.lua`; a key it found holding
     /// someone else's data is `LockError::Foreign`.
-    async fn invoke<R: Reply>(&mut self, call: &Call) -> Result<R, LockError> {
+    async fn invoke<R: Reply>(&mut self, call: &Call<R>) -> Result<R, LockError> {
         let reply = match self.session.invoke::<Guarded<R>>(call).await {
             Ok(reply) => reply,
             Err(err) => {
@@ -283,7 +283,7 @@ impl Server {
         me: &Me,
         mode: Mode,
         min_uptime: Option<Duration>,
-    ) -> Call {
+    ) -> Call<Acquire> {
         let (waits, listening, supersede, refresh) = match mode {
             Mode::Once => (false, false, false, Duration::ZERO),
             Mode::Wait {
@@ -354,7 +354,7 @@ impl Server {
             at_least: to,
         };
         let call = Call::new(&self.keys, &args);
-        self.invoke::<Raised>(&call).await.map(|_| ())
+        self.invoke(&call).await.map(|Raised| ())
     }
 
     /// Extends the lease to `ttl` from now. With replica acknowledgement, a
@@ -368,7 +368,7 @@ impl Server {
             Call::new(&self.keys, &RenewArgs { token, ttl_ms })
         };
         let started = Instant::now();
-        let reply: Renew = match self.invoke(&call).await {
+        let reply = match self.invoke(&call).await {
             Err(err) => return OneKey::after(err, self)?.renew(ttl).await,
             Ok(reply) => reply,
         };
@@ -513,7 +513,7 @@ impl Server {
     /// The lock's state as this server sees it.
     pub(super) async fn status(&mut self) -> Result<Status, LockError> {
         let call = Call::new(&self.keys, &StatusArgs {});
-        let mut status: Status = match self.invoke(&call).await {
+        let mut status = match self.invoke(&call).await {
             Err(err) => OneKey::after(err, self)?.status().await?,
             Ok(status) => status,
         };
@@ -539,7 +539,7 @@ impl Server {
             only: only.unwrap_or(""),
         };
         let call = Call::new(&self.keys, &args);
-        match self.invoke::<ForceRelease>(&call).await {
+        match self.invoke(&call).await {
             Err(err) => Ok(Removed {
                 holders: OneKey::after(err, self)?
                     .force_release(only)

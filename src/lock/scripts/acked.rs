@@ -8,7 +8,7 @@ pub(super) static ACKED: Lua = Lua::new::<AckedArgs>("acked", &[], include_str!(
 
 args! {
     /// Notes the count while the lease still holds the run's token.
-    AckedArgs<'a> takes Takes::Parts(&[Part::Lease, Part::Holder]), runs ACKED {
+    AckedArgs<'a> takes Takes::Parts(&[Part::Lease, Part::Holder]), runs ACKED, returns i64 {
         token: &'a str,
         replicas_acked: u32,
     }

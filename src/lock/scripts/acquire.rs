@@ -17,7 +17,7 @@ pub(super) static ACQUIRE: Lua = Lua::new::<AcquireArgs>(
 
 args! {
     /// Takes the lock, or a place in its line, or refreshes the place.
-    AcquireArgs<'a> takes Takes::Lock, runs ACQUIRE {
+    AcquireArgs<'a> takes Takes::Lock, runs ACQUIRE, returns Acquire {
         /// The run's lock token, also its id in line.
         token: &'a str,
         ttl_ms: u64,

@@ -15,7 +15,7 @@ pub(super) static FORCE_RELEASE: Lua = Lua::new::<ForceReleaseArgs>(
 
 args! {
     /// Removes every holder, or one.
-    ForceReleaseArgs<'a> takes Takes::Lock, runs FORCE_RELEASE {
+    ForceReleaseArgs<'a> takes Takes::Lock, runs FORCE_RELEASE, returns ForceRelease {
         /// The token of the one holder to remove; empty for every holder.
         only: &'a str,
     }

@@ -17,7 +17,7 @@ pub(super) static ONE_KEY: Lua = Lua::new::<OneKeyArgs>(
 
 args! {
     /// One key of a lock whose cluster slot is being migrated.
-    OneKeyArgs<'a> takes Takes::One, runs ONE_KEY {
+    OneKeyArgs<'a> takes Takes::One, runs ONE_KEY, returns Piece {
         /// The operation (`one_key.lua` lists them).
         op: &'a str,
         /// The type lockrun keeps in the key (`Key::holds`): the script

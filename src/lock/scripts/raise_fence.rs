@@ -14,7 +14,7 @@ pub(super) static RAISE_FENCE: Lua = Lua::new::<RaiseFenceArgs>(
 
 args! {
     /// Raises the counter to at least `at_least`.
-    RaiseFenceArgs<'a> takes Takes::Lock, runs RAISE_FENCE {
+    RaiseFenceArgs<'a> takes Takes::Lock, runs RAISE_FENCE, returns Raised {
         token: &'a str,
         at_least: u64,
     }

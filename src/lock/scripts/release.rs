@@ -15,7 +15,7 @@ pub(super) static RELEASE: Lua = Lua::new::<ReleaseArgs>(
 args! {
     /// Gives the lock up, straight to the first waiter, or keeps it for
     /// `--min-hold`.
-    ReleaseArgs<'a> takes Takes::Lock, runs RELEASE {
+    ReleaseArgs<'a> takes Takes::Lock, runs RELEASE, returns Released {
         token: &'a str,
         /// How long to keep it (0: release now).
         keep_ms: u64,

@@ -18,7 +18,7 @@ pub(super) static RENEW_TOGETHER: Lua = Lua::new::<RenewTogetherArgs>(
 
 args! {
     /// Extends a lease held alone that still holds the run's token.
-    RenewArgs<'a> takes Takes::Parts(&[Part::Lease, Part::Holder]), runs RENEW {
+    RenewArgs<'a> takes Takes::Parts(&[Part::Lease, Part::Holder]), runs RENEW, returns Renew {
         token: &'a str,
         ttl_ms: u64,
     }
@@ -27,7 +27,8 @@ args! {
 args! {
     /// Extends a lease held together (`--slots`, `--shared`) that is still
     /// the run's.
-    RenewTogetherArgs<'a> takes Takes::Parts(&[Part::Leases, Part::Holders]), runs RENEW_TOGETHER {
+    RenewTogetherArgs<'a> takes Takes::Parts(&[Part::Leases, Part::Holders]),
+        runs RENEW_TOGETHER, returns Renew {
         token: &'a str,
         ttl_ms: u64,
     }

@@ -16,7 +16,7 @@ pub(super) static STATUS: Lua =
 
 args! {
     /// No arguments: it reads every key of the lock.
-    StatusArgs takes Takes::Lock, runs STATUS {}
+    StatusArgs takes Takes::Lock, runs STATUS, returns Status {}
 }
 
 impl Reply for Status {
@@ -71,10 +71,6 @@ pub(in crate::lock) fn view(
         occupancy,
         now_us,
         last_fence,
-        node: None,
-        waiters: Vec::new(),
-        done: None,
-        together: Vec::new(),
-        history: Vec::new(),
+        ..Status::default()
     }
 }
