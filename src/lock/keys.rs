@@ -42,7 +42,7 @@ pub(crate) struct Key {
     /// What follows `P{NAME}` in its Redis name, for lock NAME under
     /// prefix P. No suffix ends another, so a key names one lock.
     pub(crate) suffix: &'static str,
-    /// The Redis type lockrun keeps in it (`lock/guard.lua`).
+    /// The Redis type lockrun keeps in it (`lock/scripts/guard.lua`).
     pub(crate) holds: &'static str,
     pub(crate) scope: Scope,
     /// What lockrun keeps in it, for a message about someone else's data

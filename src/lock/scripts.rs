@@ -106,7 +106,10 @@ macro_rules! args {
             const TAKES: super::Takes = $takes;
             const ARGV: &'static [&'static str] =
                 &[$(stringify!($field),)* $(stringify!($rest))?];
-            const REST: bool = { let rest: &[&str] = &[$(stringify!($rest))?]; !rest.is_empty() };
+            const REST: bool = {
+                let rest: &[&str] = &[$(stringify!($rest))?];
+                !rest.is_empty()
+            };
             fn lua() -> &'static super::Lua {
                 &$lua
             }

@@ -130,7 +130,7 @@ impl Server {
         Ok(self.session.open_within(within).await?)
     }
 
-    /// Runs a script behind `lock/guard.lua`; a key it found holding
+    /// Runs a script behind `lock/scripts/guard.lua`; a key it found holding
     /// someone else's data is `LockError::Foreign`.
     async fn invoke<R: Reply>(&mut self, call: &Call<R>) -> Result<R, LockError> {
         let reply = match self.session.invoke::<Guarded<R>>(call).await {

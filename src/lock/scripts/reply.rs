@@ -91,7 +91,7 @@ impl Fields {
 }
 
 /// A script's reply once it ran to its end, or the key that stopped it
-/// (`lock/guard.lua`): the Redis key and the type it holds.
+/// (`guard.lua`): the Redis key and the type it holds.
 pub(in crate::lock) enum Guarded<R> {
     Ran(R),
     Stopped { key: String, holds: String },
