@@ -178,8 +178,8 @@ pub(crate) struct Lua {
     rest: bool,
     parts: &'static [&'static str],
     body: &'static str,
-    /// Its whole text and SHA-1, made at its first call: some 0.05 ms for
-    /// the longest, too little to earn a build script (docs/design.md).
+    /// Its whole text and SHA-1, made at its first call: 0.07 ms for the
+    /// longest, too little to earn a build script (BENCHMARKS.md).
     built: OnceLock<Built>,
 }
 
