@@ -45,20 +45,19 @@
 //!     follows the lock's cluster slot; `lock/server/one_key`: the same
 //!     operations and the line one key at a time, while the lock's cluster
 //!     slot is being migrated;
+//!   - `lock/scripts`: the atomic Lua scripts, sent by hash, each in a
+//!     module beside its file (`scripts/NAME.rs`, `NAME.lua`) with its
+//!     keys and arguments, its call and its reply's decoding;
 //!   - `lock/status`: each server's view and what a majority agrees on;
 //!   - `lock/tally`: the majority rule;
-//!   - `lock/reply`: one typed reply per script, decoded by field name;
-//!   - `lock/script` (+ `lock/*.lua`, found, assembled and hashed by
-//!     `build.rs`): the atomic scripts, sent by hash;
 //!   - `lock/error`: a server's failure, someone else's data at a lock key,
 //!     a quorum short of a majority;
-//!   - `lock/keys`: the lock's Redis names and the run's token;
+//!   - `lock/keys`: the lock's keys, declared once for Rust and the
+//!     scripts, their Redis names, and the run's token;
 //!   - `lock/records`: holder, waiter and done records;
 //!   - `lock/history`: the run history's records, written by the release
 //!     and merged over a quorum;
 //!   - `lock/wake`: the wake-up messages of a waiting run;
-//!   - `lock/protocol` (shared with `build.rs`): the lock's keys and each
-//!     script's keys and arguments, declared once for Rust and Lua;
 //! - `redis_conn`: where Redis is and how to talk to it: `target` (URLs,
 //!   one server, the primary Sentinel names, or a cluster; credentials kept
 //!   out of messages; where each URL was given, `UrlSource`), `error` (what a failure means), `session` (one

@@ -6,19 +6,18 @@
 //! answers decide, without the slowest member. Where a quorum must act
 //! differently, `Rules` says so, in one place, with the reason.
 //!
-//! The protocol itself is a set of atomic Lua scripts (`lock/*.lua`) that
-//! touch a lock's keys only while they hold the caller's token; `server`
-//! sends them to one server, `reply` decodes what they answer.
+//! The protocol itself is a set of atomic Lua scripts (`lock/scripts/`)
+//! that touch a lock's keys only while they hold the caller's token;
+//! `server` sends them to one server, each with its call and its reply
+//! declared in its own module of `scripts`.
 
 mod attempt;
 mod error;
 mod history;
 mod keys;
-mod protocol;
 mod records;
-mod reply;
 mod role;
-mod script;
+mod scripts;
 mod server;
 mod status;
 mod tally;
@@ -33,8 +32,8 @@ pub(crate) use self::error::LockError;
 pub(crate) use self::history::{merge as merge_histories, Recorded, Run, ToRecord};
 pub(crate) use self::keys::{Keys, Token};
 pub(crate) use self::records::{is_gone_from_here, DoneRecord, Holder, Me, Share, Taken, Waiter};
-pub(crate) use self::reply::Released;
 pub(crate) use self::role::{Hold, ReplicaAcks, Role};
+pub(crate) use self::scripts::Released;
 pub(crate) use self::status::{Occupancy, Status, View, Views};
 #[cfg(test)]
 pub(crate) use self::wake::Unheard;

@@ -1,7 +1,7 @@
 //! The run history: what a run that started its command leaves next to the
-//! lock when it releases (`lock/release.lua` writes it in the release's own
-//! call), and how `lockrun history`, `status` and `check` read it back. Only
-//! shown, never trusted for safety.
+//! lock when it releases (`lock/scripts/release.lua` writes it in the
+//! release's own call), and how `lockrun history`, `status` and `check` read
+//! it back. Only shown, never trusted for safety.
 
 use std::collections::BTreeMap;
 

@@ -2,12 +2,118 @@
 //!
 //! Every key of lock NAME under prefix P shares the hash tag `{NAME}`, so
 //! that they live in one cluster slot and one script can touch them
-//! together (`protocol::LOCK_KEYS` declares them and what each holds).
+//! together. `LOCK_KEYS` declares them once, for Rust and for the scripts.
 
 use std::ops::Index;
 
-pub(crate) use super::protocol::Part;
-use super::protocol::{LOCK_KEYS, WAKE};
+/// Declares the keys of a lock: one line each, in the order the scripts
+/// that take them all receive them.
+macro_rules! lock_keys {
+    ($(
+        $(#[doc = $doc:literal])*
+        $part:ident = $lua:literal, $suffix:literal, $holds:literal, $scope:ident, $what:literal;
+    )*) => {
+        /// The keys of a lock, by what lockrun keeps in them.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum Part {
+            $($(#[doc = $doc])* $part,)*
+        }
+
+        /// Every part, in order.
+        pub(crate) const EVERY_PART: &[Part] = &[$(Part::$part,)*];
+
+        /// Every key of a lock, in `Part`'s order.
+        pub(crate) const LOCK_KEYS: &[Key] = &[$(Key {
+            part: Part::$part,
+            lua: $lua,
+            suffix: $suffix,
+            holds: $holds,
+            scope: Scope::$scope,
+            what: $what,
+        },)*];
+    };
+}
+
+/// One key of a lock.
+pub(crate) struct Key {
+    pub(crate) part: Part,
+    /// Its name in the scripts (`local LEASE = KEYS[1]`).
+    pub(crate) lua: &'static str,
+    /// What follows `P{NAME}` in its Redis name, for lock NAME under
+    /// prefix P. No suffix ends another, so a key names one lock.
+    pub(crate) suffix: &'static str,
+    /// The Redis type lockrun keeps in it (`lock/scripts/guard.lua`).
+    pub(crate) holds: &'static str,
+    pub(crate) scope: Scope,
+    /// What lockrun keeps in it, for a message about someone else's data
+    /// found there.
+    pub(crate) what: &'static str,
+}
+
+/// When a key of a lock exists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Whenever a run holds the lock alone, and nobody else holds or waits.
+    Alone,
+    /// Only while other runs are involved: runs waiting in line, or runs
+    /// holding the lock together (`--slots`, `--shared`). While none of
+    /// these keys exists (one `EXISTS` tells), nobody waits for the lock
+    /// and nobody holds it together, which is how a lock that is not
+    /// contended looks: a script that finds so skips the line's bookkeeping
+    /// and guards only the keys of scope `Alone`, for they are all that it
+    /// touches then. Each `redis.call` costs a script far more than the
+    /// command itself does, and a run makes two such calls.
+    Crowd,
+}
+
+lock_keys! {
+    /// The lease of a run holding the lock alone: its token, with the
+    /// lease's expiry.
+    Lease = "LEASE", "", "string", Alone, "a lockrun lease";
+    /// The record of the run holding the lock alone (a hash).
+    Holder = "HOLDER", ":holder", "hash", Alone, "a lockrun holder record";
+    /// The last fencing token handed out.
+    Fence = "FENCE", ":fence", "string", Alone, "a lockrun fencing counter";
+    /// The waiting runs in arrival order: waiter id -> arrival (server time
+    /// in µs, strictly increasing).
+    Queue = "QUEUE", ":queue", "zset", Crowd, "a lockrun wait queue";
+    /// When each waiting run's place runs out: waiter id -> server time in
+    /// ms.
+    Places = "PLACES", ":places", "zset", Crowd,
+        "the deadlines of a lockrun wait queue's places";
+    /// Each waiting run's record (JSON), or why it was taken out.
+    Waiters = "WAITERS", ":waiters", "hash", Crowd, "the records of a lockrun wait queue";
+    /// The waiting runs that gave `--supersede`: waiter id -> arrival.
+    Supersedable = "SUPERSEDABLE", ":supersedable", "zset", Crowd,
+        "a lockrun wait queue's --supersede runs";
+    /// The success a `--once-per` run recorded (a hash), until its period
+    /// ends.
+    Done = "DONE", ":done", "hash", Alone, "a lockrun --once-per success record";
+    /// When the lease of each run holding the lock together (`--slots`,
+    /// `--shared`) runs out: token -> server time in ms.
+    Leases = "LEASES", ":leases", "zset", Crowd, "the leases of a lockrun lock held together";
+    /// Each of those runs' holder record (JSON).
+    Holders = "HOLDERS", ":holders", "hash", Crowd,
+        "the holder records of a lockrun lock held together";
+    /// The last runs that started the command, newest first (JSON each),
+    /// written by their release and capped at their `--history`. Scope
+    /// `Alone`, as the fence: it outlives the runs, and a release guards it
+    /// before it writes.
+    History = "HISTORY", ":history", "list", Alone, "a lockrun run history";
+}
+
+/// What follows the lease's key in the name of the channel on which a
+/// waiting run with token T is told that the lock is its own, that it is
+/// first in line, or that it was superseded: `LEASE:wake:T`. A channel is
+/// not a key, so one per waiter keeps every script within its keys.
+pub(crate) const WAKE: &str = ":wake:";
+
+impl Part {
+    /// Its line of `LOCK_KEYS`.
+    pub(crate) fn key(self) -> &'static Key {
+        &LOCK_KEYS[self as usize]
+    }
+}
 
 /// The Redis names belonging to one lock.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -99,8 +99,8 @@ impl Me {
 }
 
 /// The done record: the job is done this period, as a `--once-per` run that
-/// succeeded wrote (`lock/release.lua`): who ran it, and until when (server
-/// time, ms since the epoch) no run of the key runs it again. "Done" means
+/// succeeded wrote (`lock/scripts/release.lua`): who ran it, and until when
+/// (server time, ms since the epoch) no run of the key runs it again. "Done" means
 /// this and only this, in the code, the scripts (the `:done` key) and
 /// `lockrun status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -239,8 +239,8 @@ pub(crate) struct Waiter {
 
 impl Waiter {
     /// A waiter from its place in line and its record (JSON, as
-    /// `lock/acquire.lua` writes it). A record this version cannot read
-    /// still counts as a waiter.
+    /// `lock/scripts/acquire.lua` writes it). A record this version cannot
+    /// read still counts as a waiter.
     pub(crate) fn from_record(arrival: &str, record: &str) -> Waiter {
         Waiter {
             arrived_us: arrival.parse().unwrap_or(0),

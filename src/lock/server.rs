@@ -14,16 +14,14 @@ use tokio::time::Instant;
 
 use self::one_key::OneKey;
 use super::error::{Foreign, LockError};
-use super::history::{Recorded, ToRecord};
+use super::history::ToRecord;
 use super::keys::{Keys, Token};
-use super::protocol::{
-    AckedArgs, AcquireArgs, ForceReleaseArgs, RaiseFenceArgs, ReleaseArgs, RenewArgs,
-    RenewTogetherArgs, StatusArgs,
+use super::records::{Me, Share};
+use super::scripts::{
+    AckedArgs, Acquire, AcquireArgs, Call, ForceRelease, ForceReleaseArgs, Guarded, RaiseFenceArgs,
+    Raised, ReleaseArgs, Released, RenewArgs, RenewTogetherArgs, Reply, StatusArgs,
 };
-use super::records::{Me, Share, Waiter};
-use super::reply::{self, Guarded, Released, Reply};
-use super::script::Call;
-use super::status::{Occupancy, Status};
+use super::status::Status;
 use super::wake::{Unheard, Wakes};
 use super::{Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
 use crate::clock::{whole_up, BootInstant, MS, SECOND};
@@ -132,9 +130,9 @@ impl Server {
         Ok(self.session.open_within(within).await?)
     }
 
-    /// Runs a script behind `lock/guard.lua`; a key it found holding
+    /// Runs a script behind `lock/scripts/guard.lua`; a key it found holding
     /// someone else's data is `LockError::Foreign`.
-    async fn invoke<R: Reply>(&mut self, call: &Call) -> Result<R, LockError> {
+    async fn invoke<R: Reply>(&mut self, call: &Call<R>) -> Result<R, LockError> {
         let reply = match self.session.invoke::<Guarded<R>>(call).await {
             Ok(reply) => reply,
             Err(err) => {
@@ -238,18 +236,18 @@ impl Server {
     /// What the acquire script's reply means for this run.
     fn attempt(
         &mut self,
-        reply: reply::Acquire,
+        reply: Acquire,
         sent: BootInstant,
         started: Instant,
     ) -> Result<(Attempt, Written), LockError> {
         let (attempt, replicas) = match reply {
-            reply::Acquire::Acquired {
+            Acquire::Acquired {
                 fence,
                 replicas,
                 slot,
             } => (Attempt::Acquired(Grant { fence, sent, slot }), replicas),
-            reply::Acquire::Busy(taken) => (Attempt::Busy(taken), 0),
-            reply::Acquire::Queued {
+            Acquire::Busy(taken) => (Attempt::Busy(taken), 0),
+            Acquire::Queued {
                 taken,
                 arrival,
                 retry,
@@ -259,10 +257,10 @@ impl Server {
                 self.follow_slot(node.as_deref());
                 (Attempt::Queued { taken, retry }, 0)
             }
-            reply::Acquire::Superseded { by } => (Attempt::Superseded { by }, 0),
-            reply::Acquire::Done(done) => (Attempt::Done(done), 0),
-            reply::Acquire::Mismatch { slots } => (Attempt::Mismatch { slots }, 0),
-            reply::Acquire::Restarted { uptime_secs } => {
+            Acquire::Superseded { by } => (Attempt::Superseded { by }, 0),
+            Acquire::Done(done) => (Attempt::Done(done), 0),
+            Acquire::Mismatch { slots } => (Attempt::Mismatch { slots }, 0),
+            Acquire::Restarted { uptime_secs } => {
                 self.in_redis = false;
                 return Err(LockError::Restarted {
                     server: self.target().to_string(),
@@ -285,7 +283,7 @@ impl Server {
         me: &Me,
         mode: Mode,
         min_uptime: Option<Duration>,
-    ) -> Call {
+    ) -> Call<Acquire> {
         let (waits, listening, supersede, refresh) = match mode {
             Mode::Once => (false, false, false, Duration::ZERO),
             Mode::Wait {
@@ -356,7 +354,7 @@ impl Server {
             at_least: to,
         };
         let call = Call::new(&self.keys, &args);
-        self.invoke::<reply::Raised>(&call).await.map(|_| ())
+        self.invoke(&call).await.map(|Raised| ())
     }
 
     /// Extends the lease to `ttl` from now. With replica acknowledgement, a
@@ -370,7 +368,7 @@ impl Server {
             Call::new(&self.keys, &RenewArgs { token, ttl_ms })
         };
         let started = Instant::now();
-        let reply: reply::Renew = match self.invoke(&call).await {
+        let reply = match self.invoke(&call).await {
             Err(err) => return OneKey::after(err, self)?.renew(ttl).await,
             Ok(reply) => reply,
         };
@@ -515,34 +513,12 @@ impl Server {
     /// The lock's state as this server sees it.
     pub(super) async fn status(&mut self) -> Result<Status, LockError> {
         let call = Call::new(&self.keys, &StatusArgs {});
-        let reply: reply::Status = match self.invoke(&call).await {
+        let mut status = match self.invoke(&call).await {
             Err(err) => OneKey::after(err, self)?.status().await?,
-            Ok(reply) => reply,
+            Ok(status) => status,
         };
-        let occupancy = match reply.pttl {
-            -2 => Occupancy::Free,
-            -1 => Occupancy::NoExpiry,
-            ms => Occupancy::Leased(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-        };
-        Ok(Status {
-            node: self.session.node_for(&self.keys.lock).await,
-            holder: reply.holder.filter(|_| occupancy != Occupancy::Free),
-            occupancy,
-            now_us: reply.now_us,
-            last_fence: reply.fence,
-            done: reply.done,
-            together: reply.together,
-            history: reply
-                .history
-                .iter()
-                .filter_map(|entry| Recorded::parse(entry))
-                .collect(),
-            waiters: reply
-                .waiters
-                .iter()
-                .map(|(arrival, record)| Waiter::from_record(arrival, record))
-                .collect(),
-        })
+        status.node = self.session.node_for(&self.keys.lock).await;
+        Ok(status)
     }
 
     /// Every key on this server matching `pattern` (`keys::scan_pattern`).
@@ -563,7 +539,7 @@ impl Server {
             only: only.unwrap_or(""),
         };
         let call = Call::new(&self.keys, &args);
-        match self.invoke::<reply::ForceRelease>(&call).await {
+        match self.invoke(&call).await {
             Err(err) => Ok(Removed {
                 holders: OneKey::after(err, self)?
                     .force_release(only)
@@ -572,7 +548,7 @@ impl Server {
                     .collect(),
                 done_cleared: false,
             }),
-            Ok(reply::ForceRelease(holders, done_cleared)) => Ok(Removed {
+            Ok(ForceRelease(holders, done_cleared)) => Ok(Removed {
                 holders,
                 done_cleared,
             }),

@@ -9,8 +9,9 @@ use super::records::{DoneRecord, Holder, Waiter};
 use super::tally::majority;
 
 /// Whether a lock is held, and for how much longer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Occupancy {
+    #[default]
     Free,
     /// Held, with this much lease time left.
     Leased(Duration),
@@ -18,8 +19,9 @@ pub(crate) enum Occupancy {
     NoExpiry,
 }
 
-/// One server's view of a lock.
-#[derive(Clone, Debug)]
+/// One server's view of a lock; its default shows it free, with nobody in
+/// line.
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Status {
     pub(crate) occupancy: Occupancy,
     pub(crate) holder: Option<Holder>,
@@ -149,13 +151,8 @@ mod tests {
                 fence,
                 ..Holder::default()
             }),
-            now_us: 0,
-            node: None,
-            done: None,
             last_fence: holder.map(|(_, fence)| fence),
-            waiters: Vec::new(),
-            together: Vec::new(),
-            history: Vec::new(),
+            ..Status::default()
         }
     }
 

@@ -120,7 +120,7 @@ fn the_redis_6_2_and_valkey_passes_name_tests_that_exist() {
         for filter in filters {
             let found = match filter.strip_suffix("::") {
                 Some(module) => modules.contains(&format!("\nmod {module};\n")),
-                None => read("src/lock/script.rs").contains(&format!("fn {filter}()")),
+                None => read("src/lock/scripts.rs").contains(&format!("fn {filter}()")),
             };
             assert!(
                 found,

@@ -168,7 +168,7 @@ fn a_holder_gives_back_its_lease_and_leaves_a_queue_key_of_another_type_alone() 
 
 #[test]
 fn a_holder_gives_back_its_lease_and_hands_it_on_after_the_scripts_were_flushed() {
-    // The release goes behind a TIME (lock/script.rs): a server that
+    // The release goes behind a TIME (lock/scripts.rs): a server that
     // forgot the script answers that pair NOSCRIPT, and lockrun sends the
     // script itself.
     let redis = Server::start();

@@ -26,7 +26,7 @@ const NAME: &str = "job3717";
 const LEASE: &str = "lockrun:{job3717}";
 const FENCE: &str = "lockrun:{job3717}:fence";
 const PLACES: &str = "lockrun:{job3717}:places";
-/// Every key a lock can have (src/lock/protocol.rs).
+/// Every key a lock can have (src/lock/keys.rs).
 const LOCK_KEYS: [&str; 10] = [
     LEASE,
     "lockrun:{job3717}:holder",

@@ -4,7 +4,7 @@
 //! keys not all on one node, which the lock's scripts do, naming the line's
 //! keys even when nobody waits. After such a refusal, the lease, its fence
 //! counter and its holder record are each handled by a call that names that
-//! one key (`lock/one_key.lua`), which a cluster call follows to wherever the
+//! one key (`lock/scripts/one_key.lua`), which a cluster call follows to wherever the
 //! key is. The three steps are not one atomic change, but the lease, the
 //! one key that decides who holds the lock, is only ever changed on its
 //! own. The line is read and kept one key at a time too (below): runs
@@ -15,20 +15,17 @@
 //! refusal to it, and it decides, in one place, which operations have a
 //! one-key-at-a-time form for which runs.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::ParsingError;
 use tokio::time::Instant;
 
 use super::{Server, Written};
 use crate::clock::{whole_up, BootInstant, MS};
 use crate::lock::error::LockError;
 use crate::lock::keys::Part;
-use crate::lock::protocol::OneKeyArgs;
 use crate::lock::records::{Holder, Me, Taken, Waiter};
-use crate::lock::reply::{self, Fields, Released, Reply};
-use crate::lock::script::Call;
+use crate::lock::scripts::{self, Call, OneKeyArgs, Piece, Released};
+use crate::lock::status::Status;
 use crate::lock::{Attempt, Grant, Hold, Renewal, ReplicaAcks};
 use crate::redis_conn::{ErrorKind, Unready};
 
@@ -203,23 +200,18 @@ impl<'a> OneKey<'a> {
     }
 
     /// The line cannot be read: it shows empty.
-    pub(super) async fn status(self) -> Result<reply::Status, LockError> {
+    pub(super) async fn status(self) -> Result<Status, LockError> {
         let server = self.server;
         let lease = server.piece(Part::Lease, "lease_get", &[]).await?;
         let holder = server.piece(Part::Holder, "holder_get", &[]).await?;
         let fence = server.piece(Part::Fence, "fence_get", &[]).await?;
-        Ok(reply::Status {
-            pttl: lease.pttl.unwrap_or(-2),
-            holder: holder.holder,
-            now_us: lease.now_us,
-            fence: fence.fence,
-            waiters: Vec::new(),
-            // Not read one key at a time: status leaves them out meanwhile.
-            done: None,
-            together: Vec::new(),
-            // Nor is the run history, while the slot moves.
-            history: Vec::new(),
-        })
+        let pttl = lease.pttl.unwrap_or(-2);
+        Ok(scripts::view(
+            pttl,
+            holder.holder,
+            lease.now_us,
+            fence.fence,
+        ))
     }
 
     /// Only a holder alone can be removed, and only whoever it is.
@@ -237,57 +229,8 @@ impl<'a> OneKey<'a> {
     }
 }
 
-/// What `lock/one_key.lua` found or did with one key.
-pub(in crate::lock) struct Piece {
-    kind: String,
-    /// The cluster id of the node that ran it; empty unless asked for.
-    node: String,
-    replicas: i64,
-    now_us: u64,
-    pttl: Option<i64>,
-    fence: Option<u64>,
-    holder: Option<Holder>,
-    /// The first ids in line.
-    ids: Vec<String>,
-    /// How many are in line.
-    waiting: Option<u64>,
-    /// When a place runs out, ms of server time; -1 for no place.
-    deadline: Option<i64>,
-    /// A waiter's record (JSON); empty for none.
-    record: Option<String>,
-}
-
-impl Reply for Piece {
-    const SCRIPT: &'static str = "one_key";
-    fn decode(fields: &Fields) -> Result<Self, ParsingError> {
-        let kind: String = fields.get("kind")?;
-        let fence = match fields.optional::<String>("fence")? {
-            Some(_) => fields.fence()?,
-            None => None,
-        };
-        if kind == "next" && fence.is_none() {
-            return Err("no new fencing token".into());
-        }
-        Ok(Piece {
-            fence,
-            now_us: fields.get("now_us")?,
-            pttl: fields.optional("pttl")?,
-            holder: fields
-                .optional::<HashMap<String, String>>("holder")?
-                .and_then(|record| Holder::from_fields(&record)),
-            node: fields.get("node")?,
-            replicas: fields.get("replicas")?,
-            ids: fields.optional("ids")?.unwrap_or_default(),
-            waiting: fields.optional("waiting")?,
-            deadline: fields.optional("deadline")?,
-            record: fields.optional("record")?,
-            kind,
-        })
-    }
-}
-
 impl Server {
-    /// One operation of `lock/one_key.lua` on the lock's key `part`.
+    /// One operation of `one_key.lua` on the lock's key `part`.
     async fn piece(&mut self, part: Part, op: &str, args: &[&str]) -> Result<Piece, LockError> {
         let args = OneKeyArgs {
             op,

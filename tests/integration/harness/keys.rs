@@ -87,7 +87,7 @@ impl Server {
             .expect("SET");
     }
 
-    /// How many runs wait in line for lock `name` (see src/lock/queue.lua).
+    /// How many runs wait in line for lock `name` (see src/lock/scripts/queue.lua).
     pub fn in_line(&self, name: &str) -> usize {
         self.query(redis::cmd("ZCARD").arg(key(name, "queue")))
             .expect("ZCARD")

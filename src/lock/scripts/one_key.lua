@@ -1,4 +1,3 @@
---! script after guard.lua steps.lua replicas.lua
 -- One key of a lock whose cluster slot is being migrated (docs/design.md, "A
 -- slot being migrated"). Its keys may then be split between the source and
 -- the target node, and a script that names several of them is refused with
@@ -6,7 +5,7 @@
 -- one key and touches nothing else, so that it runs wherever that key is:
 -- on the source while the key is still there, otherwise (ASK) on the
 -- target, where a key created during the migration belongs anyway.
--- The arguments: `OneKeyArgs` in src/lock/protocol.rs; the operations, each
+-- The arguments: `OneKeyArgs` in one_key.rs; the operations, each
 -- with its OPERANDS:
 --   lease_take token ttl   lease_renew token ttl   lease_release token keep_ms
 --   lease_get              lease_remove            fence_next   fence_get

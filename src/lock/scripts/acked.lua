@@ -1,4 +1,3 @@
---! script
 -- Notes in the holder record how many replicas acknowledged the lease, for
 -- `lockrun status`, but only while the lease still holds the caller's token:
 -- the record may be another run's by now.

@@ -1,8 +1,7 @@
---! script after guard.lua steps.lua queue.lua replicas.lua
 -- Take the lock if it is free and nobody waits before us; otherwise, for a
 -- run that WAITS, take its place in line (atomically with the failed try),
 -- or refresh the place it has. The arguments: `AcquireArgs` in
--- src/lock/protocol.rs.
+-- acquire.rs.
 -- Returns field names and values, in pairs, one of:
 --      {kind='acquired', fence, replicas, slot (with N slots)}
 --      {kind='busy', pttl, waiting, holder={holder fields...}, holding}  (once)

@@ -1,9 +1,8 @@
---! script after guard.lua steps.lua queue.lua
 -- Give the lock up, or keep it for --min-hold, but only while it still holds
 -- our token; a lock given up goes straight to the first waiter. Takes the
 -- caller out of line too: a run that stops waiting (a signal, --wait ran
 -- out) gives back whatever it may have got meanwhile.
--- The arguments: `ReleaseArgs` in src/lock/protocol.rs. A success of a
+-- The arguments: `ReleaseArgs` in release.rs. A success of a
 -- --once-per run (PERIOD_MS above 0) is recorded in DONE until that long
 -- after the lease was granted (the holder record's acquired_us), on this
 -- server's clock.

@@ -1,4 +1,3 @@
---! script after replicas.lua steps.lua
 -- Extend the lease of a run holding the lock together (--slots above 1,
 -- --shared), but only while it is still the run's: its expiry is TOKEN's
 -- score in LEASES, on this server's clock, and LEASES and HOLDERS expire

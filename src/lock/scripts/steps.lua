@@ -1,8 +1,8 @@
 -- The steps that the scripts of a whole lock (queue.lua's) and one_key.lua
 -- (one key at a time, while the lock's cluster slot is being migrated)
 -- both take, written once. Each names the key it works on, for one_key.lua
--- has only KEY. build.rs puts this file in front of queue.lua, of
--- one_key.lua and of renew_together.lua.
+-- has only KEY. Put in front of queue.lua, of one_key.lua and of
+-- renew_together.lua.
 if redis.replicate_commands then
   -- Redis < 7 must be told before TIME is followed by writes; 7+ ignores it.
   redis.replicate_commands()

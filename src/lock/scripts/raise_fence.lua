@@ -1,4 +1,3 @@
---! script after guard.lua steps.lua queue.lua
 -- Quorum mode, the second phase of fencing: raises the fence counter to at
 -- least AT_LEAST, the token the run took from the highest of its majority's
 -- counters, so that the next majority, which shares a member with this one,

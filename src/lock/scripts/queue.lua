@@ -1,9 +1,8 @@
--- The wait queue of one lock. build.rs puts this file (after guard.lua and
--- steps.lua) in
+-- The wait queue of one lock. Put (after guard.lua and steps.lua) in
 -- front of every script that reads or changes the queue, so that they all
 -- agree on one layout and one set of rules.
 -- The lock's keys (LEASE ... HOLDERS), OURS, ALONE, CROWD and WAKE are
--- declared in src/lock/protocol.rs, which says what each key holds.
+-- declared in src/lock/keys.rs, which says what each key holds.
 -- Runs of one lock agree on their number of slots while any holds or waits
 -- (acquire.lua), so the holders together are all --shared runs or all runs
 -- of N slots.

@@ -1,4 +1,3 @@
---! script after guard.lua steps.lua queue.lua
 -- Read the lock's state and its queue in one consistent view, changing
 -- nothing. Unlike the other scripts it lists the whole queue, O(N): an
 -- operator asked for all of it.

@@ -1,7 +1,6 @@
--- Put in front of the scripts that work on a lock and its line (their first
--- line: `--! script after guard.lua steps.lua queue.lua`), and in front
--- of one_key.lua. Each of a
--- lock's keys holds one type (`Key::holds`, src/lock/protocol.rs). A key of
+-- Put in front of the scripts that work on a lock and its line, and in
+-- front of one_key.lua (each script's `Lua::new` in its .rs file). Each of a
+-- lock's keys holds one type (`Key::holds`, src/lock/keys.rs). A key of
 -- another type is someone else's data under lockrun's name: a list at the
 -- lease's name is not a busy lock, and must be neither read as one nor
 -- removed. `checks` is a list of {key, type}, such as OURS; the first key

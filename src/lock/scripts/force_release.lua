@@ -1,4 +1,3 @@
---! script after guard.lua steps.lua queue.lua
 -- Remove the lock whoever holds it (lockrun release --force): every holder,
 -- or only the one whose token is ONLY; what is freed goes to the runs
 -- first in line, as after a release.

@@ -1,4 +1,3 @@
---! script after replicas.lua
 -- Extend the lease of a run holding the lock alone, but only while LEASE
 -- still holds its TOKEN.
 -- Returns {renewed=1, replicas} as name-value pairs when renewed, {renewed=0,
