@@ -60,9 +60,9 @@ async fn run_steps(
     // Who this run is, for its holder record, its place in line and its
     // history: said once, for host name and pid do not change.
     let me = Me::new(&config.command, config.share);
-    // The command's environment is read once the acquire is sent, while
-    // Redis answers: not on the way from the grant to the fork, where a
-    // hand-off waits for it.
+    // The command's environment is copied while the acquire (polled first)
+    // waits on Redis: not on the way from the grant to the fork, where a
+    // hand-off would wait for it (BENCHMARKS.md).
     let (turn, inherited) = tokio::join!(
         biased;
         acquire(&config, &me, &mut lock, &mut signals, systemd, report),
