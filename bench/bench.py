@@ -206,6 +206,7 @@ class Bench:
         self.handoff_ratio = {}
         self.throughput_ratio = {}
         self.baseline_difference = None
+        self.handoff_baseline_difference = {}
         self.growth_ratio = {}
 
     # --- commands -----------------------------------------------------------
@@ -403,6 +404,9 @@ class Bench:
         if self.opts.lockrun_dynamic:
             tools.append(("dynamic tcp", lambda job: self.lockrun(
                 self.tcp, key, job, wait=True, binary=self.opts.lockrun_dynamic)))
+        if self.opts.baseline:
+            tools.append(("baseline tcp", lambda job: self.lockrun(
+                self.tcp, key, job, wait=True, binary=self.opts.baseline)))
         if self.etcd:
             tools.append(("etcdctl", lambda job: self.etcdctl_cmd(key, job)))
         gaps = {name: [] for name, _ in tools}
@@ -422,6 +426,9 @@ class Bench:
         self.handoff_ratio[contenders] = {
             name: paired(m, round_medians["flock"]) for name, m in round_medians.items()
         }
+        if self.opts.baseline:
+            self.handoff_baseline_difference[contenders] = ms(statistics.median(
+                a - b for a, b in zip(round_medians["lockrun tcp"], round_medians["baseline tcp"])))
         return {
             name: (
                 ms(statistics.median(g)),
@@ -740,12 +747,12 @@ def main():
     parser.add_argument("--etcd-version", default="unknown")
     parser.add_argument("--etcdctl-version", default="unknown")
     parser.add_argument(
-        "--only", choices=["slots", "overhead"],
+        "--only", choices=["slots", "overhead", "handoff"],
         help="measure this one case and print it; --out is left alone"
     )
     parser.add_argument(
-        "--baseline", help="another build of lockrun, measured in the overhead's rounds: "
-        "how to judge a change (bench/README.md)"
+        "--baseline", help="another build of lockrun, measured in the overhead's (or the "
+        "hand-off's) rounds: how to judge a change (bench/README.md)"
     )
     opts = parser.parse_args()
 
@@ -803,6 +810,16 @@ def measure_only(bench, opts, info, began):
 
     if opts.only == "slots":
         slots_rows(bench.slots(), row)
+    elif opts.only == "handoff":
+        for n in (3, 8):
+            gaps = bench.handoff(n, opts.handoffs)
+            for name, (median, p99, overlaps, count) in gaps.items():
+                row("handoff gap, %d contenders, `%s`, median (p99; overlaps of %d)"
+                    % (n, name, count), "%.3f ms (%.3f; %d)" % (median, p99, overlaps), "", "",
+                    "", "%.3f× flock" % bench.handoff_ratio[n][name], "", "", "")
+            if n in bench.handoff_baseline_difference:
+                row("handoff gap, %d contenders, this build less `--baseline`, per round" % n,
+                    "%+.3f ms" % bench.handoff_baseline_difference[n], "", "", "", "", "", "", "")
     else:
         over = bench.overhead()
         for name, (median, p99) in over.items():

@@ -12,6 +12,8 @@
 #   bench/run.sh --only overhead --baseline /tmp/old/lockrun
 #                                # `-- true` only, this build against another in
 #                                # the same rounds (how to judge a change)
+#   bench/run.sh --only handoff --baseline /tmp/old/lockrun
+#                                # the hand-off (3 and 8 contenders), the same way
 #
 # Builds the release binaries (the static musl one, measured by default, and
 # the dynamic glibc one beside it), starts a throwaway redis-server on a unix socket,

@@ -28,6 +28,7 @@ use crate::clock::BootInstant;
 use crate::descendants;
 
 mod spawn;
+pub(crate) use spawn::Inherited;
 
 /// How often lockrun looks whether a stopped group is gone.
 const GROUP_POLL: Duration = Duration::from_millis(10);
@@ -97,11 +98,12 @@ pub(crate) struct Child {
 }
 
 impl Child {
-    /// Starts `argv` in lockrun's environment changed by `env`: a value sets
-    /// the variable, None removes it; the variables named in `own_pid` are
-    /// set to the command's own pid.
+    /// Starts `argv` in lockrun's environment, `inherited`, changed by `env`:
+    /// a value sets the variable, None removes it; the variables named in
+    /// `own_pid` are set to the command's own pid.
     pub(crate) fn spawn(
         argv: &[OsString],
+        inherited: Inherited,
         env: &[(&str, Option<OsString>)],
         own_pid: &[&str],
     ) -> Result<Child, SpawnError> {
@@ -109,7 +111,7 @@ impl Child {
             return Err(SpawnError::NotFound);
         };
         let terminal = in_terminal_foreground();
-        let process = spawn::spawn(argv, env, own_pid, terminal)
+        let process = spawn::spawn(argv, inherited, env, own_pid, terminal)
             .map_err(|err| SpawnError::from_io(err, program))?;
         let group = Pid::from_raw(
             i32::try_from(process.id())

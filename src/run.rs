@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::child::{Child, SpawnError};
+use crate::child::{Child, Inherited, SpawnError};
 use crate::clock::{whole, BootInstant, MS};
 use crate::config::RunConfig;
 use crate::error::{Busy, Error, Unreleased};
@@ -54,7 +54,15 @@ async fn run_steps(
     // Who this run is, for its holder record, its place in line and its
     // history: said once, for host name and pid do not change.
     let me = Me::new(&config.command, config.share);
-    let grant = match acquire(&config, &me, &mut lock, &mut signals, systemd).await? {
+    // The command's environment is copied while the acquire (polled first)
+    // waits on Redis: not on the way from the grant to the fork, where a
+    // hand-off would wait for it (BENCHMARKS.md).
+    let (turn, inherited) = tokio::join!(
+        biased;
+        acquire(&config, &me, &mut lock, &mut signals, systemd),
+        async { Inherited::read() }
+    );
+    let grant = match turn? {
         Turn::Run(grant) => grant,
         Turn::Skip(done) => {
             say_skipped(&done, lock.keys());
@@ -63,7 +71,7 @@ async fn run_steps(
     };
     metrics.acquired();
     warn_if_unprotected(&lock);
-    let child = match start(&config, grant, systemd) {
+    let child = match start(&config, grant, inherited, systemd) {
         Ok(started) => started,
         Err(cause) => {
             let (program, ttl) = (config.program(), config.timing.ttl);
@@ -263,10 +271,15 @@ fn mismatch(config: &RunConfig, theirs: u32) -> String {
     )
 }
 
-/// Starts the command with its fencing token (and slot), and, under
-/// systemd, lockrun's notification socket and its own pid where systemd
-/// gave lockrun's.
-fn start(config: &RunConfig, grant: Grant, systemd: &mut Systemd) -> Result<Child, SpawnError> {
+/// Starts the command in lockrun's environment, `inherited`, with its
+/// fencing token (and slot), and, under systemd, lockrun's notification
+/// socket and its own pid where systemd gave lockrun's.
+fn start(
+    config: &RunConfig,
+    grant: Grant,
+    inherited: Inherited,
+    systemd: &mut Systemd,
+) -> Result<Child, SpawnError> {
     let mut env = secrets::hidden_from_command();
     env.push(("LOCKRUN_KEY", Some(config.lock.name.clone().into())));
     env.push((
@@ -277,7 +290,7 @@ fn start(config: &RunConfig, grant: Grant, systemd: &mut Systemd) -> Result<Chil
         env.push(("LOCKRUN_SLOT", Some(slot.to_string().into())));
     }
     env.extend(systemd.for_command());
-    Child::spawn(&config.command, &env, &notify::pid_vars())
+    Child::spawn(&config.command, inherited, &env, &notify::pid_vars())
 }
 
 /// A command that could not be started gives the lock back at once, and

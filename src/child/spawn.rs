@@ -43,11 +43,12 @@ extern "C" {
     static mut environ: *const *const c_char;
 }
 
-/// Starts `argv` with lockrun's environment changed by `env`, and the
-/// variables named in `own_pid` set to the command's pid. `terminal`: make
-/// its group the terminal's foreground group.
+/// Starts `argv` with lockrun's environment, `inherited`, changed by `env`,
+/// and the variables named in `own_pid` set to the command's pid.
+/// `terminal`: make its group the terminal's foreground group.
 pub(super) fn spawn(
     argv: &[OsString],
+    inherited: Inherited,
     env: &[(&str, Option<OsString>)],
     own_pid: &[&str],
     terminal: bool,
@@ -55,7 +56,7 @@ pub(super) fn spawn(
     let (program, arguments) = argv
         .split_first()
         .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-    let mut environment = Environment::new(env, own_pid)?;
+    let mut environment = Environment::new(inherited, env, own_pid)?;
     let parent = getpid();
     let stdin = io::stdin();
     let mut command = Command::new(program);
@@ -96,6 +97,22 @@ fn in_child(
     Ok(())
 }
 
+/// lockrun's own environment as `NAME=VALUE` pairs, NUL-terminated: read
+/// ahead of the spawn, while the run waits for Redis, for copying every
+/// variable is most of what the spawn costs before the fork.
+pub(crate) struct Inherited {
+    pairs: Vec<Vec<u8>>,
+}
+
+impl Inherited {
+    pub(crate) fn read() -> Inherited {
+        let pairs = std::env::vars_os()
+            .map(|(name, value)| pair(name.as_bytes(), value.as_bytes()))
+            .collect();
+        Inherited { pairs }
+    }
+}
+
 /// The command's whole environment, made before the fork: every variable
 /// NUL-terminated, the pid variables with room for the digits, and a null
 /// pointer array the child fills.
@@ -111,20 +128,26 @@ struct Environment {
 }
 
 impl Environment {
-    /// lockrun's environment with `changes` made (a value sets the variable,
-    /// None removes it), and the variables named in `own_pid` made room for.
-    fn new(changes: &[(&str, Option<OsString>)], own_pid: &[&str]) -> io::Result<Environment> {
-        let replaced = |name: &[u8]| {
+    /// lockrun's environment, `inherited`, with `changes` made (a value sets
+    /// the variable, None removes it), and the variables named in `own_pid`
+    /// made room for.
+    fn new(
+        inherited: Inherited,
+        changes: &[(&str, Option<OsString>)],
+        own_pid: &[&str],
+    ) -> io::Result<Environment> {
+        let replaced = |pair: &[u8]| {
             changes
                 .iter()
                 .map(|(changed, _)| changed)
                 .chain(own_pid)
-                .any(|changed| changed.as_bytes() == name)
+                .any(|changed| {
+                    pair.strip_prefix(changed.as_bytes())
+                        .is_some_and(|rest| rest.first() == Some(&b'='))
+                })
         };
-        let mut pairs: Vec<Vec<u8>> = std::env::vars_os()
-            .filter(|(name, _)| !replaced(name.as_bytes()))
-            .map(|(name, value)| pair(name.as_bytes(), value.as_bytes()))
-            .collect();
+        let mut pairs = inherited.pairs;
+        pairs.retain(|pair| !replaced(pair));
         for (name, value) in changes {
             if let Some(value) = value {
                 if value.as_bytes().contains(&0) {
@@ -235,6 +258,7 @@ mod tests {
     #[test]
     fn the_environment_is_changed_as_asked_and_holds_the_pid() {
         let env = Environment::new(
+            Inherited::read(),
             &[("LOCKRUN_T_SET", Some("a b".into())), ("PATH", None)],
             &["WATCHDOG_PID", "LISTEN_PID"],
         )
@@ -262,8 +286,28 @@ mod tests {
     }
 
     #[test]
+    fn a_variable_is_replaced_by_its_whole_name_only() {
+        let inherited = Inherited {
+            pairs: vec![
+                pair(b"PATH", b"/bin"),
+                pair(b"PATHS", b"x"),
+                pair(b"=PATH", b"y"),
+            ],
+        };
+        let env = Environment::new(inherited, &[("PATH", Some("/usr/bin".into()))], &[])
+            .expect("environment");
+        let vars: Vec<&[u8]> = env.pairs.iter().map(Vec::as_slice).collect();
+        assert_eq!(
+            vars,
+            [&b"PATHS=x\0"[..], b"=PATH=y\0", b"PATH=/usr/bin\0"],
+            "{vars:?}"
+        );
+    }
+
+    #[test]
     fn a_value_with_a_nul_is_refused() {
-        let err = Environment::new(&[("X", Some(OsString::from_vec(b"a\0b".to_vec())))], &[])
+        let changes = [("X", Some(OsString::from_vec(b"a\0b".to_vec())))];
+        let err = Environment::new(Inherited::read(), &changes, &[])
             .err()
             .and_then(|err| err.raw_os_error());
         assert_eq!(err, Some(libc::EINVAL));
