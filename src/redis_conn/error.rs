@@ -105,6 +105,10 @@ pub(super) struct NoAnswer {
     pub(super) from_ttl: Option<Duration>,
 }
 
+/// How Redis refuses WAIT on a replica (`-ERR WAIT cannot be used with
+/// replica instances. …`).
+const WAIT_ON_REPLICA: &str = "WAIT cannot be used with replica instances";
+
 impl RedisError {
     /// Whether Redis said "not now" rather than "no": worth waiting through
     /// while nothing is held yet.
@@ -204,6 +208,12 @@ impl Target {
             // Behind Sentinel or in a cluster, a demoted primary or a moved
             // slot is a failover under way, not a wrong URL.
             Some("READONLY" | "MOVED" | "ASK") if replicated => {
+                ErrorKind::Transient(Unready::Failover)
+            }
+            // A primary demoted between the lock's script and its WAIT (a
+            // Cluster node back from a partition, finding its replica
+            // promoted) refuses WAIT as a replica: a failover, as READONLY is.
+            Some("ERR") if replicated && err.to_string().contains(WAIT_ON_REPLICA) => {
                 ErrorKind::Transient(Unready::Failover)
             }
             Some("READONLY") => ErrorKind::ReadOnly,
@@ -564,6 +574,32 @@ mod tests {
         assert!(!sentinel
             .error(&server_error(ServerErrorKind::ResponseError, "x"))
             .is_transient());
+    }
+
+    /// The Cluster campaign's partitions (scripts/chaos --netns) found a
+    /// waiting run that gave up on this: a node back from a partition ran
+    /// the lock's script as a primary and refused its WAIT as the replica
+    /// it had become. Behind Sentinel or Cluster it is a failover under way.
+    #[test]
+    fn wait_refused_by_a_demoted_primary_is_a_failover() {
+        let refused = match redis::parse_redis_value(
+            b"-ERR WAIT cannot be used with replica instances. Please also note that since \
+              Redis 4.0 if a replica is configured to be writable (which is not the default) \
+              writes to replicas are just local and are not propagated.\r\n",
+        ) {
+            Ok(redis::Value::ServerError(err)) => redis::RedisError::from(err),
+            other => panic!("{other:?}"),
+        };
+        for url in ["redis+cluster://c1:7000", "redis+sentinel://s1,s2/svc"] {
+            let target = Target::parse(url, None).expect("valid");
+            assert_eq!(
+                target.error(&refused).kind,
+                ErrorKind::Transient(Unready::Failover),
+                "{url}"
+            );
+        }
+        let single = Target::parse("redis://h:1", None).expect("valid");
+        assert_eq!(single.error(&refused).kind, ErrorKind::Server);
     }
 
     /// The reply that a call's last retry got from a source whose last key
