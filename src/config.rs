@@ -340,7 +340,7 @@ impl RunConfig {
         )?;
         if args.redis_timeout.is_none() {
             for target in lock.servers.targets_mut() {
-                target.set_limit_from_ttl(timing.ttl);
+                target.set_limit_from_ttl(timing.redis_timeout, timing.ttl);
             }
         }
         let share = share(&args, lock.servers.targets().len() > 1)?;

@@ -97,12 +97,13 @@ pub(crate) struct RedisError {
 
 /// A call that got no answer within `after`: whether the connection was
 /// open (the server took it, so it is up, stuck, or behind a link slower
-/// than the limit), and the ttl the limit was derived from.
+/// than the limit), and --redis-timeout's default and the ttl it was derived
+/// from, when it was not given.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct NoAnswer {
     pub(super) after: Duration,
     pub(super) connected: bool,
-    pub(super) from_ttl: Option<Duration>,
+    pub(super) from_ttl: Option<(Duration, Duration)>,
 }
 
 /// How Redis refuses WAIT on a replica (`-ERR WAIT cannot be used with
@@ -492,7 +493,7 @@ mod tests {
             ),
             "{given}"
         );
-        target.set_limit_from_ttl(ms(3000));
+        target.set_limit_from_ttl(ms(300), ms(3000));
         let derived = target.unanswered(ms(300)).to_string();
         assert!(
             derived.ends_with(
@@ -512,7 +513,7 @@ mod tests {
             ),
             "{down}"
         );
-        target.set_limit_from_ttl(Duration::from_secs(60));
+        target.set_limit_from_ttl(Duration::from_secs(2), Duration::from_secs(60));
         let capped = target.unanswered(Duration::from_secs(2)).to_string();
         assert!(
             capped.ends_with(
@@ -520,6 +521,14 @@ mod tests {
                  link give a longer --redis-timeout"
             ),
             "{capped}"
+        );
+        // A first connection is allowed longer than a call (or what was
+        // left of --wait): that limit is not --redis-timeout's.
+        target.set_limit_from_ttl(ms(200), ms(2000));
+        let first = target.unanswered(ms(2999)).to_string();
+        assert!(
+            first.ends_with("over a slower link give a --redis-timeout longer than 2s999ms"),
+            "{first}"
         );
     }
 

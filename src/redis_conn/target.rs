@@ -154,10 +154,10 @@ pub(crate) struct Target {
     pub(super) password_given: bool,
     /// Whom to trust over TLS, for the connections lockrun opens itself.
     pub(super) tls: Option<Tls>,
-    /// The ttl that the time limit of calls was derived from, when
+    /// The time limit of calls and the ttl it was derived from, when
     /// --redis-timeout was not given: a call that outlasts it says what to
     /// raise.
-    pub(super) limit_from_ttl: Option<Duration>,
+    pub(super) limit_from_ttl: Option<(Duration, Duration)>,
 }
 
 /// How lockrun finds the server that holds a lock.
@@ -262,10 +262,10 @@ impl Target {
         })
     }
 
-    /// Notes that the time limit of calls is --redis-timeout's default,
-    /// derived from `ttl`.
-    pub(crate) fn set_limit_from_ttl(&mut self, ttl: Duration) {
-        self.limit_from_ttl = Some(ttl);
+    /// Notes that the time limit of calls, `limit`, is --redis-timeout's
+    /// default, derived from `ttl`.
+    pub(crate) fn set_limit_from_ttl(&mut self, limit: Duration, ttl: Duration) {
+        self.limit_from_ttl = Some((limit, ttl));
     }
 
     /// Notes where the URL was given (`--redis` unless said otherwise).

@@ -148,16 +148,16 @@ impl RedisError {
         // A limit lockrun derived is one the operator may never have
         // thought of: say where it came from and what moves it.
         let raise = match slow.from_ttl {
-            Some(ttl) if slow.after == ttl / 10 => format!(
+            Some((derived, ttl)) if slow.after == derived && derived == ttl / 10 => format!(
                 "{limit} is the --redis-timeout lockrun derived from --ttl {} (a tenth of it); \
                  over a slower link give a longer --redis-timeout, or --ttl",
                 show_exact(ttl)
             ),
-            Some(_) => format!(
+            Some((derived, _)) if slow.after == derived => format!(
                 "{limit} is --redis-timeout's default (a tenth of --ttl, at most {limit}); over \
                  a slower link give a longer --redis-timeout"
             ),
-            None => format!("over a slower link give a --redis-timeout longer than {limit}"),
+            _ => format!("over a slower link give a --redis-timeout longer than {limit}"),
         };
         if slow.connected {
             write!(
