@@ -31,12 +31,14 @@ pub(crate) use self::attempt::{Attempt, Grant, Mode};
 pub(crate) use self::error::LockError;
 pub(crate) use self::history::{merge as merge_histories, Recorded, Run, ToRecord};
 pub(crate) use self::keys::{Keys, Token};
-pub(crate) use self::records::{is_gone_from_here, DoneRecord, Holder, Me, Share, Taken, Waiter};
+pub(crate) use self::records::{
+    is_gone_from_here, DoneRecord, Holder, HoldersAndWaiters, Requester, Share, Waiter,
+};
 pub(crate) use self::role::{Hold, ReplicaAcks, Role};
 pub(crate) use self::scripts::Released;
 pub(crate) use self::status::{Occupancy, Status, View, Views};
 #[cfg(test)]
-pub(crate) use self::wake::Unheard;
+pub(crate) use self::wake::SubscriptionRefused;
 pub(crate) use self::wake::{Wake, Wakes};
 #[cfg(test)]
 pub(crate) use self::{
@@ -88,7 +90,7 @@ pub(crate) enum Subscription {
 /// One acquisition attempt: what it found, and every server it could not
 /// give back what it may have taken there.
 #[derive(Debug)]
-pub(crate) struct Tried {
+pub(crate) struct AttemptResult {
     pub(crate) outcome: Result<Attempt, LockError>,
     pub(crate) not_given_back: Vec<NotGivenBack>,
 }
@@ -250,10 +252,15 @@ impl Lock {
     /// majority granted it and the lease, counted from the send less the
     /// drift allowance, still has more than a renewal period plus the kill
     /// grace left.
-    pub(crate) async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried {
+    pub(crate) async fn try_acquire(
+        &mut self,
+        timing: Timing,
+        me: &Requester,
+        mode: Mode,
+    ) -> AttemptResult {
         let mut not_given_back = Vec::new();
         let outcome = self.attempt(timing, me, mode, &mut not_given_back).await;
-        Tried {
+        AttemptResult {
             outcome,
             not_given_back,
         }
@@ -264,7 +271,7 @@ impl Lock {
     async fn attempt(
         &mut self,
         timing: Timing,
-        me: &Me,
+        me: &Requester,
         mode: Mode,
         not_given_back: &mut Vec<NotGivenBack>,
     ) -> Result<Attempt, LockError> {

@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::exit_code::Exit;
 use crate::lease::Loss;
-use crate::lock::Taken;
+use crate::lock::HoldersAndWaiters;
 use crate::report::{self, Message};
 
 mod relay;
@@ -122,7 +122,7 @@ impl Systemd {
 
     /// lockrun waits for `lock`: it stands by, so the unit is ready. `place`
     /// is this run's place in line, when it has one.
-    pub(crate) fn waiting(&self, lock: &str, taken: &Taken, place: Option<u64>) {
+    pub(crate) fn waiting(&self, lock: &str, taken: &HoldersAndWaiters, place: Option<u64>) {
         let Some(link) = &self.link else { return };
         let held_by = match &taken.holder {
             Some(holder) => format!(

@@ -11,8 +11,8 @@ use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code::{self, Exit};
 use crate::lease::Lease;
 use crate::lock::{
-    Attempt, DoneRecord, Grant, Hold, Keys, Lock, LockError, Me, Released, Role, Run, Servers,
-    Share, Taken, ToRecord, Token,
+    Attempt, DoneRecord, Grant, Hold, HoldersAndWaiters, Keys, Lock, LockError, Released,
+    Requester, Role, Run, Servers, Share, ToRecord, Token,
 };
 use crate::notify::{self, Systemd};
 use crate::report::{self, Message};
@@ -53,10 +53,10 @@ async fn run_steps(
     let asked = BootInstant::now();
     // Who this run is, for its holder record, its place in line and its
     // history: said once, for host name and pid do not change.
-    let me = Me::new(&config.command, config.share);
+    let me = Requester::new(&config.command, config.share);
     let grant = match acquire(&config, &me, &mut lock, &mut signals, systemd).await? {
-        Turn::Run(grant) => grant,
-        Turn::Skip(done) => {
+        RunOrSkip::Run(grant) => grant,
+        RunOrSkip::Skip(done) => {
             say_skipped(&done, lock.keys());
             return Ok(Exit::Status(0));
         }
@@ -75,7 +75,7 @@ async fn run_steps(
     let waited = asked.elapsed();
     say_acquired(&lock, on, grant.fence, slot, &child, waited);
     systemd.holding(&config.lock.name, grant.fence, std::time::SystemTime::now());
-    let mut held = Held {
+    let mut held = ActiveRun {
         lease: Lease::new(config.timing.deadline_after(grant.sent)),
         started: BootInstant::now(),
         lock,
@@ -171,7 +171,7 @@ fn say_skipped(done: &DoneRecord, keys: &Keys) {
 }
 
 /// What a run does once it asked for the lock.
-enum Turn {
+enum RunOrSkip {
     /// Runs the command under this lease.
     Run(Grant),
     /// Skips it: the job is done this period (`--once-per`), and the lock
@@ -183,11 +183,11 @@ enum Turn {
 /// the wait.
 async fn acquire(
     config: &RunConfig,
-    me: &Me,
+    me: &Requester,
     lock: &mut Lock,
     signals: &mut Signals,
     systemd: &Systemd,
-) -> Result<Turn, Error> {
+) -> Result<RunOrSkip, Error> {
     let (timing, wait, supersede) = (config.timing, config.wait, config.supersede);
     let attempt = wait::acquire(lock, timing, me, wait, supersede, systemd);
     let outcome = tokio::select! {
@@ -197,8 +197,8 @@ async fn acquire(
         }),
         result = attempt => result.map_err(Error::from),
     };
-    let busy = |taken: Option<Taken>, superseded_by: Option<String>| {
-        let taken = taken.unwrap_or_else(Taken::unknown);
+    let busy = |taken: Option<HoldersAndWaiters>, superseded_by: Option<String>| {
+        let taken = taken.unwrap_or_else(HoldersAndWaiters::unknown);
         Error::Busy(Box::new(Busy {
             lock: lock.keys().name.clone(),
             held: taken.held,
@@ -219,8 +219,8 @@ async fn acquire(
         }))
     };
     let err = match outcome {
-        Ok(Attempt::Acquired(grant)) => return Ok(Turn::Run(grant)),
-        Ok(Attempt::Done(done)) => return Ok(Turn::Skip(done)),
+        Ok(Attempt::Acquired(grant)) => return Ok(RunOrSkip::Run(grant)),
+        Ok(Attempt::Done(done)) => return Ok(RunOrSkip::Skip(done)),
         Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) => busy(Some(taken), None),
         Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
         Ok(Attempt::Mismatch { slots }) => Error::Usage(mismatch(config, slots)),
@@ -309,7 +309,7 @@ async fn not_started(program: String, cause: SpawnError, lock: &mut Lock, ttl: D
 }
 
 /// What a run holds once its command started.
-struct Held {
+struct ActiveRun {
     lock: Lock,
     lease: Lease,
     /// When the command started: `--timeout` and `--min-hold` count from
@@ -323,10 +323,10 @@ struct Held {
     /// Looked up (from /etc/passwd) once the command has started, while it
     /// runs: not on the way from its exit to the release.
     user: String,
-    me: Me,
+    me: Requester,
 }
 
-impl Held {
+impl ActiveRun {
     /// Stops whatever the command left running, then gives the lock back,
     /// or keeps it until `--min-hold` is over. A lock that could not be
     /// given back is returned, to be said after why the run ended.

@@ -26,7 +26,8 @@ use tokio::time::Instant;
 
 use crate::lease::Timing;
 use crate::lock::{
-    Attempt, Grant, Lock, LockError, Me, Mode, NotGivenBack, Subscription, Tried, Wake, Wakes,
+    Attempt, AttemptResult, Grant, Lock, LockError, Mode, NotGivenBack, Requester, Subscription,
+    Wake, Wakes,
 };
 use crate::notify::Systemd;
 use crate::redis_conn::ErrorKind;
@@ -71,7 +72,7 @@ impl Wait {
 /// What the wait loop needs of a lock; `Lock` is the one, the tests drive
 /// the loop with a scripted one under tokio's paused clock.
 pub(crate) trait Contended {
-    async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried;
+    async fn try_acquire(&mut self, timing: Timing, me: &Requester, mode: Mode) -> AttemptResult;
     /// `None` when nobody sends this lock's waiters messages.
     async fn subscribe_wakes(&mut self) -> Subscription;
     /// The grant a wake-up message announced, if it can be used as it is
@@ -93,7 +94,7 @@ pub(crate) trait Contended {
 }
 
 impl Contended for Lock {
-    async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried {
+    async fn try_acquire(&mut self, timing: Timing, me: &Requester, mode: Mode) -> AttemptResult {
         Lock::try_acquire(self, timing, me, mode).await
     }
 
@@ -146,7 +147,7 @@ impl Contended for Lock {
 pub(crate) async fn acquire(
     lock: &mut impl Contended,
     timing: Timing,
-    me: &Me,
+    me: &Requester,
     wait: Option<Wait>,
     supersede: bool,
     systemd: &Systemd,
@@ -189,7 +190,7 @@ fn give_up_at(wait: Option<Wait>, started: Instant) -> Option<Instant> {
 struct Waiter<'a, L> {
     lock: &'a mut L,
     timing: Timing,
-    me: &'a Me,
+    me: &'a Requester,
     supersede: bool,
     started: Instant,
     /// When the wait runs out; `None` waits forever.

@@ -19,12 +19,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Server, Written};
+use super::{ReplicatedWrite, Server};
 use crate::clock::{whole_up, BootInstant, MS};
 use crate::lock::error::LockError;
 use crate::lock::keys::Part;
-use crate::lock::records::{Holder, Me, Taken, Waiter};
-use crate::lock::scripts::{self, Call, OneKeyArgs, Piece, Released};
+use crate::lock::records::{Holder, HoldersAndWaiters, Requester, Waiter};
+use crate::lock::scripts::{self, Call, OneKeyArgs, OneKeyReply, Released};
 use crate::lock::status::Status;
 use crate::lock::{Attempt, Grant, Hold, Renewal, ReplicaAcks};
 use crate::redis_conn::{ErrorKind, Unready};
@@ -64,10 +64,10 @@ impl<'a> OneKey<'a> {
     pub(super) async fn acquire(
         self,
         ttl: Duration,
-        me: &Me,
+        me: &Requester,
         sent: BootInstant,
         waits: bool,
-    ) -> Result<(Attempt, Written), LockError> {
+    ) -> Result<(Attempt, ReplicatedWrite), LockError> {
         let OneKey { server, refusal } = self;
         if server.hold != Hold::Alone {
             return Err(refusal);
@@ -231,7 +231,12 @@ impl<'a> OneKey<'a> {
 
 impl Server {
     /// One operation of `one_key.lua` on the lock's key `part`.
-    async fn piece(&mut self, part: Part, op: &str, args: &[&str]) -> Result<Piece, LockError> {
+    async fn piece(
+        &mut self,
+        part: Part,
+        op: &str,
+        args: &[&str],
+    ) -> Result<OneKeyReply, LockError> {
         let args = OneKeyArgs {
             op,
             holds: part.key().holds,
@@ -243,8 +248,8 @@ impl Server {
     }
 
     /// What the replicas of the node that took `piece` must acknowledge.
-    fn written(piece: &Piece, started: Instant) -> Written {
-        Written {
+    fn written(piece: &OneKeyReply, started: Instant) -> ReplicatedWrite {
+        ReplicatedWrite {
             replicas: piece.replicas,
             node: Some(piece.node.clone()).filter(|node| !node.is_empty()),
             started,
@@ -257,11 +262,11 @@ impl Server {
     async fn behind(
         &mut self,
         ttl: &str,
-        lease: Option<Piece>,
+        lease: Option<OneKeyReply>,
         waits: bool,
         line: &Line,
         started: Instant,
-    ) -> Result<(Attempt, Written), LockError> {
+    ) -> Result<(Attempt, ReplicatedWrite), LockError> {
         let lease = match lease {
             Some(lease) => lease,
             None => self.piece(Part::Lease, "lease_get", &[]).await?,
@@ -271,7 +276,7 @@ impl Server {
             .pttl
             .and_then(|ms| u64::try_from(ms).ok())
             .map(Duration::from_millis);
-        let taken = Taken {
+        let taken = HoldersAndWaiters {
             held: lease.pttl.is_some_and(|ms| ms != -2),
             left,
             holder: holder.ok().and_then(|found| found.holder),
@@ -292,7 +297,7 @@ impl Server {
     }
 
     /// The next fencing token and the holder record, for a lease just taken.
-    async fn grant_one_key(&mut self, ttl: &str, me: &Me) -> Result<u64, LockError> {
+    async fn grant_one_key(&mut self, ttl: &str, me: &Requester) -> Result<u64, LockError> {
         let next = self.piece(Part::Fence, "fence_next", &[]).await?;
         let fence = next.fence.unwrap_or_default();
         let (pid, shown) = (me.pid.to_string(), fence.to_string());
