@@ -198,14 +198,9 @@ async fn acquire(
         result = attempt => result.map_err(Error::from),
     };
     let busy = |taken: Option<HoldersAndWaiters>, superseded_by: Option<String>| {
-        let taken = taken.unwrap_or_else(HoldersAndWaiters::unknown);
         Error::Busy(Box::new(Busy {
             lock: lock.keys().name.clone(),
-            held: taken.held,
-            left: taken.left,
-            holder: taken.holder,
-            waiting: taken.waiting,
-            holding: taken.holding,
+            found: taken.unwrap_or_else(HoldersAndWaiters::unknown),
             command: config.program(),
             waited: config.wait.and_then(wait::Wait::limit),
             // Superseded is no busy lock: its own status, whatever
