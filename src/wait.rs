@@ -1,23 +1,7 @@
 //! Getting the lock, waiting for it in line if asked to: one loop, for one
-//! server and for a quorum, with one give-up rule.
-//!
-//! A waiter takes its place in the lock's queue with its first failed
-//! attempt, and the lock goes to waiters in arrival order: a release hands
-//! it straight to the first one and says so on that waiter's own channel, so
-//! each release wakes one process. A place lasts one ttl, like a lease, and
-//! the waiter refreshes it every renewal period, so that one that died drops
-//! out of line by itself. Without a message, the first waiter looks again
-//! when the lease could have run out unreleased (its holder died), the
-//! others when the first one's place could have. Once Redis has answered,
-//! losing it while waiting is not the end of the wait: nothing is held yet,
-//! so lockrun keeps trying until the wait runs out. The same goes for a Redis
-//! that answers "not yet" (loading its data set, busy with a script, a
-//! failover, too few replicas) or turns the connection away (at its
-//! `maxclients` limit, or closing it as it opens), from the first attempt
-//! on; the pause between such attempts doubles, jittered, up to
-//! `MAX_BACKOFF`. A quorum does not
-//! queue (see `lock::Rules`): it gets no messages, and looks again after a
-//! jittered pause, so that runs that collided do not collide again.
+//! server and for a quorum, with one give-up rule. How the line, hand-overs,
+//! wake-ups and the pauses between attempts work is in docs/design.md ("The
+//! wait queue and wake-ups", "The quorum").
 
 use std::ops::ControlFlow;
 use std::time::Duration;
