@@ -152,12 +152,7 @@ fn lock(config: &RunConfig, token: &Token) -> Lock {
         acks: config.replica_acks,
         may_wait: config.wait.is_some_and(wait::Wait::may_wait),
     };
-    Lock::new(
-        servers,
-        config.timing.redis_timeout,
-        config.lock.keys.clone(),
-        &role,
-    )
+    Lock::new(servers, config.timing, config.lock.keys.clone(), &role)
 }
 
 /// Says, with `--verbose`, that the job ran already this period
@@ -188,8 +183,8 @@ async fn acquire(
     signals: &mut Signals,
     systemd: &Systemd,
 ) -> Result<RunOrSkip, Error> {
-    let (timing, wait, supersede) = (config.timing, config.wait, config.supersede);
-    let attempt = wait::acquire(lock, timing, me, wait, supersede, systemd);
+    let (wait, supersede) = (config.wait, config.supersede);
+    let attempt = wait::acquire(lock, me, wait, supersede, systemd);
     let outcome = tokio::select! {
         signal = signals.recv_interrupt() => Err(match signal {
             Ok(signal) => Error::Interrupted(signal),

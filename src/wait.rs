@@ -56,7 +56,9 @@ impl Wait {
 /// What the wait loop needs of a lock; `Lock` is the one, the tests drive
 /// the loop with a scripted one under tokio's paused clock.
 pub(crate) trait Contended {
-    async fn try_acquire(&mut self, timing: Timing, me: &Requester, mode: Mode) -> AttemptResult;
+    async fn try_acquire(&mut self, me: &Requester, mode: Mode) -> AttemptResult;
+    /// The run's timing, which the lock holds.
+    fn timing(&self) -> Timing;
     /// `None` when nobody sends this lock's waiters messages.
     async fn subscribe_wakes(&mut self) -> Subscription;
     /// The grant a wake-up message announced, if it can be used as it is
@@ -78,8 +80,12 @@ pub(crate) trait Contended {
 }
 
 impl Contended for Lock {
-    async fn try_acquire(&mut self, timing: Timing, me: &Requester, mode: Mode) -> AttemptResult {
-        Lock::try_acquire(self, timing, me, mode).await
+    async fn try_acquire(&mut self, me: &Requester, mode: Mode) -> AttemptResult {
+        Lock::try_acquire(self, me, mode).await
+    }
+
+    fn timing(&self) -> Timing {
+        Lock::timing(self)
     }
 
     async fn subscribe_wakes(&mut self) -> Subscription {
@@ -130,16 +136,15 @@ impl Contended for Lock {
 /// certificate, someone else's data at a key), ends at once.
 pub(crate) async fn acquire(
     lock: &mut impl Contended,
-    timing: Timing,
     me: &Requester,
     wait: Option<Wait>,
     supersede: bool,
     systemd: &Systemd,
 ) -> Result<Attempt, LockError> {
     let started = Instant::now();
+    let timing = lock.timing();
     let mut waiter = Waiter {
         lock,
-        timing,
         me,
         supersede,
         started,
@@ -173,7 +178,6 @@ fn give_up_at(wait: Option<Wait>, started: Instant) -> Option<Instant> {
 /// A run waiting for the lock.
 struct Waiter<'a, L> {
     lock: &'a mut L,
-    timing: Timing,
     me: &'a Requester,
     supersede: bool,
     started: Instant,
@@ -230,8 +234,12 @@ impl<L: Contended> Waiter<'_, L> {
                 }
                 let left = self
                     .give_up
-                    .map_or(self.timing.redis_timeout, |at| at - now);
-                if let Err(err) = self.lock.connect(left.min(self.timing.redis_timeout)).await {
+                    .map_or(self.lock.timing().redis_timeout, |at| at - now);
+                if let Err(err) = self
+                    .lock
+                    .connect(left.min(self.lock.timing().redis_timeout))
+                    .await
+                {
                     self.failed(err, false)?;
                     if let Some(done) = self.pause(None, Instant::now()).await {
                         return Ok(done);
@@ -240,10 +248,7 @@ impl<L: Contended> Waiter<'_, L> {
                 }
             }
             self.subscribe_if_due().await;
-            let tried = self
-                .lock
-                .try_acquire(self.timing, self.me, self.mode())
-                .await;
+            let tried = self.lock.try_acquire(self.me, self.mode()).await;
             self.not_given_back(&tried.not_given_back);
             let attempt = tried.outcome;
             let now = Instant::now();
@@ -293,7 +298,7 @@ impl<L: Contended> Waiter<'_, L> {
             report::say(Message::GiveBackFailed {
                 server,
                 cause: cause.to_string(),
-                expires_within: self.timing.ttl,
+                expires_within: self.lock.timing().ttl,
             });
         }
     }
@@ -319,7 +324,7 @@ impl<L: Contended> Waiter<'_, L> {
         Mode::Wait {
             listening: self.wakes.is_some(),
             supersede: self.supersede,
-            refresh: self.timing.renew_every,
+            refresh: self.lock.timing().renew_every,
         }
     }
 
@@ -414,7 +419,7 @@ impl<L: Contended> Waiter<'_, L> {
     /// wake-up message. Returns the outcome when a message settles it.
     async fn pause(&mut self, retry: Option<Duration>, now: Instant) -> Option<Attempt> {
         let refresh = if self.wakes.is_some() && self.failing.is_none() {
-            now + self.timing.renew_every
+            now + self.lock.timing().renew_every
         } else {
             now + jitter(self.backoff())
         };
@@ -435,7 +440,7 @@ impl<L: Contended> Waiter<'_, L> {
                         // follows confirms the lease, which is ours already.
                         return self
                             .lock
-                            .handed_over(fence, slot, self.timing.renew_every)
+                            .handed_over(fence, slot, self.lock.timing().renew_every)
                             .map(Attempt::Acquired);
                     }
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),
@@ -473,7 +478,7 @@ impl<L: Contended> Waiter<'_, L> {
     }
 }
 
-impl<L> Waiter<'_, L> {
+impl<L: Contended> Waiter<'_, L> {
     /// Whether this run may wait at all: `--wait 0` and no `--wait` try
     /// once.
     fn may_wait(&self) -> bool {
@@ -483,7 +488,7 @@ impl<L> Waiter<'_, L> {
     /// The polling period, doubled for each failure in a row after the
     /// first, up to `MAX_BACKOFF`.
     fn backoff(&self) -> Duration {
-        let period = POLL_UNSUBSCRIBED.min(self.timing.renew_every);
+        let period = POLL_UNSUBSCRIBED.min(self.lock.timing().renew_every);
         let doublings = self.failures.saturating_sub(1).min(8);
         period
             .saturating_mul(1 << doublings)

@@ -116,7 +116,11 @@ impl Scripted {
 }
 
 impl Contended for Scripted {
-    async fn try_acquire(&mut self, _: Timing, _: &Requester, mode: Mode) -> AttemptResult {
+    fn timing(&self) -> Timing {
+        timing()
+    }
+
+    async fn try_acquire(&mut self, _: &Requester, mode: Mode) -> AttemptResult {
         self.tries.push((self.start.elapsed(), mode));
         AttemptResult {
             outcome: self.answers.pop_front().unwrap_or(self.last).attempt(),
@@ -169,7 +173,7 @@ impl Contended for Scripted {
 async fn wait_on(lock: &mut Scripted, wait: Option<Wait>) -> Result<Attempt, LockError> {
     let me = Requester::new(&["job".into()], Share::Alone);
     let systemd = crate::notify::Systemd::default();
-    acquire(lock, timing(), &me, wait, false, &systemd).await
+    acquire(lock, &me, wait, false, &systemd).await
 }
 
 #[tokio::test(start_paused = true)]
