@@ -1,15 +1,8 @@
-//! A lock whose cluster slot is being migrated (docs/design.md, "A slot
-//! being migrated"). Its keys may then be split between the source and the
-//! target node, and Redis refuses, with TRYAGAIN, any script that names
-//! keys not all on one node, which the lock's scripts do, naming the line's
-//! keys even when nobody waits. After such a refusal, the lease, its fence
-//! counter and its holder record are each handled by a call that names that
-//! one key (`lock/scripts/one_key.lua`), which a cluster call follows to wherever the
-//! key is. The three steps are not one atomic change, but the lease, the
-//! one key that decides who holds the lock, is only ever changed on its
-//! own. The line is read and kept one key at a time too (below): runs
-//! already in line keep their places and get the lock in turn, but nobody
-//! new takes a place; such a run polls until the slot settles.
+//! A lock whose cluster slot is being migrated: Redis refuses, with
+//! TRYAGAIN, a script naming keys split between two nodes, so after such a
+//! refusal each step is done one key at a time (`lock/scripts/one_key.lua`),
+//! the lease only ever changed on its own. How each operation does it, and
+//! what it gives up, is in docs/design.md ("A slot being migrated").
 //!
 //! `OneKey` is that path: a server's method that gets TRYAGAIN hands the
 //! refusal to it, and it decides, in one place, which operations have a
