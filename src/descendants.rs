@@ -1,32 +1,8 @@
-//! Everything the command started, wherever it went.
-//!
-//! Stopping the command's process group misses what left it: a daemon that
-//! called setsid, a double fork. So lockrun makes itself a child subreaper
-//! (PR_SET_CHILD_SUBREAPER) before it starts the command: an orphaned
-//! descendant is then reparented to lockrun instead of to PID 1. That does
-//! two things:
-//!
-//! - every process the command started stays in lockrun's process tree, where
-//!   `/proc` shows it whatever its group or session, so it can be stopped with
-//!   the rest before the lock is released;
-//! - an orphan's exit is lockrun's to reap, at once. Under a PID 1 that reaps
-//!   slowly (a container without an init) a zombie would otherwise linger,
-//!   still counted as a member of the command's group.
-//!
-//! The tree is found by reading `/proc/*/stat` (parent and group of every
-//! process). `/proc/PID/task/TID/children` would be cheaper, but it needs
-//! CONFIG_PROC_CHILDREN, which many kernels (VM and container ones) lack; the
-//! scan runs only while lockrun stops the command, so its cost does not
-//! matter. Without `/proc`, lockrun falls back to the process group alone.
-//!
-//! Reaping never takes tokio's child: tokio waits for the command itself (the
-//! group leader) by its pid, so lockrun peeks at exited children with
-//! WNOWAIT, leaves the leader alone, and reaps any other by its pid.
-//!
-//! A pid read from `/proc` can in theory be reused before it is signalled.
-//! lockrun's own children cannot (they stay until lockrun reaps them); a
-//! deeper descendant would have to exit, be reaped by its parent and have its
-//! pid handed out again, all within microseconds.
+//! Everything the command started, wherever it went: lockrun is a child
+//! subreaper, so what the command orphans (a daemon that called setsid, a
+//! double fork) stays in its tree, found in `/proc`, to be stopped before
+//! the lock is released. Why, and the costs, in docs/design.md ("Stopping
+//! the command").
 
 use std::collections::{HashMap, HashSet};
 use std::io;

@@ -12,7 +12,7 @@ use crate::child::SpawnError;
 use crate::clock::{show, show_exact, unix_now_us};
 use crate::exit_code::{self, Exit};
 use crate::lease::Loss;
-use crate::lock::{is_gone_from_here, Holder, LockError};
+use crate::lock::{is_gone_from_here, Holder, HoldersAndWaiters, LockError};
 
 #[derive(Debug)]
 pub(crate) enum Error {
@@ -54,15 +54,8 @@ pub(crate) enum Error {
 #[derive(Debug)]
 pub(crate) struct Busy {
     pub(crate) lock: String,
-    /// Whether a lease exists: a free lock is busy too while others wait.
-    pub(crate) held: bool,
-    /// Lease time the holder has left, if the key has an expiry.
-    pub(crate) left: Option<Duration>,
-    pub(crate) holder: Option<Holder>,
-    /// Runs waiting in line for the lock.
-    pub(crate) waiting: u64,
-    /// How many runs hold it together (`--slots`, `--shared`).
-    pub(crate) holding: u64,
+    /// Who held the lock and who waited for it, as the last attempt found.
+    pub(crate) found: HoldersAndWaiters,
     /// "HOST pid N" of the newer `--supersede` run that took this run's
     /// place in line.
     pub(crate) superseded_by: Option<String>,
@@ -243,17 +236,17 @@ impl fmt::Display for Busy {
                 "{}: superseded by {by}, a newer run with --supersede",
                 self.lock
             )?;
-        } else if !self.held {
+        } else if !self.found.held {
             write!(
                 f,
                 "{} is free, but {} waiting in line came first",
                 self.lock,
-                runs(self.waiting)
+                runs(self.found.waiting)
             )?;
         } else {
             self.fmt_holder(f)?;
-            if self.waiting > 0 {
-                write!(f, ", {} waiting in line", runs(self.waiting))?;
+            if self.found.waiting > 0 {
+                write!(f, ", {} waiting in line", runs(self.found.waiting))?;
             }
         }
         write!(f, "; not running {}", self.command)?;
@@ -268,20 +261,24 @@ impl Busy {
     /// Who holds the lock, and how much longer.
     fn fmt_holder(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let since = |us: u64| show(Duration::from_micros(unix_now_us().saturating_sub(us)));
-        let left = self.left.map(show);
-        if self.holding > 0 {
-            let runs = if self.holding == 1 { "run" } else { "runs" };
+        let left = self.found.left.map(show);
+        if self.found.holding > 0 {
+            let runs = if self.found.holding == 1 {
+                "run"
+            } else {
+                "runs"
+            };
             write!(
                 f,
                 "{} is held by {} {runs} together (--slots or --shared)",
-                self.lock, self.holding
+                self.lock, self.found.holding
             )?;
             if let Some(left) = left {
                 write!(f, ", the first lease expires in {left}")?;
             }
             return Ok(());
         }
-        match &self.holder {
+        match &self.found.holder {
             Some(
                 h @ Holder {
                     finished_us: Some(finished),
@@ -328,7 +325,8 @@ impl Busy {
     /// Whether the holder's command already finished and the lock is only
     /// kept for its `--min-hold`.
     fn is_min_hold(&self) -> bool {
-        self.holder
+        self.found
+            .holder
             .as_ref()
             .is_some_and(|h| h.finished_us.is_some())
     }
@@ -341,11 +339,10 @@ mod tests {
     fn busy(exit: u8) -> Error {
         Error::Busy(Box::new(Busy {
             lock: "lockrun:{job}".into(),
-            held: true,
-            left: Some(Duration::from_millis(1500)),
-            holder: None,
-            waiting: 0,
-            holding: 0,
+            found: HoldersAndWaiters {
+                left: Some(Duration::from_millis(1500)),
+                ..HoldersAndWaiters::unknown()
+            },
             superseded_by: None,
             command: "true".into(),
             waited: Some(Duration::from_secs(2)),
@@ -390,20 +387,20 @@ mod tests {
         let finished = unix_now_us() - 2_000_000;
         let busy = Busy {
             lock: "job".into(),
-            held: true,
-            waiting: 0,
-            holding: 0,
+            found: HoldersAndWaiters {
+                left: Some(Duration::from_secs(3)),
+                holder: Some(Holder {
+                    host: "web-2".into(),
+                    pid: 7,
+                    command: "./invoice.sh".into(),
+                    acquired_us: finished - 1_000_000,
+                    fence: 1,
+                    finished_us: Some(finished),
+                    ..Holder::default()
+                }),
+                ..HoldersAndWaiters::unknown()
+            },
             superseded_by: None,
-            left: Some(Duration::from_secs(3)),
-            holder: Some(Holder {
-                host: "web-2".into(),
-                pid: 7,
-                command: "./invoice.sh".into(),
-                acquired_us: finished - 1_000_000,
-                fence: 1,
-                finished_us: Some(finished),
-                ..Holder::default()
-            }),
             command: "./invoice.sh".into(),
             waited: None,
             exit: 75,
@@ -427,15 +424,15 @@ mod tests {
         let Error::Busy(mut busy) = busy(75) else {
             unreachable!()
         };
-        busy.waiting = 2;
+        busy.found.waiting = 2;
         assert_eq!(
             busy.to_string(),
             "lockrun:{job} is held by another run, lease expires in 2s, 2 runs waiting in \
              line; not running true after waiting 2s (exit 75)"
         );
-        busy.held = false;
-        busy.left = None;
-        busy.waiting = 1;
+        busy.found.held = false;
+        busy.found.left = None;
+        busy.found.waiting = 1;
         busy.waited = None;
         assert_eq!(
             busy.to_string(),

@@ -31,12 +31,14 @@ pub(crate) use self::attempt::{Attempt, Grant, Mode};
 pub(crate) use self::error::LockError;
 pub(crate) use self::history::{merge as merge_histories, Recorded, Run, ToRecord};
 pub(crate) use self::keys::{Keys, Token};
-pub(crate) use self::records::{is_gone_from_here, DoneRecord, Holder, Me, Share, Taken, Waiter};
+pub(crate) use self::records::{
+    is_gone_from_here, DoneRecord, Holder, HoldersAndWaiters, Requester, Share, Waiter,
+};
 pub(crate) use self::role::{Hold, ReplicaAcks, Role};
 pub(crate) use self::scripts::Released;
 pub(crate) use self::status::{Occupancy, Status, View, Views};
 #[cfg(test)]
-pub(crate) use self::wake::Unheard;
+pub(crate) use self::wake::SubscriptionRefused;
 pub(crate) use self::wake::{Wake, Wakes};
 #[cfg(test)]
 pub(crate) use self::{
@@ -88,7 +90,7 @@ pub(crate) enum Subscription {
 /// One acquisition attempt: what it found, and every server it could not
 /// give back what it may have taken there.
 #[derive(Debug)]
-pub(crate) struct Tried {
+pub(crate) struct AttemptResult {
     pub(crate) outcome: Result<Attempt, LockError>,
     pub(crate) not_given_back: Vec<NotGivenBack>,
 }
@@ -179,12 +181,16 @@ pub(crate) struct Lock {
     keys: Keys,
     /// One, or three and more.
     servers: Vec<Server>,
+    /// Fixed for the run: every attempt's ttl and validity rule, and the
+    /// limit on each call.
+    timing: Timing,
 }
 
 impl Lock {
-    /// A handle on lock `keys` for `role`; each call is limited to
-    /// `timeout`. Nothing is sent yet.
-    pub(crate) fn new(servers: &Servers, timeout: Duration, keys: Keys, role: &Role) -> Self {
+    /// A handle on lock `keys` for `role`, with the run's `timing`; each
+    /// call is limited to its `redis_timeout`. Nothing is sent yet.
+    pub(crate) fn new(servers: &Servers, timing: Timing, keys: Keys, role: &Role) -> Self {
+        let timeout = timing.redis_timeout;
         // Whether this run listens for wake-up messages, decided here only:
         // a run that may wait, on one server. A quorum does not queue, so
         // nobody sends it any (`subscribe_wakes`).
@@ -196,17 +202,30 @@ impl Lock {
                 .map(|target| Server::new(target.clone(), timeout, keys.clone(), role, listens))
                 .collect(),
             keys,
+            timing,
         }
     }
 
     /// The operator's handle, to look at a lock or remove it whoever holds
     /// it: it holds no token of its own.
     pub(crate) fn for_operator(servers: &Servers, timeout: Duration, keys: Keys) -> Self {
-        Lock::new(servers, timeout, keys, &Role::operator())
+        // It takes and renews no lease: only the call limit matters.
+        let timing = Timing {
+            ttl: Duration::ZERO,
+            renew_every: Duration::ZERO,
+            redis_timeout: timeout,
+            kill_grace: Duration::ZERO,
+        };
+        Lock::new(servers, timing, keys, &Role::operator())
     }
 
     pub(crate) fn keys(&self) -> &Keys {
         &self.keys
+    }
+
+    /// The run's timing, fixed when the handle was made.
+    pub(crate) fn timing(&self) -> Timing {
+        self.timing
     }
 
     /// Whether the lock is held on a quorum of servers rather than one.
@@ -250,10 +269,10 @@ impl Lock {
     /// majority granted it and the lease, counted from the send less the
     /// drift allowance, still has more than a renewal period plus the kill
     /// grace left.
-    pub(crate) async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried {
+    pub(crate) async fn try_acquire(&mut self, me: &Requester, mode: Mode) -> AttemptResult {
         let mut not_given_back = Vec::new();
-        let outcome = self.attempt(timing, me, mode, &mut not_given_back).await;
-        Tried {
+        let outcome = self.attempt(me, mode, &mut not_given_back).await;
+        AttemptResult {
             outcome,
             not_given_back,
         }
@@ -263,11 +282,11 @@ impl Lock {
     /// be given back what the attempt may have taken there.
     async fn attempt(
         &mut self,
-        timing: Timing,
-        me: &Me,
+        me: &Requester,
         mode: Mode,
         not_given_back: &mut Vec<NotGivenBack>,
     ) -> Result<Attempt, LockError> {
+        let timing = self.timing;
         let rules = Rules::new(self.servers.len(), timing, mode);
         let sent = BootInstant::now();
         let granted = |attempt: &Attempt| match attempt {

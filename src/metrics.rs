@@ -99,13 +99,13 @@ pub(crate) enum Change {
         outcome: Outcome,
         at_us: u64,
         waited: Duration,
-        held: Option<Held>,
+        held: Option<HoldSummary>,
     },
 }
 
 /// The end of a run that held the lock.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Held {
+pub(crate) struct HoldSummary {
     pub(crate) acquired_us: u64,
     pub(crate) duration: Duration,
     pub(crate) exit_status: u8,

@@ -1,19 +1,8 @@
 //! systemd's notification protocol (sd_notify(3)), both ways, for a
-//! lockrun that systemd started with `NOTIFY_SOCKET`.
-//!
-//! systemd takes notifications only from the unit's main process (the
-//! default `NotifyAccess=main`), which is lockrun, not the command. So
-//! lockrun speaks for itself (its state as `STATUS=`, and `READY=1` once it
-//! stands by in line, so that a standby unit is active rather than stuck
-//! starting), and relays what the command says from its own pid (see
-//! `relay`). Without `NOTIFY_SOCKET` nothing here does anything.
-//!
-//! Saying something never holds up or fails a run: the socket does not
-//! block, and a message that cannot be sent is a `--verbose` line.
-//!
-//! Not the `sd-notify` crate: it reads the environment and opens a socket
-//! on every call, sends with a blocking call, and cannot receive; what is
-//! left to send is a datagram of text lines.
+//! lockrun that systemd started with `NOTIFY_SOCKET`: lockrun is the unit's
+//! main process, so it speaks for itself and relays what the command says
+//! (`relay`). Sending never holds up or fails a run. Why, and why not the
+//! `sd-notify` crate: docs/design.md ("Under systemd").
 
 use std::ffi::OsString;
 use std::io;
@@ -27,7 +16,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::exit_code::Exit;
 use crate::lease::Loss;
-use crate::lock::Taken;
+use crate::lock::HoldersAndWaiters;
 use crate::report::{self, Message};
 
 mod relay;
@@ -122,7 +111,7 @@ impl Systemd {
 
     /// lockrun waits for `lock`: it stands by, so the unit is ready. `place`
     /// is this run's place in line, when it has one.
-    pub(crate) fn waiting(&self, lock: &str, taken: &Taken, place: Option<u64>) {
+    pub(crate) fn waiting(&self, lock: &str, taken: &HoldersAndWaiters, place: Option<u64>) {
         let Some(link) = &self.link else { return };
         let held_by = match &taken.holder {
             Some(holder) => format!(

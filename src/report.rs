@@ -4,20 +4,12 @@
 //! `message`'s; the format and the verbosity are set once at start-up, so
 //! code anywhere says a message with `say`, carrying no reporter.
 //!
-//! Saying something never holds up the deadline. The command shares stderr
-//! with lockrun; when nobody drains it (a stuck log collector) and the command
-//! has filled the pipe, a write blocks. On the runtime's one thread it would
-//! block renewals, the SIGTERM before the deadline and the SIGKILL at it, and
-//! the command could outlive its lease. So lines go into a bounded queue that
-//! a writer thread of its own empties, in order. When the queue is full a line
-//! is dropped and counted, and the count is written where the lines went
-//! missing. Before lockrun exits, `flush` waits for the queue to empty, but
-//! not longer than `FLUSH_LIMIT`: by then the lock is released or lost, and a
-//! pipe that nobody reads must not keep lockrun from exiting.
-//!
-//! Making fd 2 non-blocking instead would be simpler, but O_NONBLOCK belongs to
-//! the open file description, which the command shares: its own writes would
-//! fail with EAGAIN, which most programs treat as fatal.
+//! Saying something never holds up the deadline: lines go into a bounded
+//! queue that a writer thread of its own empties, since a write to a stderr
+//! nobody drains would block renewals and the kill on the runtime's one
+//! thread. A full queue drops and counts lines; `flush` waits at most
+//! `FLUSH_LIMIT` before exit. Why not O_NONBLOCK: docs/design.md ("Stopping
+//! the command").
 
 use std::collections::VecDeque;
 use std::io::Write;

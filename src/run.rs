@@ -11,8 +11,8 @@ use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code::{self, Exit};
 use crate::lease::Lease;
 use crate::lock::{
-    Attempt, DoneRecord, Grant, Hold, Keys, Lock, LockError, Me, Released, Role, Run, Servers,
-    Share, Taken, ToRecord, Token,
+    Attempt, DoneRecord, Grant, Hold, HoldersAndWaiters, Keys, Lock, LockError, Released,
+    Requester, Role, Run, Servers, Share, ToRecord, Token,
 };
 use crate::notify::{self, Systemd};
 use crate::report::{self, Message};
@@ -53,7 +53,7 @@ async fn run_steps(
     let asked = BootInstant::now();
     // Who this run is, for its holder record, its place in line and its
     // history: said once, for host name and pid do not change.
-    let me = Me::new(&config.command, config.share);
+    let me = Requester::new(&config.command, config.share);
     // The command's environment is copied while the acquire (polled first)
     // waits on Redis: not on the way from the grant to the fork, where a
     // hand-off would wait for it (BENCHMARKS.md).
@@ -63,8 +63,8 @@ async fn run_steps(
         async { Inherited::read() }
     );
     let grant = match turn? {
-        Turn::Run(grant) => grant,
-        Turn::Skip(done) => {
+        RunOrSkip::Run(grant) => grant,
+        RunOrSkip::Skip(done) => {
             say_skipped(&done, lock.keys());
             return Ok(Exit::Status(0));
         }
@@ -83,7 +83,7 @@ async fn run_steps(
     let waited = asked.elapsed();
     say_acquired(&lock, on, grant.fence, slot, &child, waited);
     systemd.holding(&config.lock.name, grant.fence, std::time::SystemTime::now());
-    let mut held = Held {
+    let mut held = ActiveRun {
         lease: Lease::new(config.timing.deadline_after(grant.sent)),
         started: BootInstant::now(),
         lock,
@@ -160,12 +160,7 @@ fn lock(config: &RunConfig, token: &Token) -> Lock {
         acks: config.replica_acks,
         may_wait: config.wait.is_some_and(wait::Wait::may_wait),
     };
-    Lock::new(
-        servers,
-        config.timing.redis_timeout,
-        config.lock.keys.clone(),
-        &role,
-    )
+    Lock::new(servers, config.timing, config.lock.keys.clone(), &role)
 }
 
 /// Says, with `--verbose`, that the job ran already this period
@@ -179,7 +174,7 @@ fn say_skipped(done: &DoneRecord, keys: &Keys) {
 }
 
 /// What a run does once it asked for the lock.
-enum Turn {
+enum RunOrSkip {
     /// Runs the command under this lease.
     Run(Grant),
     /// Skips it: the job is done this period (`--once-per`), and the lock
@@ -191,13 +186,13 @@ enum Turn {
 /// the wait.
 async fn acquire(
     config: &RunConfig,
-    me: &Me,
+    me: &Requester,
     lock: &mut Lock,
     signals: &mut Signals,
     systemd: &Systemd,
-) -> Result<Turn, Error> {
-    let (timing, wait, supersede) = (config.timing, config.wait, config.supersede);
-    let attempt = wait::acquire(lock, timing, me, wait, supersede, systemd);
+) -> Result<RunOrSkip, Error> {
+    let (wait, supersede) = (config.wait, config.supersede);
+    let attempt = wait::acquire(lock, me, wait, supersede, systemd);
     let outcome = tokio::select! {
         signal = signals.recv_interrupt() => Err(match signal {
             Ok(signal) => Error::Interrupted(signal),
@@ -205,15 +200,10 @@ async fn acquire(
         }),
         result = attempt => result.map_err(Error::from),
     };
-    let busy = |taken: Option<Taken>, superseded_by: Option<String>| {
-        let taken = taken.unwrap_or_else(Taken::unknown);
+    let busy = |taken: Option<HoldersAndWaiters>, superseded_by: Option<String>| {
         Error::Busy(Box::new(Busy {
             lock: lock.keys().name.clone(),
-            held: taken.held,
-            left: taken.left,
-            holder: taken.holder,
-            waiting: taken.waiting,
-            holding: taken.holding,
+            found: taken.unwrap_or_else(HoldersAndWaiters::unknown),
             command: config.program(),
             waited: config.wait.and_then(wait::Wait::limit),
             // Superseded is no busy lock: its own status, whatever
@@ -227,8 +217,8 @@ async fn acquire(
         }))
     };
     let err = match outcome {
-        Ok(Attempt::Acquired(grant)) => return Ok(Turn::Run(grant)),
-        Ok(Attempt::Done(done)) => return Ok(Turn::Skip(done)),
+        Ok(Attempt::Acquired(grant)) => return Ok(RunOrSkip::Run(grant)),
+        Ok(Attempt::Done(done)) => return Ok(RunOrSkip::Skip(done)),
         Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) => busy(Some(taken), None),
         Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
         Ok(Attempt::Mismatch { slots }) => Error::Usage(mismatch(config, slots)),
@@ -322,7 +312,7 @@ async fn not_started(program: String, cause: SpawnError, lock: &mut Lock, ttl: D
 }
 
 /// What a run holds once its command started.
-struct Held {
+struct ActiveRun {
     lock: Lock,
     lease: Lease,
     /// When the command started: `--timeout` and `--min-hold` count from
@@ -336,10 +326,10 @@ struct Held {
     /// Looked up (from /etc/passwd) once the command has started, while it
     /// runs: not on the way from its exit to the release.
     user: String,
-    me: Me,
+    me: Requester,
 }
 
-impl Held {
+impl ActiveRun {
     /// Stops whatever the command left running, then gives the lock back,
     /// or keeps it until `--min-hold` is over. A lock that could not be
     /// given back is returned, to be said after why the run ended.

@@ -1,24 +1,8 @@
-//! The Redis password: where lockrun takes it from, and keeping it from the
-//! command.
-//!
-//! Where from: LOCKRUN_REDIS_PASSWORD, or a file named by
-//! `--redis-password-file` / LOCKRUN_REDIS_PASSWORD_FILE (a systemd credential
-//! fits: `LoadCredential=` and `%d`). Either replaces a password in the URL.
-//! Both at once are refused: which one the operator meant cannot be guessed,
-//! and a guess that picks a stale password fails at 2 a.m.
-//!
-//! The file is read once at the start, where a file lockrun cannot use is a
-//! usage error, and again whenever a connection is opened
-//! (`redis_conn/password.rs`), so that a rotated password is taken up; what
-//! such a file may hold is `secret_file`'s.
-//!
-//! The command inherits lockrun's environment, and a job's `env` dump or
-//! crash reporter would carry the password from there to a log. So the
-//! command gets neither LOCKRUN_REDIS_PASSWORD nor the password in
-//! LOCKRUN_REDIS_URL (the rest of the URL stays, so that a nested lockrun finds
-//! the server). LOCKRUN_REDIS_PASSWORD_FILE passes: it only names a file that
-//! the command, running as the same user, could read anyway, and it is how a
-//! nested lockrun authenticates.
+//! The Redis password: where lockrun takes it from (its variable or a file,
+//! never both), and keeping it out of the command's environment. Why in
+//! docs/design.md ("The Redis password"); what a file may hold is
+//! `secret_file`'s, and re-reading it at each connection
+//! `redis_conn/password.rs`'s.
 
 use std::ffi::{OsStr, OsString};
 use std::path::Path;

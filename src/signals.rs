@@ -1,30 +1,10 @@
-//! The signals lockrun catches, and why.
-//!
-//! These are the ones an operator, a terminal or a service manager sends to
-//! ask a job to stop, reload or redraw (SIGABRT is systemd's watchdog
-//! signal), and SIGCHLD. While lockrun waits for the lock they abort the
-//! wait; while the command runs they are forwarded to its process group, and
-//! lockrun keeps renewing until the command exits. Catching them also means
-//! lockrun never dies of one of them and leaves a lock behind: it dies of
-//! one only at the very end, by choice (`die_of`), after the release.
-//!
-//! They are blocked from the first line of `lockrun::main` for lockrun's
-//! whole life, before any other thread exists, so that every thread lockrun
-//! starts inherits the mask: a thread started with them unblocked would let
-//! a SIGTERM kill lockrun outright with the lock held. They are read from a
-//! signalfd, not caught by handlers: a blocked signal waits, whatever
-//! lockrun is doing, until lockrun reads it. The command starts with an
-//! empty mask (`child::spawn`), so it gets them as if lockrun were not
-//! there.
-//!
-//! A signal ignored when lockrun started is another matter: an exec keeps
-//! it ignored, so the command would ignore what lockrun passes on. A
-//! non-interactive shell starts every background job (`lockrun … &`, as a
-//! CI script that traps signals runs it) with SIGINT and SIGQUIT ignored:
-//! lockrun takes those two back to their default, as coreutils' timeout(1)
-//! does, so that a cancelled job stops. Any other signal ignored at start
-//! was ignored on purpose (nohup's SIGHUP) and stays so, for lockrun and the
-//! command alike: lockrun does not take it, and says nothing of it.
+//! The signals lockrun catches: those an operator, a terminal or a service
+//! manager sends to stop, reload or redraw a job (SIGABRT is systemd's
+//! watchdog signal), and SIGCHLD. They abort a wait and are forwarded to a
+//! running command, so lockrun never dies of one with the lock held; it dies
+//! of one only at the very end, by choice (`die_of`), after the release.
+//! Why they are blocked from the start and read from a signalfd, and which
+//! ignored ones it takes back, is in docs/design.md ("Stopping the command").
 
 use std::io;
 use std::marker::PhantomData;

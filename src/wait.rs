@@ -1,23 +1,7 @@
 //! Getting the lock, waiting for it in line if asked to: one loop, for one
-//! server and for a quorum, with one give-up rule.
-//!
-//! A waiter takes its place in the lock's queue with its first failed
-//! attempt, and the lock goes to waiters in arrival order: a release hands
-//! it straight to the first one and says so on that waiter's own channel, so
-//! each release wakes one process. A place lasts one ttl, like a lease, and
-//! the waiter refreshes it every renewal period, so that one that died drops
-//! out of line by itself. Without a message, the first waiter looks again
-//! when the lease could have run out unreleased (its holder died), the
-//! others when the first one's place could have. Once Redis has answered,
-//! losing it while waiting is not the end of the wait: nothing is held yet,
-//! so lockrun keeps trying until the wait runs out. The same goes for a Redis
-//! that answers "not yet" (loading its data set, busy with a script, a
-//! failover, too few replicas) or turns the connection away (at its
-//! `maxclients` limit, or closing it as it opens), from the first attempt
-//! on; the pause between such attempts doubles, jittered, up to
-//! `MAX_BACKOFF`. A quorum does not
-//! queue (see `lock::Rules`): it gets no messages, and looks again after a
-//! jittered pause, so that runs that collided do not collide again.
+//! server and for a quorum, with one give-up rule. How the line, hand-overs,
+//! wake-ups and the pauses between attempts work is in docs/design.md ("The
+//! wait queue and wake-ups", "The quorum").
 
 use std::ops::ControlFlow;
 use std::time::Duration;
@@ -26,7 +10,8 @@ use tokio::time::Instant;
 
 use crate::lease::Timing;
 use crate::lock::{
-    Attempt, Grant, Lock, LockError, Me, Mode, NotGivenBack, Subscription, Tried, Wake, Wakes,
+    Attempt, AttemptResult, Grant, Lock, LockError, Mode, NotGivenBack, Requester, Subscription,
+    Wake, Wakes,
 };
 use crate::notify::Systemd;
 use crate::redis_conn::ErrorKind;
@@ -71,7 +56,9 @@ impl Wait {
 /// What the wait loop needs of a lock; `Lock` is the one, the tests drive
 /// the loop with a scripted one under tokio's paused clock.
 pub(crate) trait Contended {
-    async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried;
+    async fn try_acquire(&mut self, me: &Requester, mode: Mode) -> AttemptResult;
+    /// The run's timing, which the lock holds.
+    fn timing(&self) -> Timing;
     /// `None` when nobody sends this lock's waiters messages.
     async fn subscribe_wakes(&mut self) -> Subscription;
     /// The grant a wake-up message announced, if it can be used as it is
@@ -93,8 +80,12 @@ pub(crate) trait Contended {
 }
 
 impl Contended for Lock {
-    async fn try_acquire(&mut self, timing: Timing, me: &Me, mode: Mode) -> Tried {
-        Lock::try_acquire(self, timing, me, mode).await
+    async fn try_acquire(&mut self, me: &Requester, mode: Mode) -> AttemptResult {
+        Lock::try_acquire(self, me, mode).await
+    }
+
+    fn timing(&self) -> Timing {
+        Lock::timing(self)
     }
 
     async fn subscribe_wakes(&mut self) -> Subscription {
@@ -145,16 +136,15 @@ impl Contended for Lock {
 /// certificate, someone else's data at a key), ends at once.
 pub(crate) async fn acquire(
     lock: &mut impl Contended,
-    timing: Timing,
-    me: &Me,
+    me: &Requester,
     wait: Option<Wait>,
     supersede: bool,
     systemd: &Systemd,
 ) -> Result<Attempt, LockError> {
     let started = Instant::now();
+    let timing = lock.timing();
     let mut waiter = Waiter {
         lock,
-        timing,
         me,
         supersede,
         started,
@@ -188,8 +178,7 @@ fn give_up_at(wait: Option<Wait>, started: Instant) -> Option<Instant> {
 /// A run waiting for the lock.
 struct Waiter<'a, L> {
     lock: &'a mut L,
-    timing: Timing,
-    me: &'a Me,
+    me: &'a Requester,
     supersede: bool,
     started: Instant,
     /// When the wait runs out; `None` waits forever.
@@ -245,8 +234,12 @@ impl<L: Contended> Waiter<'_, L> {
                 }
                 let left = self
                     .give_up
-                    .map_or(self.timing.redis_timeout, |at| at - now);
-                if let Err(err) = self.lock.connect(left.min(self.timing.redis_timeout)).await {
+                    .map_or(self.lock.timing().redis_timeout, |at| at - now);
+                if let Err(err) = self
+                    .lock
+                    .connect(left.min(self.lock.timing().redis_timeout))
+                    .await
+                {
                     self.failed(err, false)?;
                     if let Some(done) = self.pause(None, Instant::now()).await {
                         return Ok(done);
@@ -255,10 +248,7 @@ impl<L: Contended> Waiter<'_, L> {
                 }
             }
             self.subscribe_if_due().await;
-            let tried = self
-                .lock
-                .try_acquire(self.timing, self.me, self.mode())
-                .await;
+            let tried = self.lock.try_acquire(self.me, self.mode()).await;
             self.not_given_back(&tried.not_given_back);
             let attempt = tried.outcome;
             let now = Instant::now();
@@ -308,7 +298,7 @@ impl<L: Contended> Waiter<'_, L> {
             report::say(Message::GiveBackFailed {
                 server,
                 cause: cause.to_string(),
-                expires_within: self.timing.ttl,
+                expires_within: self.lock.timing().ttl,
             });
         }
     }
@@ -334,7 +324,7 @@ impl<L: Contended> Waiter<'_, L> {
         Mode::Wait {
             listening: self.wakes.is_some(),
             supersede: self.supersede,
-            refresh: self.timing.renew_every,
+            refresh: self.lock.timing().renew_every,
         }
     }
 
@@ -429,7 +419,7 @@ impl<L: Contended> Waiter<'_, L> {
     /// wake-up message. Returns the outcome when a message settles it.
     async fn pause(&mut self, retry: Option<Duration>, now: Instant) -> Option<Attempt> {
         let refresh = if self.wakes.is_some() && self.failing.is_none() {
-            now + self.timing.renew_every
+            now + self.lock.timing().renew_every
         } else {
             now + jitter(self.backoff())
         };
@@ -450,7 +440,7 @@ impl<L: Contended> Waiter<'_, L> {
                         // follows confirms the lease, which is ours already.
                         return self
                             .lock
-                            .handed_over(fence, slot, self.timing.renew_every)
+                            .handed_over(fence, slot, self.lock.timing().renew_every)
                             .map(Attempt::Acquired);
                     }
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),
@@ -488,7 +478,7 @@ impl<L: Contended> Waiter<'_, L> {
     }
 }
 
-impl<L> Waiter<'_, L> {
+impl<L: Contended> Waiter<'_, L> {
     /// Whether this run may wait at all: `--wait 0` and no `--wait` try
     /// once.
     fn may_wait(&self) -> bool {
@@ -498,7 +488,7 @@ impl<L> Waiter<'_, L> {
     /// The polling period, doubled for each failure in a row after the
     /// first, up to `MAX_BACKOFF`.
     fn backoff(&self) -> Duration {
-        let period = POLL_UNSUBSCRIBED.min(self.timing.renew_every);
+        let period = POLL_UNSUBSCRIBED.min(self.lock.timing().renew_every);
         let doublings = self.failures.saturating_sub(1).min(8);
         period
             .saturating_mul(1 << doublings)

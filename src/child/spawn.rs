@@ -1,26 +1,8 @@
 //! Starting the command: std's `Command`, in a process group of its own,
-//! with one `pre_exec` for what only the child can do.
-//!
-//! std forks, runs the `pre_exec` in the child, and execs; an exec that
-//! fails comes back through std's pipe as the child's errno, so "command
-//! not found" and "cannot execute" are told apart everywhere, under
-//! qemu-user too (where a `CLONE_VM|CLONE_VFORK` child's writes into the
-//! parent's memory never arrive). What the fork costs against a vfork is in
-//! BENCHMARKS.md ("Start-up: what each speed-up saves").
-//!
-//! The child starts as if lockrun were not there: std empties its signal
-//! mask and gives SIGPIPE its default back; every other signal already has
-//! its default (lockrun catches none with a handler: it blocks what it
-//! handles and reads it from a signalfd), and exec would reset a caught one
-//! anyway. Signals ignored when lockrun started stay ignored, as across any
-//! exec (nohup).
-//!
-//! Some variables must hold the command's own pid (systemd's `WATCHDOG_PID`
-//! and `LISTEN_PID`), which exists only in the child. std builds the
-//! environment it execs with before the fork, so lockrun does not hand it
-//! one: the parent builds the whole environment, with room after `=` for
-//! the pid's digits; the child writes its pid there and points `environ` at
-//! it, and std's exec (execvp, which passes `environ`) takes it from there.
+//! with one `pre_exec` for what only the child can do (docs/design.md,
+//! "Stopping the command"). Variables holding the command's own pid are
+//! written by the child into an environment the parent built with room for
+//! them, since std builds its environment before the fork ("Under systemd").
 
 use std::ffi::{c_char, OsString};
 use std::io;

@@ -1,26 +1,10 @@
-//! The configuration file: the settings every run on a host shares (where
-//! Redis is and how to reach it), so that cron lines and units need not
-//! repeat them, and cron, which passes no environment, still finds them.
-//!
-//! Which file: `/etc/lockrun.conf` when it exists; LOCKRUN_CONFIG names
-//! another, which must then exist; LOCKRUN_CONFIG set to nothing reads none
-//! (the test harness does so, so that a host's own file cannot reach a
-//! test). One setting per line, `name = value`, the name being the long
-//! option's without its dashes; `#` starts a comment, at the start of a
-//! line or after a space or tab, as in sh: a `#` inside a word, as in a
-//! URL's `/2#x`, is part of the value; blank lines are fine. A value is
-//! taken as written, spaces at either end trimmed, no quotes. A relative
-//! path is taken from the file's directory, not from wherever the run
-//! started (cron starts in the user's home).
-//!
-//! Each value is checked by its option's own value parser here, and then
-//! given to the command line's parser as that option's default (`cli::parse`),
-//! so that an option or its environment variable wins over the file. Anything
-//! the file gets wrong is a usage error naming the file and line, before
-//! anything is sent: an unknown name, a value the option would refuse, a
-//! setting given twice, a line without `=`. A `redis` URL holding a password
-//! in a file that group or others may read is refused as a password file
-//! would be: the password is no secret there.
+//! The configuration file: the settings every run on a host shares, so that
+//! cron lines and units need not repeat them (cron passes no environment).
+//! Its format and rules are lockrun(1), FILES. Each value is checked by its
+//! option's own value parser, then given to the command line's parser as
+//! that option's default (`cli::parse`), so an option or its variable wins.
+//! LOCKRUN_CONFIG set to nothing reads none, which keeps a host's own file
+//! away from the tests.
 
 use std::ffi::OsString;
 use std::fmt;

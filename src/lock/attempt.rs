@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::records::{DoneRecord, Taken};
+use super::records::{DoneRecord, HoldersAndWaiters};
 use crate::clock::BootInstant;
 
 /// A granted lease.
@@ -41,10 +41,10 @@ pub(crate) enum Mode {
 pub(crate) enum Attempt {
     Acquired(Grant),
     /// Not acquired, and not in line.
-    Busy(Taken),
+    Busy(HoldersAndWaiters),
     /// In line.
     Queued {
-        taken: Taken,
+        taken: HoldersAndWaiters,
         /// How long until a change could come without a message: the
         /// lease's expiry when this run is first, or else the first
         /// waiter's place running out.
@@ -82,5 +82,5 @@ pub(super) fn most_telling(answers: Vec<Attempt>) -> Attempt {
         .into_iter()
         .filter(|attempt| rank(attempt) > 0)
         .max_by_key(rank)
-        .unwrap_or_else(|| Attempt::Busy(Taken::unknown()))
+        .unwrap_or_else(|| Attempt::Busy(HoldersAndWaiters::unknown()))
 }

@@ -12,7 +12,7 @@ const MAX_COMMAND_CHARS: usize = 200;
 /// Who is asking for the lock, and how it would hold it, as recorded next
 /// to it.
 #[derive(Clone, Debug)]
-pub(crate) struct Me {
+pub(crate) struct Requester {
     pub(crate) host: String,
     pub(crate) pid: u32,
     pub(crate) command: String,
@@ -78,7 +78,7 @@ fn this_host() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-impl Me {
+impl Requester {
     pub(crate) fn new(command: &[OsString], share: Share) -> Self {
         let host = this_host();
         let mut line = command
@@ -89,7 +89,7 @@ impl Me {
         if line.chars().count() > MAX_COMMAND_CHARS {
             line = line.chars().take(MAX_COMMAND_CHARS - 3).collect::<String>() + "...";
         }
-        Me {
+        Requester {
             host,
             pid: std::process::id(),
             command: line,
@@ -187,7 +187,7 @@ impl Holder {
 
 /// Who has the lock, and who waits for it, when an attempt did not get it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Taken {
+pub(crate) struct HoldersAndWaiters {
     /// Whether a lease exists: a free lock is busy too while others wait.
     pub(crate) held: bool,
     /// Lease time the holder has left, if the key has an expiry.
@@ -200,11 +200,11 @@ pub(crate) struct Taken {
     pub(crate) holding: u64,
 }
 
-impl Taken {
+impl HoldersAndWaiters {
     /// Taken by someone lockrun could not see: what a quorum says when no
     /// member showed a holder.
     pub(crate) fn unknown() -> Self {
-        Taken {
+        HoldersAndWaiters {
             held: true,
             left: None,
             holder: None,
@@ -267,7 +267,7 @@ mod tests {
     #[test]
     fn long_commands_are_truncated() {
         let long = vec![OsString::from("x".repeat(500))];
-        let me = Me::new(&long, Share::Alone);
+        let me = Requester::new(&long, Share::Alone);
         assert_eq!(me.command.chars().count(), MAX_COMMAND_CHARS);
         assert!(me.command.ends_with("..."));
     }

@@ -34,7 +34,7 @@ use redis::{RedisResult, Value};
 pub(super) use self::acked::AckedArgs;
 pub(super) use self::acquire::{Acquire, AcquireArgs};
 pub(super) use self::force_release::{ForceRelease, ForceReleaseArgs};
-pub(super) use self::one_key::{OneKeyArgs, Piece};
+pub(super) use self::one_key::{OneKeyArgs, OneKeyReply};
 pub(super) use self::raise_fence::{RaiseFenceArgs, Raised};
 pub(super) use self::release::ReleaseArgs;
 pub(crate) use self::release::Released;

@@ -16,13 +16,13 @@ use self::one_key::OneKey;
 use super::error::{Foreign, LockError};
 use super::history::ToRecord;
 use super::keys::{Keys, Token};
-use super::records::{Me, Share};
+use super::records::{Requester, Share};
 use super::scripts::{
     AckedArgs, Acquire, AcquireArgs, Call, ForceRelease, ForceReleaseArgs, Guarded, RaiseFenceArgs,
     Raised, ReleaseArgs, Released, RenewArgs, RenewTogetherArgs, Reply, StatusArgs,
 };
 use super::status::Status;
-use super::wake::{Unheard, Wakes};
+use super::wake::{SubscriptionRefused, Wakes};
 use super::{Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
 use crate::clock::{whole_up, BootInstant, MS, SECOND};
 use crate::redis_conn::{ErrorKind, RedisError, Request, Scripts, Session, Target};
@@ -72,7 +72,7 @@ pub(crate) struct Server {
 /// A write that replicas may have to acknowledge: how many the node that
 /// took it had online, that node's cluster id (`None`: the node owning the
 /// lock's slot), and when the call began, which bounds the wait.
-struct Written {
+struct ReplicatedWrite {
     replicas: i64,
     node: Option<String>,
     started: Instant,
@@ -178,7 +178,7 @@ impl Server {
     pub(super) async fn acquire(
         &mut self,
         ttl: Duration,
-        me: &Me,
+        me: &Requester,
         mode: Mode,
         min_uptime: Option<Duration>,
     ) -> Result<Attempt, LockError> {
@@ -239,7 +239,7 @@ impl Server {
         reply: Acquire,
         sent: BootInstant,
         started: Instant,
-    ) -> Result<(Attempt, Written), LockError> {
+    ) -> Result<(Attempt, ReplicatedWrite), LockError> {
         let (attempt, replicas) = match reply {
             Acquire::Acquired {
                 fence,
@@ -268,7 +268,7 @@ impl Server {
                 });
             }
         };
-        let written = Written {
+        let written = ReplicatedWrite {
             replicas,
             node: None,
             started,
@@ -280,7 +280,7 @@ impl Server {
     fn acquire_call(
         &self,
         ttl: Duration,
-        me: &Me,
+        me: &Requester,
         mode: Mode,
         min_uptime: Option<Duration>,
     ) -> Call<Acquire> {
@@ -375,7 +375,7 @@ impl Server {
         if !reply.renewed {
             return Ok(Renewal::Lost);
         }
-        let written = Written {
+        let written = ReplicatedWrite {
             replicas: reply.replicas,
             node: None,
             started,
@@ -387,7 +387,7 @@ impl Server {
     /// Waits until as many replicas as asked for have the last write, within
     /// the time limit of the call that made it. `written.replicas` is the
     /// node's count of replicas, read by the script that wrote.
-    async fn replicated(&mut self, written: &Written) -> Result<(), LockError> {
+    async fn replicated(&mut self, written: &ReplicatedWrite) -> Result<(), LockError> {
         let wanted = match self.acks {
             ReplicaAcks::Count(0) => return Ok(()),
             ReplicaAcks::Count(wanted) => wanted,
@@ -590,7 +590,7 @@ impl Server {
             .await
             .map_err(|err| err.under_prefix(&prefix))?;
         let messages = subscribed.messages.map(move |message| {
-            message.map_err(|err| Unheard {
+            message.map_err(|err| SubscriptionRefused {
                 by_acl: err.kind == ErrorKind::NoPerm,
                 why: LockError::from(err.under_prefix(&prefix)).to_string(),
             })

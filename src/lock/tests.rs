@@ -27,9 +27,9 @@ fn a_quorum_does_not_queue_and_one_server_does() {
 
 #[test]
 fn the_most_telling_answer_shows_a_holder() {
-    let taken = |held| Taken {
+    let taken = |held| HoldersAndWaiters {
         held,
-        ..Taken::unknown()
+        ..HoldersAndWaiters::unknown()
     };
     let grant = Attempt::Acquired(Grant {
         fence: 1,
@@ -42,7 +42,7 @@ fn the_most_telling_answer_shows_a_holder() {
         Attempt::Busy(taken(true)),
     ]);
     assert!(
-        matches!(found, Attempt::Busy(Taken { held: true, .. })),
+        matches!(found, Attempt::Busy(HoldersAndWaiters { held: true, .. })),
         "{found:?}"
     );
     let found = most_telling(vec![Attempt::Acquired(Grant {

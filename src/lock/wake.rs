@@ -18,13 +18,13 @@ pub(crate) enum Wake {
     /// A newer run with `--supersede` took this run's place ("HOST pid N").
     Superseded(String),
     /// Redis refused the subscription: no message will come.
-    Unheard(Unheard),
+    Unheard(SubscriptionRefused),
 }
 
 /// Why a subscription was refused: the operator's line, and whether the
 /// ACL refused it (a rule to add, said without --verbose).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Unheard {
+pub(crate) struct SubscriptionRefused {
     pub(crate) why: String,
     pub(crate) by_acl: bool,
 }
@@ -58,12 +58,14 @@ impl Wake {
 }
 
 /// The wake-up messages of one waiting run.
-pub(crate) struct Wakes(LocalBoxStream<'static, Result<String, Unheard>>);
+pub(crate) struct Wakes(LocalBoxStream<'static, Result<String, SubscriptionRefused>>);
 
 impl Wakes {
     /// The messages' payloads as they arrive, or why the subscription was
     /// refused; the stream ends when the subscription breaks.
-    pub(crate) fn new(payloads: impl Stream<Item = Result<String, Unheard>> + 'static) -> Self {
+    pub(crate) fn new(
+        payloads: impl Stream<Item = Result<String, SubscriptionRefused>> + 'static,
+    ) -> Self {
         Wakes(payloads.boxed_local())
     }
 

@@ -1,25 +1,9 @@
-//! Which runs on this host hold a key's lock: one record per run, in the
-//! metrics file itself, so that `lockrun_running` is a count of runs that
-//! exist rather than the last write's word.
-//!
-//! A run records itself when it takes the lock and removes its record when
-//! it ends. A lockrun that never got to remove its own (SIGKILL, a crash, a
-//! power cut) leaves a record behind; every write checks every record and
-//! drops those whose process is gone, so the next lockrun on the host to
-//! write the file, for any key, corrects the count.
-//!
-//! A pid alone does not name a process: pids are reused, and the file
-//! outlives a reboot. A record also holds the process's start time (in clock
-//! ticks since boot, `/proc/PID/stat` field 22), the boot's id and the pid
-//! namespace. A record from another boot is gone; one from another pid
-//! namespace (a container sharing the file) cannot be checked from here and
-//! is kept, for a lockrun in its namespace to check.
-//!
-//! The records are comment lines, which node_exporter's textfile collector
-//! (like any reader of the text format) skips: `# lockrun_holder{key="…",
-//! pid="…",start="…",boot="…",ns="…"} ACQUIRED`. Being in the same file as
-//! the gauge, they are replaced by the same rename and can never disagree
-//! with it, as a file beside it could after a crash between two renames.
+//! Which runs on this host hold a key's lock: one comment line per run in
+//! the metrics file itself, so that `lockrun_running` counts runs that exist
+//! and is replaced by the same rename as the gauge. A record names its
+//! process by pid, start time, boot id and pid namespace, since pids are
+//! reused and the file outlives a reboot; what is dropped when is in
+//! lockrun(1), METRICS.
 
 use std::fmt::Write as _;
 

@@ -13,7 +13,7 @@ mod records;
 const S: Duration = Duration::from_secs(1);
 
 /// The end of a run; one that held the lock ends 3 s after it took it.
-fn ended(outcome: Outcome, held: Option<Held>) -> Change {
+fn ended(outcome: Outcome, held: Option<HoldSummary>) -> Change {
     Change::Ended {
         outcome,
         at_us: held.map_or(1, |h| h.acquired_us + 3_000_000),
@@ -22,8 +22,8 @@ fn ended(outcome: Outcome, held: Option<Held>) -> Change {
     }
 }
 
-fn held(acquired_us: u64, exit_status: u8) -> Held {
-    Held {
+fn held(acquired_us: u64, exit_status: u8) -> HoldSummary {
+    HoldSummary {
         acquired_us,
         duration: 3 * S,
         exit_status,

@@ -47,8 +47,8 @@ impl Drop for Listener {
     }
 }
 
-fn held_by_a() -> Taken {
-    Taken {
+fn held_by_a() -> HoldersAndWaiters {
+    HoldersAndWaiters {
         held: true,
         left: None,
         holder: Some(Holder {

@@ -1,25 +1,8 @@
-//! TLS to Redis: which certificates lockrun trusts, and the client
-//! certificate it shows when the server asks for one (mutual TLS).
-//!
-//! Trust: by default the platform's (rustls-native-certs: `SSL_CERT_FILE`,
-//! `SSL_CERT_DIR`, else the system bundle). With `--redis-ca-file` only the
-//! CA certificates in that file, as `redis-cli --cacert` does: a private CA
-//! is trusted for Redis alone, and the command keeps the environment it had,
-//! where `SSL_CERT_FILE` would have replaced the trust of every TLS client it
-//! runs. The host name is verified either way, but for a server
-//! certificate that is itself in `--redis-ca-file` (`pinned`).
-//!
-//! lockrun always hands the redis crate the certificates to trust, read
-//! once per run: left to itself, the crate reads and parses the whole system
-//! store at every connection, even one given its own CA, which made a TLS
-//! run cost twice a TCP run. With `--redis-ca-file` the system store is
-//! never read.
-//!
-//! To one server (and to Sentinel's servers) lockrun opens the TLS
-//! connection itself and hands the stream to the crate, whose own TLS
-//! cannot be given a certificate check; the crate then never sees the
-//! certificates. A cluster's nodes are reached through the crate's TLS,
-//! which trusts no pinned certificate.
+//! TLS to Redis: which certificates lockrun trusts, read once per run and
+//! always handed to the redis crate (left to itself it reads the whole
+//! system store at every connection), and the client certificate it shows
+//! when the server asks for one (mutual TLS). Why, and which connections
+//! lockrun opens itself, in docs/design.md ("TLS").
 
 use std::fmt;
 use std::sync::Arc;

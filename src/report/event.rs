@@ -113,7 +113,7 @@ fn loss_name(loss: Loss) -> &'static str {
 }
 
 fn busy_event(level: Level, busy: &Busy) -> Event {
-    let holder = busy.holder.as_ref().map(|h| {
+    let holder = busy.found.holder.as_ref().map(|h| {
         serde_json::json!({
             "host": h.host,
             "pid": h.pid,
@@ -123,11 +123,11 @@ fn busy_event(level: Level, busy: &Busy) -> Event {
         })
     });
     Event::new(level, "busy")
-        .with("held", busy.held)
+        .with("held", busy.found.held)
         .with("holder", holder)
-        .with("lease_left_ms", busy.left.map(|left| whole(left, MS)))
-        .with("waiting", busy.waiting)
-        .with("holding", busy.holding)
+        .with("lease_left_ms", busy.found.left.map(|left| whole(left, MS)))
+        .with("waiting", busy.found.waiting)
+        .with("holding", busy.found.holding)
         .with("waited_ms", busy.waited.map(|waited| whole(waited, MS)))
         .with("superseded_by", busy.superseded_by.clone())
 }
@@ -186,6 +186,7 @@ impl Context {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock::HoldersAndWaiters;
 
     #[test]
     fn a_json_line_has_the_common_fields_first_and_parses() {
@@ -213,11 +214,11 @@ mod tests {
     fn an_error_is_its_own_event_with_the_exit_status() {
         let busy = Error::Busy(Box::new(Busy {
             lock: "job".into(),
-            held: true,
-            left: Some(Duration::from_millis(1500)),
-            holder: None,
-            waiting: 2,
-            holding: 0,
+            found: HoldersAndWaiters {
+                left: Some(Duration::from_millis(1500)),
+                waiting: 2,
+                ..HoldersAndWaiters::unknown()
+            },
             superseded_by: None,
             command: "true".into(),
             waited: None,

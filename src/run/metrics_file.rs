@@ -21,7 +21,7 @@ use crate::clock::{unix_now_us, BootInstant};
 use crate::config::RunConfig;
 use crate::error::Error;
 use crate::exit_code::Exit;
-use crate::metrics::{self, Change, Held, Outcome, Process};
+use crate::metrics::{self, Change, HoldSummary, Outcome, Process};
 use crate::report::{self, Message};
 
 /// How long the end of a run waits for its writes: both may wait for the
@@ -107,7 +107,7 @@ impl MetricsFile {
                 outcome,
                 at_us,
                 waited,
-                held: Some(Held {
+                held: Some(HoldSummary {
                     acquired_us,
                     duration: at.elapsed(),
                     exit_status: result

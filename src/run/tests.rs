@@ -1,6 +1,7 @@
 //! A run's steps against a Redis that is not there.
 
 use super::*;
+use crate::lease::Timing;
 use crate::lock::Role;
 use crate::redis_conn::Target;
 
@@ -17,7 +18,12 @@ fn unreachable_lock() -> Lock {
     };
     Lock::new(
         &servers,
-        Duration::from_secs(1),
+        Timing {
+            ttl: Duration::from_secs(30),
+            renew_every: Duration::from_secs(10),
+            redis_timeout: Duration::from_secs(1),
+            kill_grace: Duration::from_secs(2),
+        },
         Keys::new("lockrun", "job"),
         &role,
     )

@@ -7,7 +7,7 @@ use futures_util::stream::{self, StreamExt};
 
 use super::*;
 use crate::clock::BootInstant;
-use crate::lock::{LockError, Share, Taken, Unheard};
+use crate::lock::{HoldersAndWaiters, LockError, Share, SubscriptionRefused};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -36,10 +36,10 @@ impl Says {
     fn attempt(self) -> Result<Attempt, LockError> {
         match self {
             Queued(retry) => Ok(Attempt::Queued {
-                taken: Taken::unknown(),
+                taken: HoldersAndWaiters::unknown(),
                 retry,
             }),
-            Busy => Ok(Attempt::Busy(Taken::unknown())),
+            Busy => Ok(Attempt::Busy(HoldersAndWaiters::unknown())),
             Acquired => Ok(Attempt::Acquired(Grant {
                 fence: 7,
                 sent: BootInstant::now(),
@@ -116,9 +116,13 @@ impl Scripted {
 }
 
 impl Contended for Scripted {
-    async fn try_acquire(&mut self, _: Timing, _: &Me, mode: Mode) -> Tried {
+    fn timing(&self) -> Timing {
+        timing()
+    }
+
+    async fn try_acquire(&mut self, _: &Requester, mode: Mode) -> AttemptResult {
         self.tries.push((self.start.elapsed(), mode));
-        Tried {
+        AttemptResult {
             outcome: self.answers.pop_front().unwrap_or(self.last).attempt(),
             not_given_back: Vec::new(),
         }
@@ -167,9 +171,9 @@ impl Contended for Scripted {
 }
 
 async fn wait_on(lock: &mut Scripted, wait: Option<Wait>) -> Result<Attempt, LockError> {
-    let me = Me::new(&["job".into()], Share::Alone);
+    let me = Requester::new(&["job".into()], Share::Alone);
     let systemd = crate::notify::Systemd::default();
-    acquire(lock, timing(), &me, wait, false, &systemd).await
+    acquire(lock, &me, wait, false, &systemd).await
 }
 
 #[tokio::test(start_paused = true)]
@@ -349,7 +353,7 @@ async fn a_lease_handed_over_that_is_not_usable_as_it_is_is_confirmed_at_once() 
 #[tokio::test(start_paused = true)]
 async fn a_waiter_whose_subscription_was_refused_says_so_at_once_then_polls() {
     let mut lock = Scripted::new(&[Queued(None), Queued(None), Queued(None), Acquired]);
-    let refused = stream::iter([Err(Unheard {
+    let refused = stream::iter([Err(SubscriptionRefused {
         why: "NOPERM no permissions to access a channel".to_owned(),
         by_acl: true,
     })]);

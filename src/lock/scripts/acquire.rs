@@ -7,7 +7,7 @@ use redis::ParsingError;
 
 use super::reply::{Fields, Reply};
 use super::{args, Lua, Takes, GUARD, QUEUE, REPLICAS, STEPS};
-use crate::lock::records::{DoneRecord, Taken};
+use crate::lock::records::{DoneRecord, HoldersAndWaiters};
 
 pub(super) static ACQUIRE: Lua = Lua::new::<AcquireArgs>(
     "acquire",
@@ -63,9 +63,9 @@ pub(in crate::lock) enum Acquire {
         /// With `--slots`, the slot this run holds.
         slot: Option<u32>,
     },
-    Busy(Taken),
+    Busy(HoldersAndWaiters),
     Queued {
-        taken: Taken,
+        taken: HoldersAndWaiters,
         /// The place in line, to ask for again if it is ever lost.
         arrival: String,
         /// How long until a change could come without a message.

@@ -17,7 +17,7 @@ pub(super) static ONE_KEY: Lua = Lua::new::<OneKeyArgs>(
 
 args! {
     /// One key of a lock whose cluster slot is being migrated.
-    OneKeyArgs<'a> takes Takes::One, runs ONE_KEY, returns Piece {
+    OneKeyArgs<'a> takes Takes::One, runs ONE_KEY, returns OneKeyReply {
         /// The operation (`one_key.lua` lists them).
         op: &'a str,
         /// The type lockrun keeps in the key (`Key::holds`): the script
@@ -32,7 +32,7 @@ args! {
 }
 
 /// What `one_key.lua` found or did with one key.
-pub(in crate::lock) struct Piece {
+pub(in crate::lock) struct OneKeyReply {
     pub(in crate::lock) kind: String,
     /// The cluster id of the node that ran it; empty unless asked for.
     pub(in crate::lock) node: String,
@@ -51,7 +51,7 @@ pub(in crate::lock) struct Piece {
     pub(in crate::lock) record: Option<String>,
 }
 
-impl Reply for Piece {
+impl Reply for OneKeyReply {
     const SCRIPT: &'static str = "one_key";
     fn decode(fields: &Fields) -> Result<Self, ParsingError> {
         let kind: String = fields.get("kind")?;
@@ -62,7 +62,7 @@ impl Reply for Piece {
         if kind == "next" && fence.is_none() {
             return Err("no new fencing token".into());
         }
-        Ok(Piece {
+        Ok(OneKeyReply {
             fence,
             now_us: fields.get("now_us")?,
             pttl: fields.optional("pttl")?,

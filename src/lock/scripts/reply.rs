@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ParsingError, Value};
 
-use crate::lock::records::{DoneRecord, Holder, Taken};
+use crate::lock::records::{DoneRecord, Holder, HoldersAndWaiters};
 
 /// A reply's fields by name. A handful each: a search is cheaper than a
 /// hash map.
@@ -60,9 +60,9 @@ impl Fields {
         Ok(DoneRecord::from_fields(&self.get("done")?))
     }
 
-    pub(super) fn taken(&self) -> Result<Taken, ParsingError> {
+    pub(super) fn taken(&self) -> Result<HoldersAndWaiters, ParsingError> {
         let pttl: i64 = self.get("pttl")?;
-        Ok(Taken {
+        Ok(HoldersAndWaiters {
             held: pttl != -2,
             left: self.millis("pttl")?,
             holder: self.holder()?,

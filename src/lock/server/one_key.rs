@@ -1,15 +1,8 @@
-//! A lock whose cluster slot is being migrated (docs/design.md, "A slot
-//! being migrated"). Its keys may then be split between the source and the
-//! target node, and Redis refuses, with TRYAGAIN, any script that names
-//! keys not all on one node, which the lock's scripts do, naming the line's
-//! keys even when nobody waits. After such a refusal, the lease, its fence
-//! counter and its holder record are each handled by a call that names that
-//! one key (`lock/scripts/one_key.lua`), which a cluster call follows to wherever the
-//! key is. The three steps are not one atomic change, but the lease, the
-//! one key that decides who holds the lock, is only ever changed on its
-//! own. The line is read and kept one key at a time too (below): runs
-//! already in line keep their places and get the lock in turn, but nobody
-//! new takes a place; such a run polls until the slot settles.
+//! A lock whose cluster slot is being migrated: Redis refuses, with
+//! TRYAGAIN, a script naming keys split between two nodes, so after such a
+//! refusal each step is done one key at a time (`lock/scripts/one_key.lua`),
+//! the lease only ever changed on its own. How each operation does it, and
+//! what it gives up, is in docs/design.md ("A slot being migrated").
 //!
 //! `OneKey` is that path: a server's method that gets TRYAGAIN hands the
 //! refusal to it, and it decides, in one place, which operations have a
@@ -19,12 +12,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Server, Written};
+use super::{ReplicatedWrite, Server};
 use crate::clock::{whole_up, BootInstant, MS};
 use crate::lock::error::LockError;
 use crate::lock::keys::Part;
-use crate::lock::records::{Holder, Me, Taken, Waiter};
-use crate::lock::scripts::{self, Call, OneKeyArgs, Piece, Released};
+use crate::lock::records::{Holder, HoldersAndWaiters, Requester, Waiter};
+use crate::lock::scripts::{self, Call, OneKeyArgs, OneKeyReply, Released};
 use crate::lock::status::Status;
 use crate::lock::{Attempt, Grant, Hold, Renewal, ReplicaAcks};
 use crate::redis_conn::{ErrorKind, Unready};
@@ -64,10 +57,10 @@ impl<'a> OneKey<'a> {
     pub(super) async fn acquire(
         self,
         ttl: Duration,
-        me: &Me,
+        me: &Requester,
         sent: BootInstant,
         waits: bool,
-    ) -> Result<(Attempt, Written), LockError> {
+    ) -> Result<(Attempt, ReplicatedWrite), LockError> {
         let OneKey { server, refusal } = self;
         if server.hold != Hold::Alone {
             return Err(refusal);
@@ -231,7 +224,12 @@ impl<'a> OneKey<'a> {
 
 impl Server {
     /// One operation of `one_key.lua` on the lock's key `part`.
-    async fn piece(&mut self, part: Part, op: &str, args: &[&str]) -> Result<Piece, LockError> {
+    async fn piece(
+        &mut self,
+        part: Part,
+        op: &str,
+        args: &[&str],
+    ) -> Result<OneKeyReply, LockError> {
         let args = OneKeyArgs {
             op,
             holds: part.key().holds,
@@ -243,8 +241,8 @@ impl Server {
     }
 
     /// What the replicas of the node that took `piece` must acknowledge.
-    fn written(piece: &Piece, started: Instant) -> Written {
-        Written {
+    fn written(piece: &OneKeyReply, started: Instant) -> ReplicatedWrite {
+        ReplicatedWrite {
             replicas: piece.replicas,
             node: Some(piece.node.clone()).filter(|node| !node.is_empty()),
             started,
@@ -257,11 +255,11 @@ impl Server {
     async fn behind(
         &mut self,
         ttl: &str,
-        lease: Option<Piece>,
+        lease: Option<OneKeyReply>,
         waits: bool,
         line: &Line,
         started: Instant,
-    ) -> Result<(Attempt, Written), LockError> {
+    ) -> Result<(Attempt, ReplicatedWrite), LockError> {
         let lease = match lease {
             Some(lease) => lease,
             None => self.piece(Part::Lease, "lease_get", &[]).await?,
@@ -271,7 +269,7 @@ impl Server {
             .pttl
             .and_then(|ms| u64::try_from(ms).ok())
             .map(Duration::from_millis);
-        let taken = Taken {
+        let taken = HoldersAndWaiters {
             held: lease.pttl.is_some_and(|ms| ms != -2),
             left,
             holder: holder.ok().and_then(|found| found.holder),
@@ -292,7 +290,7 @@ impl Server {
     }
 
     /// The next fencing token and the holder record, for a lease just taken.
-    async fn grant_one_key(&mut self, ttl: &str, me: &Me) -> Result<u64, LockError> {
+    async fn grant_one_key(&mut self, ttl: &str, me: &Requester) -> Result<u64, LockError> {
         let next = self.piece(Part::Fence, "fence_next", &[]).await?;
         let fence = next.fence.unwrap_or_default();
         let (pid, shown) = (me.pid.to_string(), fence.to_string());

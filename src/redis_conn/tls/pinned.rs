@@ -1,23 +1,8 @@
 //! The server certificate check: the Web PKI's (webpki, as rustls does it),
 //! except that a server certificate that is itself one of the certificates
 //! in `--redis-ca-file` is trusted as it stands, as redis-cli (OpenSSL)
-//! trusts it.
-//!
-//! The certificate most people make first, `openssl req -x509 -subj
-//! /CN=localhost`, is its own CA (OpenSSL marks it CA:TRUE) and has no
-//! subjectAltName. Given as the server's certificate and as the CA file,
-//! webpki refuses it for being a CA used as an end entity, and a CA:FALSE
-//! one for naming no host (webpki reads no CN). Neither check adds anything
-//! here: the operator named this very certificate as trusted, and only the
-//! holder of its key can complete the handshake (the signature over it is
-//! checked with the certificate's key, as for any other).
-//!
-//! What is still checked for such a pinned certificate: its dates (webpki
-//! checks them before its CA flag, and its refusal is kept), and its names
-//! when it has any: a subjectAltName that does not hold the host lockrun
-//! dialled refuses it as for any certificate. One without a subjectAltName
-//! is trusted for whatever host it is reached at, since the certificate
-//! itself is what was trusted (redis-cli checks no name at all).
+//! trusts it; its dates, and its subjectAltNames if it has any, are still
+//! checked. Why in docs/design.md ("TLS").
 
 use std::sync::Arc;
 
