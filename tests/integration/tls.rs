@@ -403,11 +403,7 @@ fn tls_cluster_follows_moved_to_tls_ports_over_mutual_tls() {
     let cluster = Cluster::start_tls(&certs);
     eprintln!("TLS cluster started in {:?}", cluster.started_in);
     let (owner, _) = cluster.owner("lockrun:{job}");
-    let other = cluster
-        .primaries()
-        .into_iter()
-        .find(|&p| p != owner)
-        .expect("another primary");
+    let other = cluster.other_primary("lockrun:{job}");
     // Only a node that does not own the slot: the way to the owner is a
     // MOVED, which names the owner's TLS port.
     let url = cluster.url_via(&[other]);
@@ -423,11 +419,7 @@ fn tls_cluster_trusts_its_nodes_self_signed_certificate() {
     let certs = Certificates::self_signed();
     let cluster = Cluster::start_tls(&certs);
     let (owner, _) = cluster.owner("lockrun:{job}");
-    let other = cluster
-        .primaries()
-        .into_iter()
-        .find(|&p| p != owner)
-        .expect("another primary");
+    let other = cluster.other_primary("lockrun:{job}");
     lock_busy_wait_and_status(&cluster.url_via(&[other]), &certs, cluster.node(owner), "1");
 }
 

@@ -296,23 +296,13 @@ fn sentinel_url_works_while_any_sentinel_answers() {
     run(Some(sentinel_pass)).assert(refused(Expect::code(69).stderr_has("no sentinel answered")));
 }
 
-/// The port of a primary that does not own `key`.
-fn other_primary(cluster: &Cluster, key: &str) -> u16 {
-    let (owner, _) = cluster.owner(key);
-    cluster
-        .primaries()
-        .into_iter()
-        .find(|&p| p != owner)
-        .expect("another primary")
-}
-
 #[test]
 fn cluster_follows_moved_from_a_node_that_does_not_own_the_slot() {
     let cluster = Cluster::start();
     eprintln!("cluster started in {:?}", cluster.started_in);
     let key = "lockrun:{job}";
     let (owner, _) = cluster.owner(key);
-    let other = other_primary(&cluster, key);
+    let other = cluster.other_primary(key);
 
     // A plain URL at a cluster node is told what to use instead.
     let plain_url = cluster.node(other).url();
@@ -426,7 +416,7 @@ fn cluster_waiter_through_another_node_is_handed_the_lock_on_release() {
     let cluster = Cluster::start();
     let key = "lockrun:{job}";
     let (owner, _) = cluster.owner(key);
-    let other = other_primary(&cluster, key);
+    let other = cluster.other_primary(key);
     let listening = |port: u16| cluster.node(port).wake_channels("job");
 
     let mut holder = hold_via(&cluster.url_via(&[owner]), &["--ttl", "60s"]);

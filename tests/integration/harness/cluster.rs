@@ -195,6 +195,15 @@ impl Cluster {
             .expect("every slot is served")
     }
 
+    /// The port of a primary that does not own `key`'s slot.
+    pub fn other_primary(&self, key: &str) -> u16 {
+        let (owner, _) = self.owner(key);
+        self.primaries()
+            .into_iter()
+            .find(|&p| p != owner)
+            .expect("another primary")
+    }
+
     /// Kills the primary owning `key` and waits until its replica took over
     /// and the cluster is healthy again. Returns the new owner's port and
     /// how long the failover took.
