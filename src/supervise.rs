@@ -6,7 +6,6 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::process::ExitStatus;
-use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
@@ -110,8 +109,8 @@ fn child_changed(child: &mut Child, lease: &Lease) -> Option<io::Result<ExitStat
 pub(crate) trait Renew {
     type Error: fmt::Display;
 
-    /// Extends the lease to `ttl` from now.
-    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<Renewal, Self::Error>>;
+    /// Extends the lease to the lock's ttl from now.
+    fn renew(&mut self) -> impl Future<Output = Result<Renewal, Self::Error>>;
 
     /// The name given to `--key`, for the operator's messages.
     fn name(&self) -> &str;
@@ -130,8 +129,8 @@ pub(crate) trait Renew {
 impl Renew for Lock {
     type Error = LockError;
 
-    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<Renewal, LockError>> {
-        Lock::renew(self, ttl)
+    fn renew(&mut self) -> impl Future<Output = Result<Renewal, LockError>> {
+        Lock::renew(self)
     }
 
     fn name(&self) -> &str {
@@ -169,7 +168,7 @@ async fn keep_lease<L: Renew>(
             return Loss::Lapsed;
         }
         let sent = BootInstant::now();
-        match lock.renew(timing.ttl).await {
+        match lock.renew().await {
             Ok(Renewal::Extended) => {
                 lease.extend_to(timing.deadline_after(sent));
                 next = sent + timing.renew_every;
