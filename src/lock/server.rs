@@ -41,7 +41,8 @@ pub(crate) struct Server {
     token: Token,
     acks: ReplicaAcks,
     hold: Hold,
-    /// Fixed for the run: the lease's ttl, and every call's time limit.
+    /// Fixed for the run: the lease's ttl, the renewal period a hand-over
+    /// must fit, and every call's time limit.
     timing: Timing,
     /// When the first acquire request went out. A release can hand the
     /// lease over only once this run is in line, that is after this.
@@ -91,9 +92,9 @@ struct Listening {
 
 impl Server {
     /// Leases last `timing.ttl`; every call is limited to its
-    /// `redis_timeout`, replica acknowledgement included. With `listens`, this run's wake-up messages ride on the
-    /// connection it calls on, where the topology allows. Nothing is sent
-    /// yet.
+    /// `redis_timeout`, replica acknowledgement included. With `listens`,
+    /// this run's wake-up messages ride on the connection it calls on,
+    /// where the topology allows. Nothing is sent yet.
     pub(super) fn new(
         target: Target,
         timing: Timing,
@@ -349,7 +350,7 @@ impl Server {
         self.invoke(&call).await.map(|Raised| ())
     }
 
-    /// Extends the lease to a ttl from now. With replica acknowledgement, a
+    /// Extends the lease to its ttl from now. With replica acknowledgement, a
     /// renewal that too few replicas acknowledged is an error, like one
     /// Redis never answered.
     pub(super) async fn renew(&mut self) -> Result<Renewal, LockError> {

@@ -1,6 +1,7 @@
-//! Everything lockrun says, one variant each. A message's one arm in `said` makes both its line for people and
-//! its event for `--log-format json`, from the same fields, and says whether
-//! it needs `--verbose`.
+//! Everything lockrun says, one variant each. A message's one arm in `said`
+//! makes both its line for people and its event for `--log-format json`,
+//! from the same fields, and says who sees it. The error that ends a run is
+//! said the same way, its arms in `failure`.
 
 use std::ffi::OsStr;
 use std::path::Path;
