@@ -154,10 +154,10 @@ impl Renew for Lock {
 async fn keep_lease<L: Renew>(
     lock: &mut L,
     lease: &Lease,
-    acquired: BootInstant,
+    granted: BootInstant,
     timing: Timing,
 ) -> Loss {
-    let mut next = acquired + timing.renew_every;
+    let mut next = granted + timing.renew_every;
     let mut failing = false;
     // The kind of the last failure said without --verbose.
     let mut said = None;
