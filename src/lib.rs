@@ -25,10 +25,11 @@
 //! - `report`: the one-line messages on stderr, as loud as asked, never
 //!   holding up the deadline; `report/message`: everything lockrun says, each
 //!   message once, as a line and as a typed event (`report/event`) for
-//!   `--log-format json`;
+//!   `--log-format json`; `report/failure`: the error that ends an
+//!   invocation, said the same way;
 //! - `secrets`: the Redis password from the environment or a file, kept out
 //!   of the command's environment;
-//! - `error`: every failure, its message and its exit status;
+//! - `error`: every failure and its exit status;
 //! - `child`: the command in its own process group, tied to lockrun's life;
 //! - `descendants`: lockrun as the subreaper of everything the command
 //!   started, in any group or session: finding it, reaping it;
@@ -247,7 +248,7 @@ fn unblock(blocked: io::Result<Blocked>) {
 /// reported. A signal death is lockrun's own last act, once all is said.
 fn exit(outcome: Result<Exit, Error>) -> u8 {
     let exit = outcome.unwrap_or_else(|err| {
-        report::failure(&err);
+        report::say(Message::Failed(&err));
         err.exit()
     });
     report::flush();

@@ -190,7 +190,6 @@ impl Lock {
     /// A handle on lock `keys` for `role`, with the run's `timing`; each
     /// call is limited to its `redis_timeout`. Nothing is sent yet.
     pub(crate) fn new(servers: &Servers, timing: Timing, keys: Keys, role: &Role) -> Self {
-        let timeout = timing.redis_timeout;
         // Whether this run listens for wake-up messages, decided here only:
         // a run that may wait, on one server. A quorum does not queue, so
         // nobody sends it any (`subscribe_wakes`).
@@ -199,7 +198,7 @@ impl Lock {
             servers: servers
                 .targets()
                 .iter()
-                .map(|target| Server::new(target.clone(), timeout, keys.clone(), role, listens))
+                .map(|target| Server::new(target.clone(), timing, keys.clone(), role, listens))
                 .collect(),
             keys,
             timing,
@@ -228,11 +227,6 @@ impl Lock {
         self.timing
     }
 
-    /// Whether the lock is held on a quorum of servers rather than one.
-    pub(crate) fn is_quorum(&self) -> bool {
-        self.servers.len() > 1
-    }
-
     /// Whether `--replica-acks all` found no replica to acknowledge the
     /// lease just acquired, on any of its servers.
     pub(crate) fn unprotected(&self) -> bool {
@@ -245,37 +239,6 @@ impl Lock {
         self.servers
             .iter()
             .any(|server| server.unprotected() && server.lacks_wait())
-    }
-
-    /// Connects to every server now, allowing `within`, so that a lock that
-    /// cannot be reached is reported before anything else happens.
-    pub(crate) async fn connect(&mut self, within: Duration) -> Result<(), LockError> {
-        let connected = ask(&mut self.servers, |s| s.connect(within), Until::Majority).await;
-        connected.of_a_majority().map(drop)
-    }
-
-    /// This run's wake-up messages while it waits in line.
-    pub(crate) async fn subscribe_wakes(&mut self) -> Subscription {
-        match self.servers.as_mut_slice() {
-            [one] => match one.subscribe_wakes().await {
-                Ok(wakes) => Subscription::Wakes(wakes),
-                Err(err) => Subscription::Failed(err),
-            },
-            _ => Subscription::NoMessages,
-        }
-    }
-
-    /// One attempt on every server at once. The lock is acquired when a
-    /// majority granted it and the lease, counted from the send less the
-    /// drift allowance, still has more than a renewal period plus the kill
-    /// grace left.
-    pub(crate) async fn try_acquire(&mut self, me: &Requester, mode: Mode) -> AttemptResult {
-        let mut not_given_back = Vec::new();
-        let outcome = self.attempt(me, mode, &mut not_given_back).await;
-        AttemptResult {
-            outcome,
-            not_given_back,
-        }
     }
 
     /// `try_acquire`, noting in `not_given_back` each server that could not
@@ -296,7 +259,7 @@ impl Lock {
         let is_done = |attempt: &Attempt| matches!(attempt, Attempt::Done(_));
         let tally = ask(
             &mut self.servers,
-            |s| s.acquire(timing.ttl, me, rules.mode, rules.min_uptime),
+            |s| s.acquire(me, rules.mode, rules.min_uptime),
             Until::Settled(&|tally: &Tally<Attempt>| {
                 tally.count(is_done) > 0 || tally.decided(|a| granted(a).is_some())
             }),
@@ -371,29 +334,15 @@ impl Lock {
         raised.of_a_majority().map(drop)
     }
 
-    /// The grant a wake-up message announced; see `Server::handed_over`.
-    /// Only one server hands a lease over: a quorum does not queue.
-    pub(crate) fn handed_over(
-        &mut self,
-        fence: u64,
-        slot: Option<u32>,
-        renew_every: Duration,
-    ) -> Option<Grant> {
-        match self.servers.as_mut_slice() {
-            [one] => one.handed_over(fence, slot, renew_every),
-            _ => None,
-        }
-    }
-
-    /// Extends the lease to `ttl` from now, on every server at once:
+    /// Extends the lease to its ttl from now, on every server at once:
     /// `Extended` when a majority renewed; `Lost` when so many lost our
     /// token that no majority can ever renew again; otherwise an error, to
     /// retry while time is left. The deadline counts from the send.
-    pub(crate) async fn renew(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
+    pub(crate) async fn renew(&mut self) -> Result<Renewal, LockError> {
         let extended = |renewal: &Renewal| *renewal == Renewal::Extended;
         let tally = ask(
             &mut self.servers,
-            |s| s.renew(ttl),
+            Server::renew,
             Until::Settled(&|tally: &Tally<Renewal>| tally.decided(extended)),
         )
         .await;
@@ -513,6 +462,95 @@ impl Lock {
             done_cleared: removed.iter().any(|r| r.done_cleared),
             holders: removed.into_iter().flat_map(|r| r.holders).collect(),
         })
+    }
+}
+
+/// What the wait loop asks of a lock: `Lock` is the one, and its waiting
+/// operations are defined here; the loop's tests script another under
+/// tokio's paused clock.
+pub(crate) trait Contended {
+    /// The run's timing, which the lock holds.
+    fn timing(&self) -> Timing;
+
+    /// The lock's name in Redis, for verbose lines.
+    fn redis_key(&self) -> &str;
+
+    /// The name given to `--key`, for systemd's status.
+    fn name(&self) -> &str;
+
+    /// Who answers for the lock, for the line that says it answers again.
+    fn servers(&self) -> &'static str;
+
+    /// Connects to every server now, allowing `within`, so that a lock that
+    /// cannot be reached is reported before anything else happens.
+    async fn connect(&mut self, within: Duration) -> Result<(), LockError>;
+
+    /// This run's wake-up messages while it waits in line; `NoMessages`
+    /// when nobody sends this lock's waiters any.
+    async fn subscribe_wakes(&mut self) -> Subscription;
+
+    /// One attempt on every server at once. The lock is acquired when a
+    /// majority granted it and the lease, counted from the send less the
+    /// drift allowance, still has more than a renewal period plus the kill
+    /// grace left.
+    async fn try_acquire(&mut self, requester: &Requester, mode: Mode) -> AttemptResult;
+
+    /// The grant a wake-up message announced, if it can be used as it is
+    /// (`Server::handed_over` decides); the lease is this run's either way.
+    fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant>;
+}
+
+impl Contended for Lock {
+    fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    fn redis_key(&self) -> &str {
+        &self.keys.lock
+    }
+
+    fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    fn servers(&self) -> &'static str {
+        if self.servers.len() > 1 {
+            "a majority of the Redis servers"
+        } else {
+            "Redis"
+        }
+    }
+
+    async fn connect(&mut self, within: Duration) -> Result<(), LockError> {
+        let connected = ask(&mut self.servers, |s| s.connect(within), Until::Majority).await;
+        connected.of_a_majority().map(drop)
+    }
+
+    async fn subscribe_wakes(&mut self) -> Subscription {
+        match self.servers.as_mut_slice() {
+            [one] => match one.subscribe_wakes().await {
+                Ok(wakes) => Subscription::Wakes(wakes),
+                Err(err) => Subscription::Failed(err),
+            },
+            _ => Subscription::NoMessages,
+        }
+    }
+
+    async fn try_acquire(&mut self, requester: &Requester, mode: Mode) -> AttemptResult {
+        let mut not_given_back = Vec::new();
+        let outcome = self.attempt(requester, mode, &mut not_given_back).await;
+        AttemptResult {
+            outcome,
+            not_given_back,
+        }
+    }
+
+    /// Only one server hands a lease over: a quorum does not queue.
+    fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant> {
+        match self.servers.as_mut_slice() {
+            [one] => one.handed_over(fence, slot),
+            _ => None,
+        }
     }
 }
 

@@ -18,9 +18,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::{self, SigSet, SigmaskHow, Signal};
 
-use crate::error::{Error, Loudness};
-
 mod event;
+mod failure;
 mod message;
 pub(crate) use event::Format;
 use event::{Context, Event};
@@ -80,22 +79,13 @@ pub(crate) fn set_verbosity(verbosity: Verbosity) {
 pub(crate) fn say(message: Message<'_>) {
     let report = Report::now();
     let said = message.said();
-    if said.shown == Shown::Always || report.verbosity == Verbosity::Verbose {
-        report.line(said.event, &said.text);
-    }
-}
-
-/// The error that ends this invocation, as loudly as it deserves: a busy
-/// lock not under --quiet, a verbose one only with --verbose.
-pub(crate) fn failure(err: &Error) {
-    let report = Report::now();
-    let shown = match err.loudness() {
-        Loudness::Error => true,
-        Loudness::Busy => report.verbosity != Verbosity::Quiet,
-        Loudness::Verbose => report.verbosity == Verbosity::Verbose,
+    let shown = match said.shown {
+        Shown::Always => true,
+        Shown::UnlessQuiet => report.verbosity != Verbosity::Quiet,
+        Shown::Verbose => report.verbosity == Verbosity::Verbose,
     };
     if shown {
-        report.line(Event::of_error(err), &err.to_string());
+        report.line(said.event, &said.text);
     }
 }
 

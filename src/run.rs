@@ -18,7 +18,7 @@ use crate::notify::{self, Systemd};
 use crate::report::{self, Message};
 use crate::secrets;
 use crate::signals::Signals;
-use crate::supervise::{Ended, Stop, Supervisor};
+use crate::supervise::{self, Ended, Stop};
 use crate::wait;
 
 mod metrics_file;
@@ -53,13 +53,13 @@ async fn run_steps(
     let asked = BootInstant::now();
     // Who this run is, for its holder record, its place in line and its
     // history: said once, for host name and pid do not change.
-    let me = Requester::new(&config.command, config.share);
+    let requester = Requester::new(&config.command, config.share);
     // The command's environment is copied while the acquire (polled first)
     // waits on Redis: not on the way from the grant to the fork, where a
     // hand-off would wait for it (BENCHMARKS.md).
     let (turn, inherited) = tokio::join!(
         biased;
-        acquire(&config, &me, &mut lock, &mut signals, systemd),
+        acquire(&config, &requester, &mut lock, &mut signals, systemd),
         async { Inherited::read() }
     );
     let grant = match turn? {
@@ -74,8 +74,7 @@ async fn run_steps(
     let child = match start(&config, grant, inherited, systemd) {
         Ok(started) => started,
         Err(cause) => {
-            let (program, ttl) = (config.program(), config.timing.ttl);
-            return Err(not_started(program, cause, &mut lock, ttl).await);
+            return Err(not_started(config.program(), cause, &mut lock).await);
         }
     };
     let slot = config.share.slot(grant.slot);
@@ -83,7 +82,7 @@ async fn run_steps(
     let waited = asked.elapsed();
     say_acquired(&lock, on, grant.fence, slot, &child, waited);
     systemd.holding(&config.lock.name, grant.fence, std::time::SystemTime::now());
-    let mut held = ActiveRun {
+    let mut active = ActiveRun {
         lease: Lease::new(config.timing.deadline_after(grant.sent)),
         started: BootInstant::now(),
         lock,
@@ -92,23 +91,22 @@ async fn run_steps(
         slot,
         waited,
         user: user_name(),
-        me,
+        requester,
     };
-    let ended = Supervisor {
-        child: &mut held.child,
-        lock: &mut held.lock,
-        lease: &held.lease,
-        signals: &mut signals,
-        timing: config.timing,
-        acquired: grant.sent,
-        timeout_at: config.timeout.map(|limit| held.started + limit),
+    let timeout_at = config.timeout.map(|limit| active.started + limit);
+    let ended = supervise::supervise(
+        &mut active.child,
+        &mut signals,
+        &mut active.lock,
+        &active.lease,
+        grant.sent,
+        timeout_at,
         systemd,
-    }
-    .supervise()
+    )
     .await;
     systemd.ended(&config.lock.name, ended.status.as_ref().ok().copied());
-    let unreleased = held.finish(&config, &ended).await;
-    exit_status(ended, &held.lock, unreleased)
+    let unreleased = active.finish(&config, &ended).await;
+    exit_status(ended, &active.lock, unreleased)
 }
 
 /// Says, with --verbose, that the lock is taken on which servers and the
@@ -186,13 +184,13 @@ enum RunOrSkip {
 /// the wait.
 async fn acquire(
     config: &RunConfig,
-    me: &Requester,
+    requester: &Requester,
     lock: &mut Lock,
     signals: &mut Signals,
     systemd: &Systemd,
 ) -> Result<RunOrSkip, Error> {
     let (wait, supersede) = (config.wait, config.supersede);
-    let attempt = wait::acquire(lock, me, wait, supersede, systemd);
+    let attempt = wait::acquire(lock, requester, wait, supersede, systemd);
     let outcome = tokio::select! {
         signal = signals.recv_interrupt() => Err(match signal {
             Ok(signal) => Error::Interrupted(signal),
@@ -200,10 +198,10 @@ async fn acquire(
         }),
         result = attempt => result.map_err(Error::from),
     };
-    let busy = |taken: Option<HoldersAndWaiters>, superseded_by: Option<String>| {
+    let busy = |found: Option<HoldersAndWaiters>, superseded_by: Option<String>| {
         Error::Busy(Box::new(Busy {
             lock: lock.keys().name.clone(),
-            found: taken.unwrap_or_else(HoldersAndWaiters::unknown),
+            found: found.unwrap_or_else(HoldersAndWaiters::unknown),
             command: config.program(),
             waited: config.wait.and_then(wait::Wait::limit),
             // Superseded is no busy lock: its own status, whatever
@@ -219,7 +217,7 @@ async fn acquire(
     let err = match outcome {
         Ok(Attempt::Acquired(grant)) => return Ok(RunOrSkip::Run(grant)),
         Ok(Attempt::Done(done)) => return Ok(RunOrSkip::Skip(done)),
-        Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) => busy(Some(taken), None),
+        Ok(Attempt::Busy(found) | Attempt::Queued { taken: found, .. }) => busy(Some(found), None),
         Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
         Ok(Attempt::Mismatch { slots }) => Error::Usage(mismatch(config, slots)),
         // Only a failure that waiting may see pass outlasts a bounded wait.
@@ -285,8 +283,8 @@ fn start(
 
 /// A command that could not be started gives the lock back at once, and
 /// says so with --verbose; a lock that could not be given back is said
-/// after why the command did not start, with when it expires (`ttl`).
-async fn not_started(program: String, cause: SpawnError, lock: &mut Lock, ttl: Duration) -> Error {
+/// after why the command did not start, with when it expires.
+async fn not_started(program: String, cause: SpawnError, lock: &mut Lock) -> Error {
     let unreleased = match lock.release(None, None, None).await {
         // Taken just now, and already not ours: nothing to give back.
         Ok(Released::NotOurs) => None,
@@ -300,7 +298,7 @@ async fn not_started(program: String, cause: SpawnError, lock: &mut Lock, ttl: D
         }
         Err(cause) => Some(Box::new(Unreleased {
             lock: lock.keys().name.clone(),
-            within: ttl,
+            within: lock.timing().ttl,
             cause,
         })),
     };
@@ -326,7 +324,7 @@ struct ActiveRun {
     /// Looked up (from /etc/passwd) once the command has started, while it
     /// runs: not on the way from its exit to the release.
     user: String,
-    me: Requester,
+    requester: Requester,
 }
 
 impl ActiveRun {
@@ -334,7 +332,7 @@ impl ActiveRun {
     /// or keeps it until `--min-hold` is over. A lock that could not be
     /// given back is returned, to be said after why the run ended.
     async fn finish(&mut self, config: &RunConfig, ended: &Ended) -> Option<Box<Unreleased>> {
-        let (timing, stop) = (config.timing, ended.stop);
+        let (timing, stop) = (self.lock.timing(), ended.stop);
         // Whatever the command left running must not outlive the lock.
         let gone = if matches!(stop, Some(Stop::Lost(_))) {
             self.child.kill_all().await
@@ -364,7 +362,7 @@ impl ActiveRun {
                 error: unheard.to_string(),
             });
         }
-        self.say_released(released, keep, ended, timing.ttl)
+        self.say_released(released, keep, ended)
     }
 
     /// What the history keeps of this run: the release adds when it ended
@@ -372,8 +370,8 @@ impl ActiveRun {
     fn record(&self, config: &RunConfig, ended: &Ended) -> Run {
         let status = ended.status.as_ref().ok();
         Run {
-            host: self.me.host.clone(),
-            pid: self.me.pid,
+            host: self.requester.host.clone(),
+            pid: self.requester.pid,
             user: self.user.clone(),
             command: program_name(config),
             fence: self.fence,
@@ -400,7 +398,6 @@ impl ActiveRun {
         released: Result<Released, LockError>,
         keep: Option<Duration>,
         ended: &Ended,
-        ttl: Duration,
     ) -> Option<Box<Unreleased>> {
         let Keys { name, lock, .. } = self.lock.keys().clone();
         let exit_status = ended
@@ -428,7 +425,7 @@ impl ActiveRun {
             Err(cause) => {
                 return Some(Box::new(Unreleased {
                     lock: name,
-                    within: ttl,
+                    within: self.lock.timing().ttl,
                     cause,
                 }))
             }

@@ -6,7 +6,6 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::process::ExitStatus;
-use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
@@ -31,70 +30,54 @@ pub(crate) struct Ended {
     pub(crate) stop: Option<Stop>,
 }
 
-/// Everything one supervision needs, borrowed from the run that owns it.
-pub(crate) struct Supervisor<'a> {
-    pub(crate) child: &'a mut Child,
-    pub(crate) lock: &'a mut Lock,
-    pub(crate) lease: &'a Lease,
-    /// The forwarded signals, and SIGCHLD: the command exited or stopped, or
-    /// an orphan reparented to lockrun exited. Blocked since before the
-    /// spawn, so that not even an immediate exit is missed.
-    pub(crate) signals: &'a mut Signals,
-    pub(crate) timing: Timing,
-    /// No later than the grant: the lease, and so its renewals, count from
-    /// here.
-    pub(crate) acquired: BootInstant,
-    pub(crate) timeout_at: Option<BootInstant>,
-    /// Told why lockrun stops the command.
-    pub(crate) systemd: &'a Systemd,
-}
-
-impl Supervisor<'_> {
-    /// Runs until the command exits.
-    pub(crate) async fn supervise(self) -> Ended {
-        let Supervisor {
-            child,
-            lock,
-            lease,
-            signals,
-            timing,
-            acquired,
-            timeout_at,
-            systemd,
-        } = self;
-        let name = lock.keys().name.clone();
-        let keeper = keep_lease(lock, lease, acquired, timing);
-        tokio::pin!(keeper);
-        let mut keeper_running = true;
-        // Every stop starts in `stopping`, which says so before it signals.
-        let mut stopping = Stopping::new(timing, timeout_at, &name, systemd);
-        loop {
-            stopping.enforce_deadline(&*child, lease);
-            let wake = stopping.next_wake(lease.deadline());
-            tokio::select! {
-                biased;
-                () = clock::sleep_until_some(wake) => stopping.on_wake(&*child, lease),
-                loss = &mut keeper, if keeper_running => {
-                    keeper_running = false;
-                    // A lapse is the deadline's to handle, at the top of the loop.
-                    if loss == Loss::TokenGone {
-                        stopping.begin_soon(&*child, lease, Stop::Lost(Loss::TokenGone));
+/// Watches the command until it exits: renews the lease on `lock`, passes
+/// `signals` on, and stops the command when the lease can no longer be
+/// proven or `timeout_at` passes, telling `systemd` why. `signals` holds
+/// SIGCHLD too, blocked since before the spawn so that not even an
+/// immediate exit is missed; the lease, and so its renewals, count from
+/// `granted`, no later than the grant.
+pub(crate) async fn supervise(
+    child: &mut Child,
+    signals: &mut Signals,
+    lock: &mut Lock,
+    lease: &Lease,
+    granted: BootInstant,
+    timeout_at: Option<BootInstant>,
+    systemd: &Systemd,
+) -> Ended {
+    let timing = lock.timing();
+    let name = lock.keys().name.clone();
+    let keeper = keep_lease(lock, lease, granted, timing);
+    tokio::pin!(keeper);
+    let mut keeper_running = true;
+    // Every stop starts in `stopping`, which says so before it signals.
+    let mut stopping = Stopping::new(timing, timeout_at, &name, systemd);
+    loop {
+        stopping.enforce_deadline(&*child, lease);
+        let wake = stopping.next_wake(lease.deadline());
+        tokio::select! {
+            biased;
+            () = clock::sleep_until_some(wake) => stopping.on_wake(&*child, lease),
+            loss = &mut keeper, if keeper_running => {
+                keeper_running = false;
+                // A lapse is the deadline's to handle, at the top of the loop.
+                if loss == Loss::TokenGone {
+                    stopping.begin_soon(&*child, lease, Stop::Lost(Loss::TokenGone));
+                }
+            }
+            signal = signals.recv() => match signal {
+                Ok(Signal::SIGCHLD) => {
+                    if let Some(status) = child_changed(child, lease) {
+                        if lease.has_lapsed() {
+                            // It may have finished only after the lease ran out.
+                            stopping.lapsed();
+                        }
+                        return Ended { status, stop: stopping.reason };
                     }
                 }
-                signal = signals.recv() => match signal {
-                    Ok(Signal::SIGCHLD) => {
-                        if let Some(status) = child_changed(child, lease) {
-                            if lease.has_lapsed() {
-                                // It may have finished only after the lease ran out.
-                                stopping.lapsed();
-                            }
-                            return Ended { status, stop: stopping.reason };
-                        }
-                    }
-                    Ok(signal) => stopping.forward(&*child, signal),
-                    Err(err) => return Ended { status: Err(err), stop: stopping.reason },
-                },
-            }
+                Ok(signal) => stopping.forward(&*child, signal),
+                Err(err) => return Ended { status: Err(err), stop: stopping.reason },
+            },
         }
     }
 }
@@ -126,8 +109,8 @@ fn child_changed(child: &mut Child, lease: &Lease) -> Option<io::Result<ExitStat
 pub(crate) trait Renew {
     type Error: fmt::Display;
 
-    /// Extends the lease to `ttl` from now.
-    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<Renewal, Self::Error>>;
+    /// Extends the lease to the lock's ttl from now.
+    fn renew(&mut self) -> impl Future<Output = Result<Renewal, Self::Error>>;
 
     /// The name given to `--key`, for the operator's messages.
     fn name(&self) -> &str;
@@ -146,8 +129,8 @@ pub(crate) trait Renew {
 impl Renew for Lock {
     type Error = LockError;
 
-    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<Renewal, LockError>> {
-        Lock::renew(self, ttl)
+    fn renew(&mut self) -> impl Future<Output = Result<Renewal, LockError>> {
+        Lock::renew(self)
     }
 
     fn name(&self) -> &str {
@@ -171,10 +154,10 @@ impl Renew for Lock {
 async fn keep_lease<L: Renew>(
     lock: &mut L,
     lease: &Lease,
-    acquired: BootInstant,
+    granted: BootInstant,
     timing: Timing,
 ) -> Loss {
-    let mut next = acquired + timing.renew_every;
+    let mut next = granted + timing.renew_every;
     let mut failing = false;
     // The kind of the last failure said without --verbose.
     let mut said = None;
@@ -185,7 +168,7 @@ async fn keep_lease<L: Renew>(
             return Loss::Lapsed;
         }
         let sent = BootInstant::now();
-        match lock.renew(timing.ttl).await {
+        match lock.renew().await {
             Ok(Renewal::Extended) => {
                 lease.extend_to(timing.deadline_after(sent));
                 next = sent + timing.renew_every;

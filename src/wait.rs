@@ -8,10 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lease::Timing;
 use crate::lock::{
-    Attempt, AttemptResult, Grant, Lock, LockError, Mode, NotGivenBack, Requester, Subscription,
-    Wake, Wakes,
+    Attempt, Contended, LockError, Mode, NotGivenBack, Requester, Subscription, Wake, Wakes,
 };
 use crate::notify::Systemd;
 use crate::redis_conn::ErrorKind;
@@ -50,75 +48,6 @@ impl Wait {
             Wait::Up(limit) => Some(limit),
             Wait::Forever => None,
         }
-    }
-}
-
-/// What the wait loop needs of a lock; `Lock` is the one, the tests drive
-/// the loop with a scripted one under tokio's paused clock.
-pub(crate) trait Contended {
-    async fn try_acquire(&mut self, me: &Requester, mode: Mode) -> AttemptResult;
-    /// The run's timing, which the lock holds.
-    fn timing(&self) -> Timing;
-    /// `None` when nobody sends this lock's waiters messages.
-    async fn subscribe_wakes(&mut self) -> Subscription;
-    /// The grant a wake-up message announced, if it can be used as it is
-    /// (`Server::handed_over` decides); the lease is this run's either way.
-    fn handed_over(
-        &mut self,
-        fence: u64,
-        slot: Option<u32>,
-        renew_every: Duration,
-    ) -> Option<Grant>;
-    /// The lock's name in Redis, for verbose lines.
-    fn redis_key(&self) -> &str;
-    /// The name given to `--key`, for systemd's status.
-    fn name(&self) -> &str;
-    /// Who answers for the lock, for the line that says it answers again.
-    fn servers(&self) -> &'static str;
-    /// Connects to the lock's servers, if not connected, within `within`.
-    async fn connect(&mut self, within: Duration) -> Result<(), LockError>;
-}
-
-impl Contended for Lock {
-    async fn try_acquire(&mut self, me: &Requester, mode: Mode) -> AttemptResult {
-        Lock::try_acquire(self, me, mode).await
-    }
-
-    fn timing(&self) -> Timing {
-        Lock::timing(self)
-    }
-
-    async fn subscribe_wakes(&mut self) -> Subscription {
-        Lock::subscribe_wakes(self).await
-    }
-
-    fn handed_over(
-        &mut self,
-        fence: u64,
-        slot: Option<u32>,
-        renew_every: Duration,
-    ) -> Option<Grant> {
-        Lock::handed_over(self, fence, slot, renew_every)
-    }
-
-    fn redis_key(&self) -> &str {
-        &self.keys().lock
-    }
-
-    fn name(&self) -> &str {
-        &self.keys().name
-    }
-
-    fn servers(&self) -> &'static str {
-        if self.is_quorum() {
-            "a majority of the Redis servers"
-        } else {
-            "Redis"
-        }
-    }
-
-    async fn connect(&mut self, within: Duration) -> Result<(), LockError> {
-        Lock::connect(self, within).await
     }
 }
 
@@ -440,7 +369,7 @@ impl<L: Contended> Waiter<'_, L> {
                         // follows confirms the lease, which is ours already.
                         return self
                             .lock
-                            .handed_over(fence, slot, self.lock.timing().renew_every)
+                            .handed_over(fence, slot)
                             .map(Attempt::Acquired);
                     }
                     Some(Wake::Superseded(by)) => return Some(Attempt::Superseded { by }),

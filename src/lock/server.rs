@@ -25,6 +25,7 @@ use super::status::Status;
 use super::wake::{SubscriptionRefused, Wakes};
 use super::{Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
 use crate::clock::{whole_up, BootInstant, MS, SECOND};
+use crate::lease::Timing;
 use crate::redis_conn::{ErrorKind, RedisError, Request, Scripts, Session, Target};
 
 /// How long setting up the wake-up subscription may take. Nothing is held
@@ -40,8 +41,9 @@ pub(crate) struct Server {
     token: Token,
     acks: ReplicaAcks,
     hold: Hold,
-    /// Every call's time limit.
-    timeout: Duration,
+    /// Fixed for the run: the lease's ttl, the renewal period a hand-over
+    /// must fit, and every call's time limit.
+    timing: Timing,
     /// When the first acquire request went out. A release can hand the
     /// lease over only once this run is in line, that is after this.
     first_sent: Option<BootInstant>,
@@ -89,13 +91,13 @@ struct Listening {
 }
 
 impl Server {
-    /// Every call is limited to `timeout`, replica acknowledgement
-    /// included. With `listens`, this run's wake-up messages ride on the
-    /// connection it calls on, where the topology allows. Nothing is sent
-    /// yet.
+    /// Leases last `timing.ttl`; every call is limited to its
+    /// `redis_timeout`, replica acknowledgement included. With `listens`,
+    /// this run's wake-up messages ride on the connection it calls on,
+    /// where the topology allows. Nothing is sent yet.
     pub(super) fn new(
         target: Target,
-        timeout: Duration,
+        timing: Timing,
         keys: Keys,
         role: &Role,
         listens: bool,
@@ -105,8 +107,8 @@ impl Server {
         // give back with.
         let run = !role.token.as_str().is_empty();
         Server {
-            session: Session::new(target, timeout, listens, run),
-            timeout,
+            session: Session::new(target, timing.redis_timeout, listens, run),
+            timing,
             keys,
             token: role.token.clone(),
             acks: role.acks,
@@ -177,12 +179,11 @@ impl Server {
     /// server up for less than that does not vote.
     pub(super) async fn acquire(
         &mut self,
-        ttl: Duration,
         me: &Requester,
         mode: Mode,
         min_uptime: Option<Duration>,
     ) -> Result<Attempt, LockError> {
-        let call = self.acquire_call(ttl, me, mode, min_uptime);
+        let call = self.acquire_call(me, mode, min_uptime);
         let sent = BootInstant::now();
         let started = Instant::now();
         self.first_sent.get_or_insert(sent);
@@ -199,9 +200,7 @@ impl Server {
             }
             Err(err) => {
                 let waits = matches!(mode, Mode::Wait { .. });
-                OneKey::after(err, self)?
-                    .acquire(ttl, me, sent, waits)
-                    .await?
+                OneKey::after(err, self)?.acquire(me, sent, waits).await?
             }
             Ok(reply) => {
                 noted = (self.acks == ReplicaAcks::All && self.hold != Hold::Together).then_some(0);
@@ -279,7 +278,6 @@ impl Server {
     /// The acquire script's call, its arguments filled in.
     fn acquire_call(
         &self,
-        ttl: Duration,
         me: &Requester,
         mode: Mode,
         min_uptime: Option<Duration>,
@@ -294,7 +292,7 @@ impl Server {
         };
         let args = AcquireArgs {
             token: self.token.as_str(),
-            ttl_ms: whole_up(ttl, MS),
+            ttl_ms: whole_up(self.timing.ttl, MS),
             host: &me.host,
             pid: me.pid,
             command: &me.command,
@@ -333,17 +331,12 @@ impl Server {
     ///   for a lease this run took itself;
     /// - the run is `--once-per`: the call checks for the success its last
     ///   holder may just have recorded.
-    pub(super) fn handed_over(
-        &mut self,
-        fence: u64,
-        slot: Option<u32>,
-        renew_every: Duration,
-    ) -> Option<Grant> {
+    pub(super) fn handed_over(&mut self, fence: u64, slot: Option<u32>) -> Option<Grant> {
         self.fence = Some(fence);
         let sent = self.first_sent?;
         let as_it_is = self.acks == ReplicaAcks::Count(0)
             && self.hold != Hold::OncePer
-            && sent.elapsed() < renew_every;
+            && sent.elapsed() < self.timing.renew_every;
         as_it_is.then_some(Grant { fence, sent, slot })
     }
 
@@ -357,11 +350,11 @@ impl Server {
         self.invoke(&call).await.map(|Raised| ())
     }
 
-    /// Extends the lease to `ttl` from now. With replica acknowledgement, a
+    /// Extends the lease to its ttl from now. With replica acknowledgement, a
     /// renewal that too few replicas acknowledged is an error, like one
     /// Redis never answered.
-    pub(super) async fn renew(&mut self, ttl: Duration) -> Result<Renewal, LockError> {
-        let (token, ttl_ms) = (self.token.as_str(), whole_up(ttl, MS));
+    pub(super) async fn renew(&mut self) -> Result<Renewal, LockError> {
+        let (token, ttl_ms) = (self.token.as_str(), whole_up(self.timing.ttl, MS));
         let call = if self.hold == Hold::Together {
             Call::new(&self.keys, &RenewTogetherArgs { token, ttl_ms })
         } else {
@@ -369,7 +362,7 @@ impl Server {
         };
         let started = Instant::now();
         let reply = match self.invoke(&call).await {
-            Err(err) => return OneKey::after(err, self)?.renew(ttl).await,
+            Err(err) => return OneKey::after(err, self)?.renew().await,
             Ok(reply) => reply,
         };
         if !reply.renewed {
@@ -436,7 +429,7 @@ impl Server {
         };
         let call = Call::new(&self.keys, &args);
         self.acked = Some(acked);
-        let left = self.timeout.saturating_sub(started.elapsed());
+        let left = self.timing.redis_timeout.saturating_sub(started.elapsed());
         let _ = tokio::time::timeout(left, self.session.invoke::<i64>(&call)).await;
     }
 
@@ -629,12 +622,18 @@ mod tests {
             ..Role::operator()
         };
         let keys = Keys::new("lockrun:", "job");
-        Server::new(target, Duration::from_secs(2), keys, &role, false)
+        let timing = Timing {
+            ttl: Duration::from_secs(30),
+            renew_every: RENEW_EVERY,
+            redis_timeout: Duration::from_secs(2),
+            kill_grace: Duration::from_secs(5),
+        };
+        Server::new(target, timing, keys, &role, false)
     }
 
     fn handed_over(server: &mut Server, asked_ago: Duration) -> Option<Grant> {
         server.first_sent = Some(BootInstant::now() - asked_ago);
-        server.handed_over(42, None, RENEW_EVERY)
+        server.handed_over(42, None)
     }
 
     #[test]
@@ -672,6 +671,6 @@ mod tests {
     #[test]
     fn nothing_is_handed_over_before_the_first_request() {
         let mut server = server(ReplicaAcks::Count(0), Hold::Alone);
-        assert!(server.handed_over(42, None, RENEW_EVERY).is_none());
+        assert!(server.handed_over(42, None).is_none());
     }
 }

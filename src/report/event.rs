@@ -9,8 +9,6 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use crate::clock::{whole, MS};
-use crate::error::{Busy, Error, Loudness};
-use crate::lease::Loss;
 
 /// How lockrun's lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,57 +77,6 @@ impl Event {
     pub(super) fn with_ms(self, field: &'static str, duration: Duration) -> Self {
         self.with(field, whole(duration, MS))
     }
-
-    /// The error that ends an invocation, at the level its loudness says.
-    pub(crate) fn of_error(err: &Error) -> Self {
-        let level = match err.loudness() {
-            Loudness::Error => Level::Error,
-            Loudness::Busy => Level::Warning,
-            Loudness::Verbose => Level::Info,
-        };
-        let event = match err {
-            Error::Busy(busy) => busy_event(level, busy),
-            Error::LeaseLost { loss, .. } => {
-                Event::new(level, "lost").with("reason", loss_name(*loss))
-            }
-            // The stop itself was `stopping`, when it began.
-            Error::TimedOut { .. } => Event::new(level, "timed_out"),
-            Error::Interrupted(signal) => {
-                Event::new(level, "interrupted").with("signal", signal.as_str())
-            }
-            _ => Event::new(level, "error"),
-        };
-        event.with("exit_status", err.exit_code())
-    }
-}
-
-/// The `reason` of a `lost` event.
-fn loss_name(loss: Loss) -> &'static str {
-    match loss {
-        Loss::Unconfirmed => "unconfirmed",
-        Loss::TokenGone => "token_gone",
-        Loss::Lapsed => "lapsed",
-    }
-}
-
-fn busy_event(level: Level, busy: &Busy) -> Event {
-    let holder = busy.found.holder.as_ref().map(|h| {
-        serde_json::json!({
-            "host": h.host,
-            "pid": h.pid,
-            "command": h.command,
-            "fencing_token": h.fence,
-            "finished": h.finished_us.is_some(),
-        })
-    });
-    Event::new(level, "busy")
-        .with("held", busy.found.held)
-        .with("holder", holder)
-        .with("lease_left_ms", busy.found.left.map(|left| whole(left, MS)))
-        .with("waiting", busy.found.waiting)
-        .with("holding", busy.found.holding)
-        .with("waited_ms", busy.waited.map(|waited| whole(waited, MS)))
-        .with("superseded_by", busy.superseded_by.clone())
 }
 
 /// What every JSON line says besides its event: which lock, and which
@@ -186,7 +133,6 @@ impl Context {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::HoldersAndWaiters;
 
     #[test]
     fn a_json_line_has_the_common_fields_first_and_parses() {
@@ -208,57 +154,6 @@ mod tests {
         );
         let parsed: Value = serde_json::from_str(&line).expect("json");
         assert_eq!(parsed["message"], "acquired \"x\"");
-    }
-
-    #[test]
-    fn an_error_is_its_own_event_with_the_exit_status() {
-        let busy = Error::Busy(Box::new(Busy {
-            lock: "job".into(),
-            found: HoldersAndWaiters {
-                left: Some(Duration::from_millis(1500)),
-                waiting: 2,
-                ..HoldersAndWaiters::unknown()
-            },
-            superseded_by: None,
-            command: "true".into(),
-            waited: None,
-            exit: 0,
-        }));
-        let event = Event::of_error(&busy);
-        assert_eq!((event.name, event.level), ("busy", Level::Info));
-        let fields: Vec<_> = event.fields.iter().map(|(name, _)| *name).collect();
-        assert_eq!(
-            fields,
-            [
-                "held",
-                "holder",
-                "lease_left_ms",
-                "waiting",
-                "holding",
-                "waited_ms",
-                "superseded_by",
-                "exit_status"
-            ]
-        );
-        assert_eq!(event.fields[2].1, 1500);
-        let lost = Error::LeaseLost {
-            lock: "job".into(),
-            loss: Loss::TokenGone,
-            unreleased: None,
-        };
-        let event = Event::of_error(&lost);
-        assert_eq!((event.name, event.level), ("lost", Level::Error));
-        assert_eq!(event.fields[0], ("reason", "token_gone".into()));
-        assert_eq!(event.fields[1], ("exit_status", 76.into()));
-        // The stop was said when it began: the end is an event of its own.
-        let timed_out = Event::of_error(&Error::TimedOut { unreleased: None });
-        assert_eq!(
-            (timed_out.name, timed_out.level),
-            ("timed_out", Level::Error)
-        );
-        assert_eq!(timed_out.fields, [("exit_status", 124.into())]);
-        let usage = Event::of_error(&Error::Usage("no".into()));
-        assert_eq!(usage.name, "error");
     }
 
     #[test]

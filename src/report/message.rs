@@ -1,7 +1,7 @@
-//! Everything lockrun says, besides the error that ends it, one variant
-//! each. A message's one arm in `said` makes both its line for people and
-//! its event for `--log-format json`, from the same fields, and says whether
-//! it needs `--verbose`.
+//! Everything lockrun says, one variant each. A message's one arm in `said`
+//! makes both its line for people and its event for `--log-format json`,
+//! from the same fields, and says who sees it. The error that ends a run is
+//! said the same way, its arms in `failure`.
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -10,12 +10,13 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::clock::{show, show_exact};
-use crate::error::Unreleased;
+use crate::error::{Error, Unreleased};
 use crate::exit_code;
 use crate::lease::Loss;
 use crate::lock::{DoneRecord, Servers};
 
 use super::event::Event;
+use super::failure;
 
 /// One thing lockrun says, with what it says of it.
 #[derive(Debug)]
@@ -185,6 +186,8 @@ pub(crate) enum Message<'a> {
     Dropped {
         count: u64,
     },
+    /// The error that ends this invocation (`failure` says it).
+    Failed(&'a Error),
 }
 
 /// Who sees a message.
@@ -192,6 +195,8 @@ pub(crate) enum Message<'a> {
 pub(super) enum Shown {
     /// Whatever the verbosity.
     Always,
+    /// Unless `--quiet`.
+    UnlessQuiet,
     /// Only with `--verbose`.
     Verbose,
 }
@@ -518,6 +523,7 @@ impl Message<'_> {
                 Event::info("notify_dropped").with("what", what),
                 format!("not passed on to systemd from the command: {what}"),
             ),
+            Message::Failed(err) => failure::said(err),
             Message::Dropped { count } => always(
                 Event::warning("dropped").with("count", count),
                 format!(

@@ -32,8 +32,7 @@ fn unreachable_lock() -> Lock {
 #[tokio::test]
 async fn a_command_not_started_says_the_lock_could_not_be_released_and_when_it_expires() {
     let mut lock = unreachable_lock();
-    let ttl = Duration::from_secs(30);
-    let err = not_started("nope".into(), SpawnError::NotFound, &mut lock, ttl).await;
+    let err = not_started("nope".into(), SpawnError::NotFound, &mut lock).await;
     assert_eq!(err.exit_code(), exit_code::NOT_FOUND);
     let said = err.to_string();
     assert!(

@@ -3,6 +3,7 @@
 //! when the command is stopped.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use super::*;
 
@@ -71,8 +72,7 @@ impl<'a> Scripted<'a> {
 impl Renew for Scripted<'_> {
     type Error = &'static str;
 
-    fn renew(&mut self, ttl: Duration) -> impl Future<Output = Result<Renewal, &'static str>> {
-        assert_eq!(ttl, timing().ttl, "a renewal asks for the whole ttl");
+    fn renew(&mut self) -> impl Future<Output = Result<Renewal, &'static str>> {
         let now = BootInstant::now();
         self.sent
             .push((since(self.t0, now), since(self.t0, self.lease.deadline())));

@@ -7,7 +7,8 @@ use futures_util::stream::{self, StreamExt};
 
 use super::*;
 use crate::clock::BootInstant;
-use crate::lock::{HoldersAndWaiters, LockError, Share, SubscriptionRefused};
+use crate::lease::Timing;
+use crate::lock::{AttemptResult, Grant, HoldersAndWaiters, LockError, Share, SubscriptionRefused};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -135,7 +136,7 @@ impl Contended for Scripted {
             .map_or(Subscription::NoMessages, Subscription::Wakes)
     }
 
-    fn handed_over(&mut self, fence: u64, _: Option<u32>, _: Duration) -> Option<Grant> {
+    fn handed_over(&mut self, fence: u64, _: Option<u32>) -> Option<Grant> {
         self.handed_as_it_is.then(|| Grant {
             fence,
             sent: BootInstant::now(),

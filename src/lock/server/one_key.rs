@@ -56,7 +56,6 @@ impl<'a> OneKey<'a> {
     /// of a lock held together counted: only a run alone acquires this way.
     pub(super) async fn acquire(
         self,
-        ttl: Duration,
         me: &Requester,
         sent: BootInstant,
         waits: bool,
@@ -65,7 +64,7 @@ impl<'a> OneKey<'a> {
         if server.hold != Hold::Alone {
             return Err(refusal);
         }
-        let ttl = whole_up(ttl, MS).to_string();
+        let ttl = whole_up(server.timing.ttl, MS).to_string();
         let started = Instant::now();
         let token = server.token.as_str().to_owned();
         let line = server.line().await?;
@@ -112,12 +111,12 @@ impl<'a> OneKey<'a> {
     }
 
     /// A lease held together is not on the key that this path renews.
-    pub(super) async fn renew(self, ttl: Duration) -> Result<Renewal, LockError> {
+    pub(super) async fn renew(self) -> Result<Renewal, LockError> {
         let OneKey { server, refusal } = self;
         if server.hold == Hold::Together {
             return Err(refusal);
         }
-        let ttl = whole_up(ttl, MS).to_string();
+        let ttl = whole_up(server.timing.ttl, MS).to_string();
         let started = Instant::now();
         let token = server.token.as_str().to_owned();
         let lease = server
