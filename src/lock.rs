@@ -32,9 +32,9 @@ pub(crate) use self::error::LockError;
 pub(crate) use self::history::{merge as merge_histories, Recorded, Run, ToRecord};
 pub(crate) use self::keys::{Keys, Token};
 pub(crate) use self::records::{
-    is_gone_from_here, DoneRecord, Holder, HoldersAndWaiters, Requester, Share, Waiter,
+    is_gone_from_here, DoneRecord, Holder, HoldersAndWaiters, Requester, Waiter,
 };
-pub(crate) use self::role::{Hold, ReplicaAcks, Role};
+pub(crate) use self::role::{Holding, ReplicaAcks, Role};
 pub(crate) use self::scripts::Released;
 pub(crate) use self::status::{Occupancy, Status, View, Views};
 #[cfg(test)]

@@ -7,7 +7,7 @@ use futures_util::stream::{self, StreamExt};
 
 use super::*;
 use crate::clock::BootInstant;
-use crate::lock::{HoldersAndWaiters, LockError, Share, SubscriptionRefused};
+use crate::lock::{HoldersAndWaiters, LockError, SubscriptionRefused};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -171,7 +171,7 @@ impl Contended for Scripted {
 }
 
 async fn wait_on(lock: &mut Scripted, wait: Option<Wait>) -> Result<Attempt, LockError> {
-    let me = Requester::new(&["job".into()], Share::Alone);
+    let me = Requester::new(&["job".into()]);
     let systemd = crate::notify::Systemd::default();
     acquire(lock, &me, wait, false, &systemd).await
 }

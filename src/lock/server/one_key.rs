@@ -19,7 +19,7 @@ use crate::lock::keys::Part;
 use crate::lock::records::{Holder, HoldersAndWaiters, Requester, Waiter};
 use crate::lock::scripts::{self, Call, OneKeyArgs, OneKeyReply, Released};
 use crate::lock::status::Status;
-use crate::lock::{Attempt, Grant, Hold, Renewal, ReplicaAcks};
+use crate::lock::{Attempt, Grant, Holding, Renewal, ReplicaAcks};
 use crate::redis_conn::{ErrorKind, Unready};
 
 /// A server that refused a script because the lock's keys may be split
@@ -62,7 +62,7 @@ impl<'a> OneKey<'a> {
         waits: bool,
     ) -> Result<(Attempt, ReplicatedWrite), LockError> {
         let OneKey { server, refusal } = self;
-        if server.hold != Hold::Alone {
+        if !matches!(server.holding, Holding::Alone { once_per: None, .. }) {
             return Err(refusal);
         }
         let ttl = whole_up(ttl, MS).to_string();
@@ -114,7 +114,7 @@ impl<'a> OneKey<'a> {
     /// A lease held together is not on the key that this path renews.
     pub(super) async fn renew(self, ttl: Duration) -> Result<Renewal, LockError> {
         let OneKey { server, refusal } = self;
-        if server.hold == Hold::Together {
+        if server.holding.together() {
             return Err(refusal);
         }
         let ttl = whole_up(ttl, MS).to_string();
@@ -144,14 +144,16 @@ impl<'a> OneKey<'a> {
     /// on the key that this path releases.
     pub(super) async fn release(self, keep_for: Option<Duration>) -> Result<Released, LockError> {
         let OneKey { server, refusal } = self;
-        if server.hold == Hold::Together {
+        if server.holding.together() {
             return Err(refusal);
         }
         let token = server.token.as_str().to_owned();
         if server.arrival.is_some() {
             server.leave_line(&token).await;
         }
-        if let (None, Hold::Alone, Some(fence)) = (keep_for, server.hold, server.fence) {
+        if let (None, Holding::Alone { once_per: None, .. }, Some(fence)) =
+            (keep_for, server.holding, server.fence)
+        {
             // A line that cannot be read is passed over: the lock then goes
             // to nobody, and the runs in line find it free.
             if let Ok(Line {
