@@ -269,9 +269,9 @@ impl Lock {
     /// majority granted it and the lease, counted from the send less the
     /// drift allowance, still has more than a renewal period plus the kill
     /// grace left.
-    pub(crate) async fn try_acquire(&mut self, me: &Requester, mode: Mode) -> AttemptResult {
+    pub(crate) async fn try_acquire(&mut self, requester: &Requester, mode: Mode) -> AttemptResult {
         let mut not_given_back = Vec::new();
-        let outcome = self.attempt(me, mode, &mut not_given_back).await;
+        let outcome = self.attempt(requester, mode, &mut not_given_back).await;
         AttemptResult {
             outcome,
             not_given_back,
@@ -282,7 +282,7 @@ impl Lock {
     /// be given back what the attempt may have taken there.
     async fn attempt(
         &mut self,
-        me: &Requester,
+        requester: &Requester,
         mode: Mode,
         not_given_back: &mut Vec<NotGivenBack>,
     ) -> Result<Attempt, LockError> {
@@ -296,7 +296,7 @@ impl Lock {
         let is_done = |attempt: &Attempt| matches!(attempt, Attempt::Done(_));
         let tally = ask(
             &mut self.servers,
-            |s| s.acquire(timing.ttl, me, rules.mode, rules.min_uptime),
+            |s| s.acquire(timing.ttl, requester, rules.mode, rules.min_uptime),
             Until::Settled(&|tally: &Tally<Attempt>| {
                 tally.count(is_done) > 0 || tally.decided(|a| granted(a).is_some())
             }),

@@ -219,7 +219,7 @@ async fn acquire(
     let err = match outcome {
         Ok(Attempt::Acquired(grant)) => return Ok(RunOrSkip::Run(grant)),
         Ok(Attempt::Done(done)) => return Ok(RunOrSkip::Skip(done)),
-        Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) => busy(Some(taken), None),
+        Ok(Attempt::Busy(found) | Attempt::Queued { found, .. }) => busy(Some(found), None),
         Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
         Ok(Attempt::Mismatch { slots }) => Error::Usage(mismatch(config, slots)),
         // Only a failure that waiting may see pass outlasts a bounded wait.

@@ -178,11 +178,11 @@ impl Server {
     pub(super) async fn acquire(
         &mut self,
         ttl: Duration,
-        me: &Requester,
+        requester: &Requester,
         mode: Mode,
         min_uptime: Option<Duration>,
     ) -> Result<Attempt, LockError> {
-        let call = self.acquire_call(ttl, me, mode, min_uptime);
+        let call = self.acquire_call(ttl, requester, mode, min_uptime);
         let sent = BootInstant::now();
         let started = Instant::now();
         self.first_sent.get_or_insert(sent);
@@ -200,7 +200,7 @@ impl Server {
             Err(err) => {
                 let waits = matches!(mode, Mode::Wait { .. });
                 OneKey::after(err, self)?
-                    .acquire(ttl, me, sent, waits)
+                    .acquire(ttl, requester, sent, waits)
                     .await?
             }
             Ok(reply) => {
@@ -246,16 +246,16 @@ impl Server {
                 replicas,
                 slot,
             } => (Attempt::Acquired(Grant { fence, sent, slot }), replicas),
-            Acquire::Busy(taken) => (Attempt::Busy(taken), 0),
+            Acquire::Busy(found) => (Attempt::Busy(found), 0),
             Acquire::Queued {
-                taken,
+                found,
                 arrival,
                 retry,
                 node,
             } => {
                 self.arrival = Some(arrival);
                 self.follow_slot(node.as_deref());
-                (Attempt::Queued { taken, retry }, 0)
+                (Attempt::Queued { found, retry }, 0)
             }
             Acquire::Superseded { by } => (Attempt::Superseded { by }, 0),
             Acquire::Done(done) => (Attempt::Done(done), 0),
@@ -280,7 +280,7 @@ impl Server {
     fn acquire_call(
         &self,
         ttl: Duration,
-        me: &Requester,
+        requester: &Requester,
         mode: Mode,
         min_uptime: Option<Duration>,
     ) -> Call<Acquire> {
@@ -295,9 +295,9 @@ impl Server {
         let args = AcquireArgs {
             token: self.token.as_str(),
             ttl_ms: whole_up(ttl, MS),
-            host: &me.host,
-            pid: me.pid,
-            command: &me.command,
+            host: &requester.host,
+            pid: requester.pid,
+            command: &requester.command,
             waits,
             arrival: self.arrival.as_deref().unwrap_or(""),
             listening,

@@ -36,7 +36,7 @@ impl Says {
     fn attempt(self) -> Result<Attempt, LockError> {
         match self {
             Queued(retry) => Ok(Attempt::Queued {
-                taken: HoldersAndWaiters::unknown(),
+                found: HoldersAndWaiters::unknown(),
                 retry,
             }),
             Busy => Ok(Attempt::Busy(HoldersAndWaiters::unknown())),
@@ -171,9 +171,9 @@ impl Contended for Scripted {
 }
 
 async fn wait_on(lock: &mut Scripted, wait: Option<Wait>) -> Result<Attempt, LockError> {
-    let me = Requester::new(&["job".into()]);
+    let requester = Requester::new(&["job".into()]);
     let systemd = crate::notify::Systemd::default();
-    acquire(lock, &me, wait, false, &systemd).await
+    acquire(lock, &requester, wait, false, &systemd).await
 }
 
 #[tokio::test(start_paused = true)]

@@ -57,7 +57,7 @@ impl<'a> OneKey<'a> {
     pub(super) async fn acquire(
         self,
         ttl: Duration,
-        me: &Requester,
+        requester: &Requester,
         sent: BootInstant,
         waits: bool,
     ) -> Result<(Attempt, ReplicatedWrite), LockError> {
@@ -93,9 +93,9 @@ impl<'a> OneKey<'a> {
                         .await?;
                     holder.fence
                 }
-                None => server.grant_one_key(&ttl, me).await?,
+                None => server.grant_one_key(&ttl, requester).await?,
             },
-            _ => server.grant_one_key(&ttl, me).await?,
+            _ => server.grant_one_key(&ttl, requester).await?,
         };
         if server.arrival.is_some() {
             server.leave_line(&token).await;
@@ -242,11 +242,11 @@ impl Server {
         self.invoke(&Call::on_key(&self.keys, part, &args)).await
     }
 
-    /// What the replicas of the node that took `piece` must acknowledge.
-    fn written(piece: &OneKeyReply, started: Instant) -> ReplicatedWrite {
+    /// What the replicas of the node that wrote `reply` must acknowledge.
+    fn written(reply: &OneKeyReply, started: Instant) -> ReplicatedWrite {
         ReplicatedWrite {
-            replicas: piece.replicas,
-            node: Some(piece.node.clone()).filter(|node| !node.is_empty()),
+            replicas: reply.replicas,
+            node: Some(reply.node.clone()).filter(|node| !node.is_empty()),
             started,
         }
     }
@@ -271,7 +271,7 @@ impl Server {
             .pttl
             .and_then(|ms| u64::try_from(ms).ok())
             .map(Duration::from_millis);
-        let taken = HoldersAndWaiters {
+        let found = HoldersAndWaiters {
             held: lease.pttl.is_some_and(|ms| ms != -2),
             left,
             holder: holder.ok().and_then(|found| found.holder),
@@ -286,17 +286,23 @@ impl Server {
                 .as_ref()
                 .is_some_and(|first| first.id == self.token.as_str());
             let retry = if first { left } else { None };
-            return Ok((Attempt::Queued { taken, retry }, written));
+            return Ok((Attempt::Queued { found, retry }, written));
         }
-        Ok((Attempt::Busy(taken), written))
+        Ok((Attempt::Busy(found), written))
     }
 
     /// The next fencing token and the holder record, for a lease just taken.
-    async fn grant_one_key(&mut self, ttl: &str, me: &Requester) -> Result<u64, LockError> {
+    async fn grant_one_key(&mut self, ttl: &str, requester: &Requester) -> Result<u64, LockError> {
         let next = self.piece(Part::Fence, "fence_next", &[]).await?;
         let fence = next.fence.unwrap_or_default();
-        let (pid, shown) = (me.pid.to_string(), fence.to_string());
-        let record = [me.host.as_str(), &pid, &me.command, &shown, ttl];
+        let (pid, shown) = (requester.pid.to_string(), fence.to_string());
+        let record = [
+            requester.host.as_str(),
+            &pid,
+            &requester.command,
+            &shown,
+            ttl,
+        ];
         self.piece(Part::Holder, "holder_set", &record).await?;
         Ok(fence)
     }
