@@ -14,7 +14,7 @@ use crate::cli::{Action, Cli, ListArgs, RedisArgs, RunArgs};
 use crate::clock::{limit, show_exact};
 use crate::error::Error;
 use crate::lease::Timing;
-use crate::lock::{Keys, ReplicaAcks, Servers, Share};
+use crate::lock::{Holding, Keys, ReplicaAcks, Servers};
 use crate::redis_conn::{url_refusal, Target, UrlSource};
 use crate::report::Format;
 use crate::report::Verbosity;
@@ -96,10 +96,8 @@ pub(crate) struct RunConfig {
     pub(crate) supersede: bool,
     pub(crate) busy_exit_code: u8,
     pub(crate) min_hold: Option<Duration>,
-    /// `--once-per`: a success is recorded for this long.
-    pub(crate) once_per: Option<Duration>,
-    /// With whom the run holds the lock (`--slots`, `--shared`).
-    pub(crate) share: Share,
+    /// `--slots`, `--shared`, `--once-per`.
+    pub(crate) holding: Holding,
     pub(crate) timeout: Option<Duration>,
     /// `--metrics-file`.
     pub(crate) metrics_file: Option<PathBuf>,
@@ -343,7 +341,7 @@ impl RunConfig {
                 target.set_limit_from_ttl(timing.redis_timeout, timing.ttl);
             }
         }
-        let share = share(&args, lock.servers.targets().len() > 1)?;
+        let holding = holding(&args, lock.servers.targets().len() > 1)?;
         let verbosity = match (args.quiet, args.verbose) {
             (true, _) => Verbosity::Quiet,
             (_, true) => Verbosity::Verbose,
@@ -360,8 +358,7 @@ impl RunConfig {
             supersede: args.supersede,
             busy_exit_code: args.busy_exit_code,
             min_hold: bounded_if_given("--min-hold", positive("--min-hold", args.min_hold)?)?,
-            once_per: bounded_if_given("--once-per", positive("--once-per", args.once_per)?)?,
-            share,
+            holding,
             timeout: bounded_if_given("--timeout", positive("--timeout", args.timeout)?)?,
             metrics_file: args.metrics_file,
             history: args.history.unwrap_or(DEFAULT_HISTORY),
@@ -456,13 +453,16 @@ fn bounded_if_given(flag: &str, value: Option<Duration>) -> Result<Option<Durati
     value.map(|d| bounded(flag, d)).transpose()
 }
 
-/// With whom a run holds the lock, from `--slots` and `--shared`, refusing
-/// what lockrun cannot promise.
-fn share(args: &RunArgs, quorum: bool) -> Result<Share, Error> {
-    let share = match (args.slots, args.shared) {
-        (None, false) => Share::Alone,
-        (None | Some(1), true) => Share::Shared,
-        (Some(n), false) => Share::Slots(n),
+/// How a run holds the lock, from `--slots`, `--shared` and `--once-per`,
+/// refusing what lockrun cannot promise.
+fn holding(args: &RunArgs, quorum: bool) -> Result<Holding, Error> {
+    let holding = match (args.slots, args.shared) {
+        (None | Some(1), false) => Holding::Alone {
+            once_per: bounded_if_given("--once-per", positive("--once-per", args.once_per)?)?,
+            slot_zero: args.slots.is_some(),
+        },
+        (None | Some(1), true) => Holding::Shared,
+        (Some(n), false) => Holding::Slots(n),
         (Some(n), true) => {
             return Err(Error::Usage(format!(
                 "--shared and --slots {n} do not combine: give --slots N for at most N at \
@@ -470,10 +470,10 @@ fn share(args: &RunArgs, quorum: bool) -> Result<Share, Error> {
             )))
         }
     };
-    let what = match share {
-        _ if !share.together() => return Ok(share),
-        Share::Shared => "--shared".to_owned(),
-        Share::Alone | Share::Slots(_) => format!("--slots {}", share.slots()),
+    let what = match holding {
+        Holding::Alone { .. } => return Ok(holding),
+        Holding::Shared => "--shared".to_owned(),
+        Holding::Slots(n) => format!("--slots {n}"),
     };
     if args.once_per.is_some() {
         return Err(Error::Usage(format!(
@@ -486,7 +486,7 @@ fn share(args: &RunArgs, quorum: bool) -> Result<Share, Error> {
              --redis servers holds the lock for one run at a time"
         )));
     }
-    Ok(share)
+    Ok(holding)
 }
 
 fn positive(flag: &str, value: Option<Duration>) -> Result<Option<Duration>, Error> {

@@ -32,9 +32,9 @@ pub(crate) use self::error::LockError;
 pub(crate) use self::history::{merge as merge_histories, Recorded, Run, ToRecord};
 pub(crate) use self::keys::{Keys, Token};
 pub(crate) use self::records::{
-    is_gone_from_here, DoneRecord, Holder, HoldersAndWaiters, Requester, Share, Waiter,
+    is_gone_from_here, DoneRecord, Holder, HoldersAndWaiters, Requester, Waiter,
 };
-pub(crate) use self::role::{Hold, ReplicaAcks, Role};
+pub(crate) use self::role::{Holding, ReplicaAcks, Role};
 pub(crate) use self::scripts::Released;
 pub(crate) use self::status::{Occupancy, Status, View, Views};
 #[cfg(test)]
@@ -245,7 +245,7 @@ impl Lock {
     /// be given back what the attempt may have taken there.
     async fn attempt(
         &mut self,
-        me: &Requester,
+        requester: &Requester,
         mode: Mode,
         not_given_back: &mut Vec<NotGivenBack>,
     ) -> Result<Attempt, LockError> {
@@ -259,7 +259,7 @@ impl Lock {
         let is_done = |attempt: &Attempt| matches!(attempt, Attempt::Done(_));
         let tally = ask(
             &mut self.servers,
-            |s| s.acquire(me, rules.mode, rules.min_uptime),
+            |s| s.acquire(requester, rules.mode, rules.min_uptime),
             Until::Settled(&|tally: &Tally<Attempt>| {
                 tally.count(is_done) > 0 || tally.decided(|a| granted(a).is_some())
             }),

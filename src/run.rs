@@ -11,8 +11,8 @@ use crate::error::{Busy, Error, Unreleased};
 use crate::exit_code::{self, Exit};
 use crate::lease::Lease;
 use crate::lock::{
-    Attempt, DoneRecord, Grant, Hold, HoldersAndWaiters, Keys, Lock, LockError, Released,
-    Requester, Role, Run, Servers, Share, ToRecord, Token,
+    Attempt, DoneRecord, Grant, HoldersAndWaiters, Holding, Keys, Lock, LockError, Released,
+    Requester, Role, Run, Servers, ToRecord, Token,
 };
 use crate::notify::{self, Systemd};
 use crate::report::{self, Message};
@@ -53,7 +53,7 @@ async fn run_steps(
     let asked = BootInstant::now();
     // Who this run is, for its holder record, its place in line and its
     // history: said once, for host name and pid do not change.
-    let requester = Requester::new(&config.command, config.share);
+    let requester = Requester::new(&config.command);
     // The command's environment is copied while the acquire (polled first)
     // waits on Redis: not on the way from the grant to the fork, where a
     // hand-off would wait for it (BENCHMARKS.md).
@@ -77,7 +77,7 @@ async fn run_steps(
             return Err(not_started(config.program(), cause, &mut lock).await);
         }
     };
-    let slot = config.share.slot(grant.slot);
+    let slot = config.holding.slot(grant.slot);
     let on = &config.lock.servers;
     let waited = asked.elapsed();
     say_acquired(&lock, on, grant.fence, slot, &child, waited);
@@ -154,7 +154,7 @@ fn lock(config: &RunConfig, token: &Token) -> Lock {
     }
     let role = Role {
         token: token.clone(),
-        hold: Hold::of(config.share, config.once_per.is_some()),
+        holding: config.holding,
         acks: config.replica_acks,
         may_wait: config.wait.is_some_and(wait::Wait::may_wait),
     };
@@ -217,7 +217,7 @@ async fn acquire(
     let err = match outcome {
         Ok(Attempt::Acquired(grant)) => return Ok(RunOrSkip::Run(grant)),
         Ok(Attempt::Done(done)) => return Ok(RunOrSkip::Skip(done)),
-        Ok(Attempt::Busy(found) | Attempt::Queued { taken: found, .. }) => busy(Some(found), None),
+        Ok(Attempt::Busy(found) | Attempt::Queued { found, .. }) => busy(Some(found), None),
         Ok(Attempt::Superseded { by }) => busy(None, Some(by)),
         Ok(Attempt::Mismatch { slots }) => Error::Usage(mismatch(config, slots)),
         // Only a failure that waiting may see pass outlasts a bounded wait.
@@ -255,7 +255,7 @@ fn mismatch(config: &RunConfig, theirs: u32) -> String {
          it when nobody holds or waits",
         config.lock.name,
         given(theirs),
-        given(config.share.slots())
+        given(config.holding.slots())
     )
 }
 
@@ -274,7 +274,7 @@ fn start(
         "LOCKRUN_FENCING_TOKEN",
         Some(grant.fence.to_string().into()),
     ));
-    if let Some(slot) = config.share.slot(grant.slot) {
+    if let Some(slot) = config.holding.slot(grant.slot) {
         env.push(("LOCKRUN_SLOT", Some(slot.to_string().into())));
     }
     env.extend(systemd.for_command());
@@ -353,7 +353,7 @@ impl ActiveRun {
         // end, makes the job done this period: any failure lets the next
         // run through.
         let succeeded = stop.is_none() && matches!(ended.status, Ok(s) if s.success());
-        let done_for = config.once_per.filter(|_| succeeded);
+        let done_for = config.holding.once_per().filter(|_| succeeded);
         let record = ToRecord::new(config.history, &self.record(config, ended));
         let released = self.lock.release(keep, done_for, record.as_ref()).await;
         if let Some(unheard) = self.lock.take_unheard() {
@@ -376,7 +376,7 @@ impl ActiveRun {
             command: program_name(config),
             fence: self.fence,
             slot: self.slot,
-            shared: config.share == Share::Shared,
+            shared: config.holding == Holding::Shared,
             waited_ms: whole(self.waited, MS),
             held_ms: whole(self.started.elapsed(), MS),
             exit: status.and_then(std::process::ExitStatus::code),

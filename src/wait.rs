@@ -65,7 +65,7 @@ impl Wait {
 /// certificate, someone else's data at a key), ends at once.
 pub(crate) async fn acquire(
     lock: &mut impl Contended,
-    me: &Requester,
+    requester: &Requester,
     wait: Option<Wait>,
     supersede: bool,
     systemd: &Systemd,
@@ -74,7 +74,7 @@ pub(crate) async fn acquire(
     let timing = lock.timing();
     let mut waiter = Waiter {
         lock,
-        me,
+        requester,
         supersede,
         started,
         give_up: give_up_at(wait, started),
@@ -107,7 +107,7 @@ fn give_up_at(wait: Option<Wait>, started: Instant) -> Option<Instant> {
 /// A run waiting for the lock.
 struct Waiter<'a, L> {
     lock: &'a mut L,
-    me: &'a Requester,
+    requester: &'a Requester,
     supersede: bool,
     started: Instant,
     /// When the wait runs out; `None` waits forever.
@@ -177,9 +177,9 @@ impl<L: Contended> Waiter<'_, L> {
                 }
             }
             self.subscribe_if_due().await;
-            let tried = self.lock.try_acquire(self.me, self.mode()).await;
-            self.not_given_back(&tried.not_given_back);
-            let attempt = tried.outcome;
+            let result = self.lock.try_acquire(self.requester, self.mode()).await;
+            self.not_given_back(&result.not_given_back);
+            let attempt = result.outcome;
             let now = Instant::now();
             let waited_out = self.give_up.is_some_and(|t| t <= now);
             let retry = match self.judge(attempt, waited_out, std::mem::take(&mut first))? {
@@ -268,33 +268,33 @@ impl<L: Contended> Waiter<'_, L> {
         first: bool,
     ) -> Result<ControlFlow<Attempt, Option<Duration>>, LockError> {
         match attempt {
-            Ok(Attempt::Busy(taken) | Attempt::Queued { taken, .. }) if waited_out => {
-                Ok(ControlFlow::Break(Attempt::Busy(taken)))
+            Ok(Attempt::Busy(found) | Attempt::Queued { found, .. }) if waited_out => {
+                Ok(ControlFlow::Break(Attempt::Busy(found)))
             }
-            Ok(Attempt::Queued { taken, retry }) => {
+            Ok(Attempt::Queued { found, retry }) => {
                 self.answers_again();
-                let place = self.place.map_or(taken.waiting, |p| p.min(taken.waiting));
+                let place = self.place.map_or(found.waiting, |p| p.min(found.waiting));
                 self.place = Some(place);
-                self.systemd.waiting(self.lock.name(), &taken, self.place);
+                self.systemd.waiting(self.lock.name(), &found, self.place);
                 self.say_refused_wakes();
                 if first {
                     report::say(Message::Waiting {
                         lock: self.lock.redis_key(),
-                        waiting: taken.waiting,
-                        place: Some(taken.waiting),
-                        held: taken.held,
+                        waiting: found.waiting,
+                        place: Some(found.waiting),
+                        held: found.held,
                     });
                 }
                 Ok(ControlFlow::Continue(retry))
             }
-            Ok(Attempt::Busy(taken)) => {
-                self.systemd.waiting(self.lock.name(), &taken, None);
+            Ok(Attempt::Busy(found)) => {
+                self.systemd.waiting(self.lock.name(), &found, None);
                 if !self.answers_again() {
                     report::say(Message::Waiting {
                         lock: self.lock.redis_key(),
-                        waiting: taken.waiting,
+                        waiting: found.waiting,
                         place: None,
-                        held: taken.held,
+                        held: found.held,
                     });
                 }
                 Ok(ControlFlow::Continue(None))
@@ -378,12 +378,12 @@ impl<L: Contended> Waiter<'_, L> {
                     // said after that attempt (`judge`): said before it, a
                     // release in between would still find this run listening
                     // and, hearing nobody on its channel, take it for dead.
-                    Some(Wake::Unheard(unheard)) => {
+                    Some(Wake::Unheard(refused)) => {
                         self.wakes = None;
-                        if unheard.by_acl {
-                            self.refused_wakes = Some(unheard.why);
+                        if refused.by_acl {
+                            self.refused_wakes = Some(refused.why);
                         } else {
-                            report::say(Message::Polling { why: &unheard.why });
+                            report::say(Message::Polling { why: &refused.why });
                         }
                         return None;
                     }

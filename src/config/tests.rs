@@ -102,6 +102,31 @@ fn run_with_file(flags: &[&str], file: Option<&str>) -> Result<RunConfig, Error>
 }
 
 #[test]
+fn slots_shared_and_once_per_make_how_a_run_holds_the_lock() {
+    let holding = |flags: &[&str]| {
+        let flags: Vec<&str> = [SERVER].iter().chain(flags).copied().collect();
+        run_config(&flags).expect("valid").holding
+    };
+    let hour = Some(Duration::from_secs(3600));
+    assert_eq!(holding(&[]), Holding::ALONE);
+    assert_eq!(
+        holding(&["--slots=1", "--once-per=1h"]),
+        Holding::Alone {
+            once_per: hour,
+            slot_zero: true
+        }
+    );
+    assert_eq!(holding(&["--slots=3"]), Holding::Slots(3));
+    assert_eq!(holding(&["--shared"]), Holding::Shared);
+    assert_eq!(holding(&["--shared", "--slots=1"]), Holding::Shared);
+    let err = run_config(&[SERVER, "--shared", "--once-per=1h"]).expect_err("alone only");
+    assert_eq!(
+        err.to_string(),
+        "--once-per is for runs that hold the lock alone, not with --shared"
+    );
+}
+
+#[test]
 fn no_server_named_is_a_usage_error_naming_the_three_ways() {
     let err = run_config(&[]).expect_err("no server");
     assert_eq!(err.exit_code(), 64);

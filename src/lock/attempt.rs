@@ -44,7 +44,7 @@ pub(crate) enum Attempt {
     Busy(HoldersAndWaiters),
     /// In line.
     Queued {
-        taken: HoldersAndWaiters,
+        found: HoldersAndWaiters,
         /// How long until a change could come without a message: the
         /// lease's expiry when this run is first, or else the first
         /// waiter's place running out.
@@ -74,7 +74,7 @@ pub(super) fn most_telling(answers: Vec<Attempt>) -> Attempt {
         Attempt::Done(_) => 5,
         Attempt::Superseded { .. } => 4,
         Attempt::Queued { .. } => 3,
-        Attempt::Busy(taken) if taken.held => 2,
+        Attempt::Busy(found) if found.held => 2,
         Attempt::Busy(_) => 1,
         Attempt::Acquired(_) => 0,
     };

@@ -9,51 +9,12 @@ use std::time::Duration;
 /// The longest command line recorded as the holder.
 const MAX_COMMAND_CHARS: usize = 200;
 
-/// Who is asking for the lock, and how it would hold it, as recorded next
-/// to it.
+/// Who is asking for the lock, as recorded next to it.
 #[derive(Clone, Debug)]
 pub(crate) struct Requester {
     pub(crate) host: String,
     pub(crate) pid: u32,
     pub(crate) command: String,
-    pub(crate) share: Share,
-}
-
-/// With whom a run holds the lock.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Share {
-    /// Alone: the default, and `--slots 1`.
-    #[default]
-    Alone,
-    /// With any number of other `--shared` runs, and nobody who holds it
-    /// alone.
-    Shared,
-    /// In one of this many slots (`--slots N`); one slot is the lock alone,
-    /// with slot 0.
-    Slots(u32),
-}
-
-impl Share {
-    /// The number of slots, as runs of one lock must agree on it: 1 for a
-    /// run alone or shared.
-    pub(crate) fn slots(self) -> u32 {
-        match self {
-            Share::Slots(n) => n,
-            Share::Alone | Share::Shared => 1,
-        }
-    }
-
-    /// Whether the lease is one of those held together, kept apart from the
-    /// lease of a run alone.
-    pub(crate) fn together(self) -> bool {
-        self == Share::Shared || self.slots() > 1
-    }
-
-    /// The slot a run granted `grant_slot` is in: with `--slots`, the one
-    /// granted (0 when one slot is the lock alone); none otherwise.
-    pub(crate) fn slot(self, grant_slot: Option<u32>) -> Option<u32> {
-        matches!(self, Share::Slots(_)).then(|| grant_slot.unwrap_or(0))
-    }
 }
 
 /// Whether the holder `host` pid `pid` ran on this host and has ended: a
@@ -79,7 +40,7 @@ fn this_host() -> String {
 }
 
 impl Requester {
-    pub(crate) fn new(command: &[OsString], share: Share) -> Self {
+    pub(crate) fn new(command: &[OsString]) -> Self {
         let host = this_host();
         let mut line = command
             .iter()
@@ -93,7 +54,6 @@ impl Requester {
             host,
             pid: std::process::id(),
             command: line,
-            share,
         }
     }
 }
@@ -267,9 +227,9 @@ mod tests {
     #[test]
     fn long_commands_are_truncated() {
         let long = vec![OsString::from("x".repeat(500))];
-        let me = Requester::new(&long, Share::Alone);
-        assert_eq!(me.command.chars().count(), MAX_COMMAND_CHARS);
-        assert!(me.command.ends_with("..."));
+        let requester = Requester::new(&long);
+        assert_eq!(requester.command.chars().count(), MAX_COMMAND_CHARS);
+        assert!(requester.command.ends_with("..."));
     }
 
     #[test]

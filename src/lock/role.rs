@@ -2,8 +2,9 @@
 //! when the handle is made, and the same for its whole life, so that what
 //! each call sends follows from it rather than from the calls before.
 
+use std::time::Duration;
+
 use super::keys::Token;
-use super::records::Share;
 
 /// A run's part in a lock, or the operator's. Not `Debug`, as `Token` is
 /// not: a token is never printed.
@@ -11,7 +12,7 @@ use super::records::Share;
 pub(crate) struct Role {
     /// The run's token, also its id in the line; the operator's is empty.
     pub(crate) token: Token,
-    pub(crate) hold: Hold,
+    pub(crate) holding: Holding,
     pub(crate) acks: ReplicaAcks,
     /// Whether the run may wait in line: then, on one server, its wake-up
     /// messages ride on the connection it calls on (where the topology
@@ -25,37 +26,76 @@ impl Role {
     pub(crate) fn operator() -> Self {
         Role {
             token: Token::default(),
-            hold: Hold::Alone,
+            holding: Holding::ALONE,
             acks: ReplicaAcks::Count(0),
             may_wait: false,
         }
     }
 }
 
-/// How a run holds the lock, as far as the calls to Redis differ: which
-/// keys its lease is on, and what its acquisitions check.
+/// How a run holds the lock (`--slots`, `--shared`, `--once-per`), made
+/// once by `config`: what its acquisitions ask the scripts for, which keys
+/// its lease is on, what the command is told and what its records say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Hold {
+pub(crate) enum Holding {
     /// Alone: the default, and `--slots 1`.
-    Alone,
-    /// Alone, once per period (`--once-per`): every acquisition checks for
-    /// the job's success this period, and a lease handed over is confirmed
-    /// by one more call that checks too.
-    OncePer,
-    /// With others (`--slots N`, `--shared`): on the keys of the leases held
-    /// together, not the lease of a run alone.
-    Together,
+    Alone {
+        /// `--once-per`: every acquisition checks for the job's success
+        /// this period, which a success records for this long; a lease
+        /// handed over is confirmed by one more call that checks too.
+        once_per: Option<Duration>,
+        /// `--slots 1`: the lock alone as slot 0, which the command is told.
+        slot_zero: bool,
+    },
+    /// With any number of other `--shared` runs, and nobody who holds it
+    /// alone.
+    Shared,
+    /// In one of this many slots, 2 or more (`--slots N`).
+    Slots(u32),
 }
 
-impl Hold {
-    /// A run's, from its `--slots`/`--shared` and whether it gave
-    /// `--once-per` (which `config` allows only alone).
-    pub(crate) fn of(share: Share, once_per: bool) -> Self {
-        match (share.together(), once_per) {
-            (true, _) => Hold::Together,
-            (false, true) => Hold::OncePer,
-            (false, false) => Hold::Alone,
+impl Holding {
+    /// A run alone, with neither `--once-per` nor `--slots`.
+    pub(crate) const ALONE: Holding = Holding::Alone {
+        once_per: None,
+        slot_zero: false,
+    };
+
+    /// Whether the lease is one of those held together (on their own keys,
+    /// not the lease of a run alone).
+    pub(crate) fn together(self) -> bool {
+        matches!(self, Holding::Shared | Holding::Slots(_))
+    }
+
+    /// The number of slots, as runs of one lock must agree on it: 1 for a
+    /// run alone or shared.
+    pub(crate) fn slots(self) -> u32 {
+        match self {
+            Holding::Slots(n) => n,
+            Holding::Alone { .. } | Holding::Shared => 1,
         }
+    }
+
+    /// `--once-per`'s period, for a run alone that gave it.
+    pub(crate) fn once_per(self) -> Option<Duration> {
+        match self {
+            Holding::Alone { once_per, .. } => once_per,
+            Holding::Shared | Holding::Slots(_) => None,
+        }
+    }
+
+    /// The slot of a run granted `grant_slot`: with `--slots`, the one
+    /// granted (0 when one slot is the lock alone); none otherwise.
+    pub(crate) fn slot(self, grant_slot: Option<u32>) -> Option<u32> {
+        let numbered = matches!(
+            self,
+            Holding::Slots(_)
+                | Holding::Alone {
+                    slot_zero: true,
+                    ..
+                }
+        );
+        numbered.then(|| grant_slot.unwrap_or(0))
     }
 }
 
@@ -75,11 +115,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_run_holds_together_with_slots_or_shared_and_once_per_only_alone() {
-        assert_eq!(Hold::of(Share::Alone, false), Hold::Alone);
-        assert_eq!(Hold::of(Share::Slots(1), false), Hold::Alone);
-        assert_eq!(Hold::of(Share::Alone, true), Hold::OncePer);
-        assert_eq!(Hold::of(Share::Slots(3), false), Hold::Together);
-        assert_eq!(Hold::of(Share::Shared, false), Hold::Together);
+    fn only_runs_with_slots_have_one_and_only_shared_or_slots_hold_together() {
+        let slot_zero = Holding::Alone {
+            once_per: None,
+            slot_zero: true,
+        };
+        assert_eq!(Holding::ALONE.slot(None), None);
+        assert_eq!(slot_zero.slot(None), Some(0));
+        assert_eq!(Holding::Slots(3).slot(Some(2)), Some(2));
+        assert_eq!(Holding::Shared.slot(None), None);
+        assert!(!Holding::ALONE.together() && !slot_zero.together());
+        assert!(Holding::Shared.together() && Holding::Slots(3).together());
+        assert_eq!((slot_zero.slots(), Holding::Slots(3).slots()), (1, 3));
     }
 }

@@ -16,14 +16,14 @@ use self::one_key::OneKey;
 use super::error::{Foreign, LockError};
 use super::history::ToRecord;
 use super::keys::{Keys, Token};
-use super::records::{Requester, Share};
+use super::records::Requester;
 use super::scripts::{
     AckedArgs, Acquire, AcquireArgs, Call, ForceRelease, ForceReleaseArgs, Guarded, RaiseFenceArgs,
     Raised, ReleaseArgs, Released, RenewArgs, RenewTogetherArgs, Reply, StatusArgs,
 };
 use super::status::Status;
 use super::wake::{SubscriptionRefused, Wakes};
-use super::{Attempt, Grant, Hold, Mode, Removed, Renewal, ReplicaAcks, Role};
+use super::{Attempt, Grant, Holding, Mode, Removed, Renewal, ReplicaAcks, Role};
 use crate::clock::{whole_up, BootInstant, MS, SECOND};
 use crate::lease::Timing;
 use crate::redis_conn::{ErrorKind, RedisError, Request, Scripts, Session, Target};
@@ -40,7 +40,7 @@ pub(crate) struct Server {
     /// already its own.
     token: Token,
     acks: ReplicaAcks,
-    hold: Hold,
+    holding: Holding,
     /// Fixed for the run: the lease's ttl, the renewal period a hand-over
     /// must fit, and every call's time limit.
     timing: Timing,
@@ -112,7 +112,7 @@ impl Server {
             keys,
             token: role.token.clone(),
             acks: role.acks,
-            hold: role.hold,
+            holding: role.holding,
             first_sent: None,
             in_redis: false,
             arrival: None,
@@ -179,11 +179,11 @@ impl Server {
     /// server up for less than that does not vote.
     pub(super) async fn acquire(
         &mut self,
-        me: &Requester,
+        requester: &Requester,
         mode: Mode,
         min_uptime: Option<Duration>,
     ) -> Result<Attempt, LockError> {
-        let call = self.acquire_call(me, mode, min_uptime);
+        let call = self.acquire_call(requester, mode, min_uptime);
         let sent = BootInstant::now();
         let started = Instant::now();
         self.first_sent.get_or_insert(sent);
@@ -200,10 +200,12 @@ impl Server {
             }
             Err(err) => {
                 let waits = matches!(mode, Mode::Wait { .. });
-                OneKey::after(err, self)?.acquire(me, sent, waits).await?
+                OneKey::after(err, self)?
+                    .acquire(requester, sent, waits)
+                    .await?
             }
             Ok(reply) => {
-                noted = (self.acks == ReplicaAcks::All && self.hold != Hold::Together).then_some(0);
+                noted = (self.acks == ReplicaAcks::All && !self.holding.together()).then_some(0);
                 self.attempt(reply, sent, started)?
             }
         };
@@ -245,16 +247,16 @@ impl Server {
                 replicas,
                 slot,
             } => (Attempt::Acquired(Grant { fence, sent, slot }), replicas),
-            Acquire::Busy(taken) => (Attempt::Busy(taken), 0),
+            Acquire::Busy(found) => (Attempt::Busy(found), 0),
             Acquire::Queued {
-                taken,
+                found,
                 arrival,
                 retry,
                 node,
             } => {
                 self.arrival = Some(arrival);
                 self.follow_slot(node.as_deref());
-                (Attempt::Queued { taken, retry }, 0)
+                (Attempt::Queued { found, retry }, 0)
             }
             Acquire::Superseded { by } => (Attempt::Superseded { by }, 0),
             Acquire::Done(done) => (Attempt::Done(done), 0),
@@ -278,7 +280,7 @@ impl Server {
     /// The acquire script's call, its arguments filled in.
     fn acquire_call(
         &self,
-        me: &Requester,
+        requester: &Requester,
         mode: Mode,
         min_uptime: Option<Duration>,
     ) -> Call<Acquire> {
@@ -293,9 +295,9 @@ impl Server {
         let args = AcquireArgs {
             token: self.token.as_str(),
             ttl_ms: whole_up(self.timing.ttl, MS),
-            host: &me.host,
-            pid: me.pid,
-            command: &me.command,
+            host: &requester.host,
+            pid: requester.pid,
+            command: &requester.command,
             waits,
             arrival: self.arrival.as_deref().unwrap_or(""),
             listening,
@@ -307,9 +309,9 @@ impl Server {
                 .unwrap_or(""),
             supersede,
             refresh_ms: whole_up(refresh, MS),
-            once_per: self.hold == Hold::OncePer,
-            slots: me.share.slots(),
-            shared: me.share == Share::Shared,
+            once_per: self.holding.once_per().is_some(),
+            slots: self.holding.slots(),
+            shared: self.holding == Holding::Shared,
             count_replicas: self.acks == ReplicaAcks::All,
             // Whole seconds, as Redis counts its uptime.
             min_uptime_s: min_uptime.map_or(0, |uptime| whole_up(uptime, SECOND)),
@@ -335,7 +337,7 @@ impl Server {
         self.fence = Some(fence);
         let sent = self.first_sent?;
         let as_it_is = self.acks == ReplicaAcks::Count(0)
-            && self.hold != Hold::OncePer
+            && self.holding.once_per().is_none()
             && sent.elapsed() < self.timing.renew_every;
         as_it_is.then_some(Grant { fence, sent, slot })
     }
@@ -355,7 +357,7 @@ impl Server {
     /// Redis never answered.
     pub(super) async fn renew(&mut self) -> Result<Renewal, LockError> {
         let (token, ttl_ms) = (self.token.as_str(), whole_up(self.timing.ttl, MS));
-        let call = if self.hold == Hold::Together {
+        let call = if self.holding.together() {
             Call::new(&self.keys, &RenewTogetherArgs { token, ttl_ms })
         } else {
             Call::new(&self.keys, &RenewArgs { token, ttl_ms })
@@ -614,10 +616,10 @@ mod tests {
 
     const RENEW_EVERY: Duration = Duration::from_secs(10);
 
-    fn server(acks: ReplicaAcks, hold: Hold) -> Server {
+    fn server(acks: ReplicaAcks, holding: Holding) -> Server {
         let target = Target::parse("redis://127.0.0.1", None).expect("a valid URL");
         let role = Role {
-            hold,
+            holding,
             acks,
             ..Role::operator()
         };
@@ -638,10 +640,10 @@ mod tests {
 
     #[test]
     fn a_lease_handed_over_is_used_as_it_is_while_in_time_for_its_first_renewal() {
-        let mut alone = server(ReplicaAcks::Count(0), Hold::Alone);
+        let mut alone = server(ReplicaAcks::Count(0), Holding::ALONE);
         let grant = handed_over(&mut alone, Duration::from_secs(3)).expect("usable");
         assert_eq!(grant.fence, 42);
-        let mut together = server(ReplicaAcks::Count(0), Hold::Together);
+        let mut together = server(ReplicaAcks::Count(0), Holding::Shared);
         assert!(handed_over(&mut together, Duration::from_secs(3)).is_some());
     }
 
@@ -649,16 +651,20 @@ mod tests {
     fn a_lease_handed_over_is_confirmed_first_when_late_replicated_or_once_per() {
         let late = Duration::from_secs(11);
         let soon = Duration::from_secs(3);
-        for (acks, hold, asked_ago) in [
-            (ReplicaAcks::Count(0), Hold::Alone, late),
-            (ReplicaAcks::Count(1), Hold::Alone, soon),
-            (ReplicaAcks::All, Hold::Alone, soon),
-            (ReplicaAcks::Count(0), Hold::OncePer, soon),
+        let once_per = Holding::Alone {
+            once_per: Some(Duration::from_secs(3600)),
+            slot_zero: false,
+        };
+        for (acks, holding, asked_ago) in [
+            (ReplicaAcks::Count(0), Holding::ALONE, late),
+            (ReplicaAcks::Count(1), Holding::ALONE, soon),
+            (ReplicaAcks::All, Holding::ALONE, soon),
+            (ReplicaAcks::Count(0), once_per, soon),
         ] {
-            let mut server = server(acks, hold);
+            let mut server = server(acks, holding);
             assert!(
                 handed_over(&mut server, asked_ago).is_none(),
-                "{acks:?} {hold:?}"
+                "{acks:?} {holding:?}"
             );
             assert_eq!(
                 server.fence,
@@ -670,7 +676,7 @@ mod tests {
 
     #[test]
     fn nothing_is_handed_over_before_the_first_request() {
-        let mut server = server(ReplicaAcks::Count(0), Hold::Alone);
+        let mut server = server(ReplicaAcks::Count(0), Holding::ALONE);
         assert!(server.handed_over(42, None).is_none());
     }
 }

@@ -27,7 +27,7 @@ fn a_quorum_does_not_queue_and_one_server_does() {
 
 #[test]
 fn the_most_telling_answer_shows_a_holder() {
-    let taken = |held| HoldersAndWaiters {
+    let busy = |held| HoldersAndWaiters {
         held,
         ..HoldersAndWaiters::unknown()
     };
@@ -37,9 +37,9 @@ fn the_most_telling_answer_shows_a_holder() {
         slot: None,
     });
     let found = most_telling(vec![
-        Attempt::Busy(taken(false)),
+        Attempt::Busy(busy(false)),
         grant,
-        Attempt::Busy(taken(true)),
+        Attempt::Busy(busy(true)),
     ]);
     assert!(
         matches!(found, Attempt::Busy(HoldersAndWaiters { held: true, .. })),

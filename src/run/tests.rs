@@ -12,7 +12,7 @@ fn unreachable_lock() -> Lock {
     let servers = Servers::One(Box::new(target));
     let role = Role {
         token: Token::default(),
-        hold: Hold::Alone,
+        holding: Holding::ALONE,
         acks: crate::lock::ReplicaAcks::Count(0),
         may_wait: false,
     };

@@ -8,7 +8,7 @@ use futures_util::stream::{self, StreamExt};
 use super::*;
 use crate::clock::BootInstant;
 use crate::lease::Timing;
-use crate::lock::{AttemptResult, Grant, HoldersAndWaiters, LockError, Share, SubscriptionRefused};
+use crate::lock::{AttemptResult, Grant, HoldersAndWaiters, LockError, SubscriptionRefused};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -37,7 +37,7 @@ impl Says {
     fn attempt(self) -> Result<Attempt, LockError> {
         match self {
             Queued(retry) => Ok(Attempt::Queued {
-                taken: HoldersAndWaiters::unknown(),
+                found: HoldersAndWaiters::unknown(),
                 retry,
             }),
             Busy => Ok(Attempt::Busy(HoldersAndWaiters::unknown())),
@@ -172,9 +172,9 @@ impl Contended for Scripted {
 }
 
 async fn wait_on(lock: &mut Scripted, wait: Option<Wait>) -> Result<Attempt, LockError> {
-    let me = Requester::new(&["job".into()], Share::Alone);
+    let requester = Requester::new(&["job".into()]);
     let systemd = crate::notify::Systemd::default();
-    acquire(lock, &me, wait, false, &systemd).await
+    acquire(lock, &requester, wait, false, &systemd).await
 }
 
 #[tokio::test(start_paused = true)]

@@ -65,7 +65,7 @@ pub(in crate::lock) enum Acquire {
     },
     Busy(HoldersAndWaiters),
     Queued {
-        taken: HoldersAndWaiters,
+        found: HoldersAndWaiters,
         /// The place in line, to ask for again if it is ever lost.
         arrival: String,
         /// How long until a change could come without a message.
@@ -98,9 +98,9 @@ impl Reply for Acquire {
                 replicas: fields.get("replicas")?,
                 slot: fields.optional("slot")?,
             },
-            "busy" => Acquire::Busy(fields.taken()?),
+            "busy" => Acquire::Busy(fields.holders_and_waiters()?),
             "queued" => Acquire::Queued {
-                taken: fields.taken()?,
+                found: fields.holders_and_waiters()?,
                 arrival: fields.get("arrival")?,
                 retry: fields.millis("retry")?,
                 node: fields
@@ -163,7 +163,7 @@ mod tests {
             ("retry", Value::Int(-1)),
         ]);
         let Ok(Guarded::Ran(Acquire::Queued {
-            taken,
+            found,
             arrival,
             retry,
             node: None,
@@ -173,10 +173,10 @@ mod tests {
         };
         assert_eq!(arrival, "17");
         assert_eq!(retry, None);
-        assert_eq!(taken.left, Some(Duration::from_millis(1500)));
-        assert_eq!(taken.waiting, 2);
+        assert_eq!(found.left, Some(Duration::from_millis(1500)));
+        assert_eq!(found.waiting, 2);
         assert_eq!(
-            taken.holder.map(|h| (h.host, h.pid)),
+            found.holder.map(|h| (h.host, h.pid)),
             Some(("h1".into(), 42))
         );
     }

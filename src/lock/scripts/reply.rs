@@ -60,7 +60,7 @@ impl Fields {
         Ok(DoneRecord::from_fields(&self.get("done")?))
     }
 
-    pub(super) fn taken(&self) -> Result<HoldersAndWaiters, ParsingError> {
+    pub(super) fn holders_and_waiters(&self) -> Result<HoldersAndWaiters, ParsingError> {
         let pttl: i64 = self.get("pttl")?;
         Ok(HoldersAndWaiters {
             held: pttl != -2,

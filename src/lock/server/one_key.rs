@@ -19,7 +19,7 @@ use crate::lock::keys::Part;
 use crate::lock::records::{Holder, HoldersAndWaiters, Requester, Waiter};
 use crate::lock::scripts::{self, Call, OneKeyArgs, OneKeyReply, Released};
 use crate::lock::status::Status;
-use crate::lock::{Attempt, Grant, Hold, Renewal, ReplicaAcks};
+use crate::lock::{Attempt, Grant, Holding, Renewal, ReplicaAcks};
 use crate::redis_conn::{ErrorKind, Unready};
 
 /// A server that refused a script because the lock's keys may be split
@@ -56,12 +56,12 @@ impl<'a> OneKey<'a> {
     /// of a lock held together counted: only a run alone acquires this way.
     pub(super) async fn acquire(
         self,
-        me: &Requester,
+        requester: &Requester,
         sent: BootInstant,
         waits: bool,
     ) -> Result<(Attempt, ReplicatedWrite), LockError> {
         let OneKey { server, refusal } = self;
-        if server.hold != Hold::Alone {
+        if !matches!(server.holding, Holding::Alone { once_per: None, .. }) {
             return Err(refusal);
         }
         let ttl = whole_up(server.timing.ttl, MS).to_string();
@@ -92,9 +92,9 @@ impl<'a> OneKey<'a> {
                         .await?;
                     holder.fence
                 }
-                None => server.grant_one_key(&ttl, me).await?,
+                None => server.grant_one_key(&ttl, requester).await?,
             },
-            _ => server.grant_one_key(&ttl, me).await?,
+            _ => server.grant_one_key(&ttl, requester).await?,
         };
         if server.arrival.is_some() {
             server.leave_line(&token).await;
@@ -113,7 +113,7 @@ impl<'a> OneKey<'a> {
     /// A lease held together is not on the key that this path renews.
     pub(super) async fn renew(self) -> Result<Renewal, LockError> {
         let OneKey { server, refusal } = self;
-        if server.hold == Hold::Together {
+        if server.holding.together() {
             return Err(refusal);
         }
         let ttl = whole_up(server.timing.ttl, MS).to_string();
@@ -143,14 +143,16 @@ impl<'a> OneKey<'a> {
     /// on the key that this path releases.
     pub(super) async fn release(self, keep_for: Option<Duration>) -> Result<Released, LockError> {
         let OneKey { server, refusal } = self;
-        if server.hold == Hold::Together {
+        if server.holding.together() {
             return Err(refusal);
         }
         let token = server.token.as_str().to_owned();
         if server.arrival.is_some() {
             server.leave_line(&token).await;
         }
-        if let (None, Hold::Alone, Some(fence)) = (keep_for, server.hold, server.fence) {
+        if let (None, Holding::Alone { once_per: None, .. }, Some(fence)) =
+            (keep_for, server.holding, server.fence)
+        {
             // A line that cannot be read is passed over: the lock then goes
             // to nobody, and the runs in line find it free.
             if let Ok(Line {
@@ -239,11 +241,11 @@ impl Server {
         self.invoke(&Call::on_key(&self.keys, part, &args)).await
     }
 
-    /// What the replicas of the node that took `piece` must acknowledge.
-    fn written(piece: &OneKeyReply, started: Instant) -> ReplicatedWrite {
+    /// What the replicas of the node that wrote `reply` must acknowledge.
+    fn written(reply: &OneKeyReply, started: Instant) -> ReplicatedWrite {
         ReplicatedWrite {
-            replicas: piece.replicas,
-            node: Some(piece.node.clone()).filter(|node| !node.is_empty()),
+            replicas: reply.replicas,
+            node: Some(reply.node.clone()).filter(|node| !node.is_empty()),
             started,
         }
     }
@@ -268,7 +270,7 @@ impl Server {
             .pttl
             .and_then(|ms| u64::try_from(ms).ok())
             .map(Duration::from_millis);
-        let taken = HoldersAndWaiters {
+        let found = HoldersAndWaiters {
             held: lease.pttl.is_some_and(|ms| ms != -2),
             left,
             holder: holder.ok().and_then(|found| found.holder),
@@ -283,17 +285,23 @@ impl Server {
                 .as_ref()
                 .is_some_and(|first| first.id == self.token.as_str());
             let retry = if first { left } else { None };
-            return Ok((Attempt::Queued { taken, retry }, written));
+            return Ok((Attempt::Queued { found, retry }, written));
         }
-        Ok((Attempt::Busy(taken), written))
+        Ok((Attempt::Busy(found), written))
     }
 
     /// The next fencing token and the holder record, for a lease just taken.
-    async fn grant_one_key(&mut self, ttl: &str, me: &Requester) -> Result<u64, LockError> {
+    async fn grant_one_key(&mut self, ttl: &str, requester: &Requester) -> Result<u64, LockError> {
         let next = self.piece(Part::Fence, "fence_next", &[]).await?;
         let fence = next.fence.unwrap_or_default();
-        let (pid, shown) = (me.pid.to_string(), fence.to_string());
-        let record = [me.host.as_str(), &pid, &me.command, &shown, ttl];
+        let (pid, shown) = (requester.pid.to_string(), fence.to_string());
+        let record = [
+            requester.host.as_str(),
+            &pid,
+            &requester.command,
+            &shown,
+            ttl,
+        ];
         self.piece(Part::Holder, "holder_set", &record).await?;
         Ok(fence)
     }
