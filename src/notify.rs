@@ -111,18 +111,18 @@ impl Systemd {
 
     /// lockrun waits for `lock`: it stands by, so the unit is ready. `place`
     /// is this run's place in line, when it has one.
-    pub(crate) fn waiting(&self, lock: &str, taken: &HoldersAndWaiters, place: Option<u64>) {
+    pub(crate) fn waiting(&self, lock: &str, found: &HoldersAndWaiters, place: Option<u64>) {
         let Some(link) = &self.link else { return };
-        let held_by = match &taken.holder {
+        let held_by = match &found.holder {
             Some(holder) => format!(
                 "held by {} pid {} (fencing token {})",
                 holder.host, holder.pid, holder.fence
             ),
-            None if taken.held => "held".to_owned(),
+            None if found.held => "held".to_owned(),
             None => "free, with runs ahead in line".to_owned(),
         };
         let in_line = match place {
-            Some(place) => format!("; place {place} of {} in line", taken.waiting.max(place)),
+            Some(place) => format!("; place {place} of {} in line", found.waiting.max(place)),
             None => "; trying again".to_owned(),
         };
         let status = format!("standing by: {lock} is {held_by}{in_line}");

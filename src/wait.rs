@@ -378,7 +378,7 @@ impl<L: Contended> Waiter<'_, L> {
                     // said after that attempt (`judge`): said before it, a
                     // release in between would still find this run listening
                     // and, hearing nobody on its channel, take it for dead.
-                    Some(Wake::Unheard(refused)) => {
+                    Some(Wake::Refused(refused)) => {
                         self.wakes = None;
                         if refused.by_acl {
                             self.refused_wakes = Some(refused.why);

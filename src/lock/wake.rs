@@ -18,7 +18,7 @@ pub(crate) enum Wake {
     /// A newer run with `--supersede` took this run's place ("HOST pid N").
     Superseded(String),
     /// Redis refused the subscription: no message will come.
-    Unheard(SubscriptionRefused),
+    Refused(SubscriptionRefused),
 }
 
 /// Why a subscription was refused: the operator's line, and whether the
@@ -74,7 +74,7 @@ impl Wakes {
     pub(crate) async fn next(&mut self) -> Option<Wake> {
         match self.0.next().await? {
             Ok(payload) => Some(Wake::parse(&payload)),
-            Err(why) => Some(Wake::Unheard(why)),
+            Err(why) => Some(Wake::Refused(why)),
         }
     }
 }
