@@ -358,6 +358,12 @@ impl Lock {
         }
     }
 
+    /// Makes the release's script ahead of the release
+    /// (`scripts::prepare_release`).
+    pub(crate) fn prepare_release() {
+        scripts::prepare_release();
+    }
+
     /// Compare-and-delete (or keep for `keep_for`) on every server at once,
     /// those that said no or did not answer included; with `done_for`, the
     /// job is done for that period (`--once-per`) where the lease is still

@@ -54,13 +54,15 @@ async fn run_steps(
     // Who this run is, for its holder record, its place in line and its
     // history: said once, for host name and pid do not change.
     let requester = Requester::new(&config.command);
-    // The command's environment is copied while the acquire (polled first)
-    // waits on Redis: not on the way from the grant to the fork, where a
-    // hand-off would wait for it (BENCHMARKS.md).
-    let (turn, inherited) = tokio::join!(
+    // The command's environment is copied, and the release's script made,
+    // while the acquire (polled first) waits on Redis: not on the way from
+    // the grant to the fork or from the command's end to the release, where
+    // a hand-off would wait for them (BENCHMARKS.md).
+    let (turn, inherited, ()) = tokio::join!(
         biased;
         acquire(&config, &requester, &mut lock, &mut signals, systemd),
-        async { Inherited::read() }
+        async { Inherited::read() },
+        async { Lock::prepare_release() }
     );
     let grant = match turn? {
         RunOrSkip::Run(grant) => grant,
