@@ -1,6 +1,10 @@
 //! The primary behind Redis Sentinel: every listed sentinel is asked at once
 //! which server is the primary of the service, and the first named server
-//! that confirms with `ROLE` that it is a primary wins.
+//! that confirms with `ROLE` that it is a primary wins. The `ROLE` travels
+//! with the first call (`first_call.rs`) unless the session asks for it
+//! first, after a server named so said it was not a primary; and the
+//! connection to the sentinel that named the server is kept, to ask again
+//! in the same flight as a later call (`Session::invoke`).
 //!
 //! The redis crate has a Sentinel client, but it takes the sentinels'
 //! answers in list order, with its own fixed connect and response limits,
@@ -13,10 +17,11 @@ use std::fmt;
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Role};
 
 use super::error::{is_auth_error, one_line, tls_refusal};
+use super::first_call::{self, FirstCall};
 use super::hosts::{self, MultiHost};
 use super::pushes::Pushes;
 use super::session::{connect, connect_carrying};
@@ -44,13 +49,19 @@ impl fmt::Display for Sentinels {
     }
 }
 
-/// A primary that confirmed its role, and the connection that asked.
+/// The primary the sentinels named, and the connection to it.
 pub(super) struct Found {
     pub(super) conn: MultiplexedConnection,
     pub(super) info: ConnectionInfo,
     /// The connection's push messages, when asked to carry them.
     pub(super) pushes: Option<Pushes>,
+    /// The connection to the sentinel that named it.
+    pub(super) sentinel: MultiplexedConnection,
 }
+
+/// What the sentinels say of a server they named that is not a primary.
+pub(super) const NOT_PRIMARY: &str =
+    "the sentinels name it, but it is not a primary (a failover is under way)";
 
 /// Why no primary was found, and how much that says about the cause: the
 /// most telling failure among all the sentinels' is the one reported.
@@ -130,12 +141,17 @@ impl Sentinels {
     }
 
     /// Finds the primary and connects to it, with `settings` for the primary
-    /// and `timeout` on every connect and call. The caller bounds the whole.
+    /// and `timeout` on every connect and call. With `confirms_role`, a
+    /// named server's `ROLE` is asked before it wins, and another sentinel's
+    /// choice is tried when it is not a primary; without, the first named
+    /// server that takes the connection wins, and the caller asks its
+    /// `ROLE` with the first call. The caller bounds the whole.
     pub(super) async fn primary(
         &self,
         settings: &RedisConnectionInfo,
         timeout: Duration,
         pushes: bool,
+        confirms_role: bool,
     ) -> Result<Found, Failure> {
         let mut answers: FuturesUnordered<_> = self
             .addrs
@@ -146,10 +162,17 @@ impl Sentinels {
         let mut worst: Option<Failure> = None;
         while let Some(answer) = answers.next().await {
             let outcome = match answer {
-                Ok(named) if tried.contains(&named) => continue,
-                Ok(named) => {
+                Ok((named, _)) if tried.contains(&named) => continue,
+                Ok((named, sentinel)) => {
                     tried.push(named.clone());
-                    self.confirm(named, settings, timeout, pushes).await
+                    self.confirm(named, settings, timeout, pushes, confirms_role)
+                        .await
+                        .map(|(conn, info, pushes)| Found {
+                            conn,
+                            info,
+                            pushes,
+                            sentinel,
+                        })
                 }
                 Err(failure) => Err(failure),
             };
@@ -169,28 +192,53 @@ impl Sentinels {
         }))
     }
 
-    /// The primary the first answering sentinel names, `host:port`, without
-    /// connecting to it; `None` when no sentinel answers.
-    pub(super) async fn named(&self, timeout: Duration) -> Option<String> {
+    /// The primary the sentinels name now, `host:port`, without connecting
+    /// to it, and the connection to the sentinel that said so: asked on
+    /// `kept`, a sentinel's connection kept from an earlier question, and
+    /// when that fails, of every sentinel at once on new connections, the
+    /// first answer winning. `None` when no sentinel answers.
+    pub(super) async fn named_again(
+        &self,
+        kept: Option<MultiplexedConnection>,
+        timeout: Duration,
+    ) -> Option<(String, MultiplexedConnection)> {
+        if let Some(mut conn) = kept {
+            if let Ok(Some((host, port))) = self.primary_addr(&mut conn).await {
+                return Some((hosts::authority(&host, port), conn));
+            }
+        }
         let mut answers: FuturesUnordered<_> = self
             .addrs
             .iter()
             .map(|addr| self.ask(addr, timeout))
             .collect();
         while let Some(answer) = answers.next().await {
-            if let Ok((host, port)) = answer {
-                return Some(hosts::authority(&host, port));
+            if let Ok(((host, port), conn)) = answer {
+                return Some((hosts::authority(&host, port), conn));
             }
         }
         None
     }
 
-    /// Asks the sentinel at `addr` for the service's primary.
+    /// The service's primary, as the sentinel on `conn` names it.
+    async fn primary_addr(
+        &self,
+        conn: &mut (impl ConnectionLike + Send),
+    ) -> redis::RedisResult<Option<(String, u16)>> {
+        redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.service)
+            .query_async(conn)
+            .await
+    }
+
+    /// Asks the sentinel at `addr` for the service's primary: its
+    /// `(host, port)`, and the connection that asked.
     async fn ask(
         &self,
         addr: &ConnectionAddr,
         timeout: Duration,
-    ) -> Result<(String, u16), Failure> {
+    ) -> Result<((String, u16), MultiplexedConnection), Failure> {
         let at = show_addr(addr, false);
         let failed = |err: &redis::RedisError| sentinel_failure(&at, err);
         let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
@@ -202,16 +250,19 @@ impl Sentinels {
             .into_connection_info()
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings);
+        // The question changes nothing: the AUTH travels with it.
+        let (info, auth) = match first_call::deferred(&info) {
+            Some((bare, auth)) => (bare, Some(auth)),
+            None => (info, None),
+        };
         let mut conn = connect(&info, self.tls_config.as_ref(), timeout)
             .await
             .map_err(|err| failed(&err))?;
-        let named: Option<(String, u16)> = redis::cmd("SENTINEL")
-            .arg("GET-MASTER-ADDR-BY-NAME")
-            .arg(&self.service)
-            .query_async(&mut conn)
+        let named = self
+            .primary_addr(&mut FirstCall::new(&mut conn, auth, false))
             .await
             .map_err(|err| failed(&err))?;
-        named.ok_or_else(|| Failure {
+        let named = named.ok_or_else(|| Failure {
             kind: ErrorKind::Server,
             detail: format!(
                 "the sentinel at {at} does not know the service {:?}; check the name after \
@@ -220,18 +271,21 @@ impl Sentinels {
             ),
             node: None,
             rank: Rank::UnknownService,
-        })
+        })?;
+        Ok((named, conn))
     }
 
-    /// Connects to the server a sentinel named and checks that it is the
-    /// primary: during a failover a sentinel may still name the old one.
+    /// Connects to the server a sentinel named and, with `confirms_role`,
+    /// checks that it is the primary: during a failover a sentinel may
+    /// still name the old one.
     async fn confirm(
         &self,
         (host, port): (String, u16),
         settings: &RedisConnectionInfo,
         timeout: Duration,
         pushes: bool,
-    ) -> Result<Found, Failure> {
+        confirms_role: bool,
+    ) -> Result<(MultiplexedConnection, ConnectionInfo, Option<Pushes>), Failure> {
         let node = hosts::authority(&host, port);
         let failed = |err: &redis::RedisError| {
             let kind = if let Some(why) = tls_refusal(err) {
@@ -265,6 +319,9 @@ impl Sentinels {
         let (mut conn, pushes) = connect_carrying(&info, self.tls_config.as_ref(), timeout, pushes)
             .await
             .map_err(|err| failed(&err))?;
+        if !confirms_role {
+            return Ok((conn, info, pushes));
+        }
         let role: Role = redis::cmd("ROLE")
             .query_async(&mut conn)
             .await
@@ -272,14 +329,12 @@ impl Sentinels {
         if !matches!(role, Role::Primary { .. }) {
             return Err(Failure {
                 kind: ErrorKind::Transient(Unready::Failover),
-                detail: "the sentinels name it, but it is not a primary (a failover is under \
-                         way)"
-                    .into(),
+                detail: NOT_PRIMARY.into(),
                 node: Some(node),
                 rank: Rank::PrimaryDown,
             });
         }
-        Ok(Found { conn, info, pushes })
+        Ok((conn, info, pushes))
     }
 }
 
