@@ -216,3 +216,128 @@ fn logged_in(reply: Option<&Value>) -> redis::RedisResult<()> {
 fn missing() -> redis::RedisError {
     redis::RedisError::from((redis::ErrorKind::Client, "a reply missing from a pipeline"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection whose every pipeline gets `replies`, and every single
+    /// command 8.
+    struct Canned(Vec<Value>);
+
+    impl ConnectionLike for Canned {
+        fn req_packed_command<'a>(&'a mut self, _: &'a Cmd) -> RedisFuture<'a, Value> {
+            Box::pin(async move { Ok(Value::Int(8)) })
+        }
+
+        fn req_packed_commands<'a>(
+            &'a mut self,
+            _: &'a Pipeline,
+            offset: usize,
+            count: usize,
+        ) -> RedisFuture<'a, Vec<Value>> {
+            let replies = self.0.iter().skip(offset).take(count).cloned().collect();
+            Box::pin(async move { Ok(replies) })
+        }
+
+        fn get_db(&self) -> i64 {
+            0
+        }
+    }
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    fn primary() -> Value {
+        Value::Array(vec![bulk("master"), Value::Int(0), Value::Array(vec![])])
+    }
+
+    fn replica() -> Value {
+        Value::Array(vec![
+            bulk("slave"),
+            bulk("10.0.0.1"),
+            Value::Int(6379),
+            bulk("connected"),
+            Value::Int(0),
+        ])
+    }
+
+    fn error(line: &str) -> Value {
+        match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
+            Ok(value) => value,
+            Err(err) => panic!("{err}"),
+        }
+    }
+
+    /// The call's reply, or its error, behind what `replies` begin with;
+    /// and whether the server was found not a primary.
+    async fn first(
+        replies: Vec<Value>,
+        auth: bool,
+        role: bool,
+    ) -> (redis::RedisResult<Value>, bool) {
+        let mut conn = Canned(replies);
+        let auth = auth.then(|| redis::cmd("AUTH").arg("pw").clone());
+        let mut first = FirstCall::new(&mut conn, auth, role);
+        let reply = first.req_packed_command(&redis::cmd("GET")).await;
+        (reply, first.not_primary)
+    }
+
+    #[tokio::test]
+    async fn a_primary_s_reply_is_the_call_s() {
+        let (reply, not_primary) =
+            first(vec![Value::Okay, primary(), Value::Int(7)], true, true).await;
+        assert_eq!(reply.ok(), Some(Value::Int(7)));
+        assert!(!not_primary);
+    }
+
+    #[tokio::test]
+    async fn a_replica_s_reply_is_not_trusted() {
+        for call in [
+            Value::Int(7),
+            error("READONLY You can't write against a read only replica."),
+        ] {
+            let (reply, not_primary) = first(vec![replica(), call], false, true).await;
+            assert!(reply.is_err());
+            assert!(not_primary);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_login_or_role_is_the_call_s_failure() {
+        let (reply, not_primary) = first(
+            vec![
+                error("WRONGPASS invalid password"),
+                primary(),
+                Value::Int(7),
+            ],
+            true,
+            true,
+        )
+        .await;
+        let err = reply.expect_err("refused");
+        assert_eq!(err.kind(), redis::ErrorKind::AuthenticationFailed);
+        assert!(!not_primary);
+        let (reply, not_primary) = first(
+            vec![
+                error("NOPERM no permissions to run the 'role' command"),
+                Value::Int(7),
+            ],
+            false,
+            true,
+        )
+        .await;
+        assert_eq!(reply.expect_err("refused").code(), Some("NOPERM"));
+        assert!(!not_primary);
+    }
+
+    #[tokio::test]
+    async fn only_the_first_call_carries_them() {
+        let mut conn = Canned(vec![replica(), Value::Int(7)]);
+        let mut first = FirstCall::new(&mut conn, None, true);
+        assert!(first.req_packed_command(&redis::cmd("GET")).await.is_err());
+        let reply = first.req_packed_command(&redis::cmd("GET")).await;
+        assert_eq!(reply.ok(), Some(Value::Int(8)));
+    }
+}
