@@ -16,6 +16,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Role};
@@ -56,8 +58,21 @@ pub(super) struct Found {
     /// The connection's push messages, when asked to carry them.
     pub(super) pushes: Option<Pushes>,
     /// The connection to the sentinel that named it.
-    pub(super) sentinel: MultiplexedConnection,
+    pub(super) sentinel: Kept,
 }
+
+/// A connection to a sentinel, kept to ask it again.
+#[derive(Clone)]
+pub(super) struct Kept {
+    conn: MultiplexedConnection,
+    /// How long an answer on it may take before every sentinel is asked
+    /// too: twice what its first question took with the connect, about
+    /// four round trips, so that a sentinel that hangs since costs little.
+    patience: Duration,
+}
+
+/// The least patience with a kept sentinel, for loopback's jitter.
+const LEAST_PATIENCE: Duration = Duration::from_millis(10);
 
 /// What the sentinels say of a server they named that is not a primary.
 pub(super) const NOT_PRIMARY: &str =
@@ -195,29 +210,48 @@ impl Sentinels {
     /// The primary the sentinels name now, `host:port`, without connecting
     /// to it, and the connection to the sentinel that said so: asked on
     /// `kept`, a sentinel's connection kept from an earlier question, and
-    /// when that fails, of every sentinel at once on new connections, the
-    /// first answer winning. `None` when no sentinel answers.
+    /// when that fails or is slower than it was (`Kept::patience`), of
+    /// every sentinel at once on new connections too, the first answer
+    /// winning. `None` when no sentinel answers.
     pub(super) async fn named_again(
         &self,
-        kept: Option<MultiplexedConnection>,
+        kept: Option<Kept>,
         timeout: Duration,
-    ) -> Option<(String, MultiplexedConnection)> {
-        if let Some(mut conn) = kept {
-            if let Ok(Some((host, port))) = self.primary_addr(&mut conn).await {
-                return Some((hosts::authority(&host, port), conn));
+    ) -> Option<(String, Kept)> {
+        let anew = async {
+            let mut answers: FuturesUnordered<_> = self
+                .addrs
+                .iter()
+                .map(|addr| self.ask(addr, timeout))
+                .collect();
+            while let Some(answer) = answers.next().await {
+                if let Ok(((host, port), kept)) = answer {
+                    return Some((hosts::authority(&host, port), kept));
+                }
             }
-        }
-        let mut answers: FuturesUnordered<_> = self
-            .addrs
-            .iter()
-            .map(|addr| self.ask(addr, timeout))
-            .collect();
-        while let Some(answer) = answers.next().await {
-            if let Ok(((host, port), conn)) = answer {
-                return Some((hosts::authority(&host, port), conn));
+            None
+        };
+        let Some(mut kept) = kept else {
+            return anew.await;
+        };
+        let patience = kept.patience;
+        let on_kept = async move {
+            match self.primary_addr(&mut kept.conn).await {
+                Ok(Some((host, port))) => Some((hosts::authority(&host, port), kept)),
+                _ => None,
             }
+        };
+        let (mut on_kept, mut anew) = (std::pin::pin!(on_kept), std::pin::pin!(anew));
+        tokio::select! {
+            named = &mut on_kept => match named {
+                Some(named) => Some(named),
+                None => anew.await,
+            },
+            () = tokio::time::sleep(patience) => tokio::select! {
+                Some(named) = &mut on_kept => Some(named),
+                named = &mut anew => named,
+            },
         }
-        None
     }
 
     /// The service's primary, as the sentinel on `conn` names it.
@@ -233,12 +267,12 @@ impl Sentinels {
     }
 
     /// Asks the sentinel at `addr` for the service's primary: its
-    /// `(host, port)`, and the connection that asked.
+    /// `(host, port)`, and the connection that asked, to keep.
     async fn ask(
         &self,
         addr: &ConnectionAddr,
         timeout: Duration,
-    ) -> Result<((String, u16), MultiplexedConnection), Failure> {
+    ) -> Result<((String, u16), Kept), Failure> {
         let at = show_addr(addr, false);
         let failed = |err: &redis::RedisError| sentinel_failure(&at, err);
         let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
@@ -255,6 +289,7 @@ impl Sentinels {
             Some((bare, auth)) => (bare, Some(auth)),
             None => (info, None),
         };
+        let began = Instant::now();
         let mut conn = connect(&info, self.tls_config.as_ref(), timeout)
             .await
             .map_err(|err| failed(&err))?;
@@ -272,7 +307,8 @@ impl Sentinels {
             node: None,
             rank: Rank::UnknownService,
         })?;
-        Ok((named, conn))
+        let patience = (began.elapsed() * 2).max(LEAST_PATIENCE);
+        Ok((named, Kept { conn, patience }))
     }
 
     /// Connects to the server a sentinel named and, with `confirms_role`,

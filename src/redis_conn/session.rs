@@ -20,7 +20,7 @@ use super::cluster;
 use super::error::{is_read_only, is_unknown_command};
 use super::first_call::{self, FirstCall, Login};
 use super::pushes::{self, Pushes};
-use super::sentinel::NOT_PRIMARY;
+use super::sentinel::{Kept, NOT_PRIMARY};
 use super::target::{show_addr, Topology};
 use super::tls::Tls;
 use super::{ErrorKind, RedisError, Target, Unready};
@@ -117,7 +117,7 @@ impl ConnectionLike for Conn {
 struct Primary {
     info: ConnectionInfo,
     /// The connection to the sentinel that named it, kept to ask again.
-    sentinel: Option<MultiplexedConnection>,
+    sentinel: Option<Kept>,
     /// Whether the next call carries its `ROLE` (`first_call.rs`): until
     /// then, the sentinels' word is all there is.
     role_unconfirmed: bool,
@@ -443,7 +443,7 @@ impl Session {
     fn asking_sentinels_again(
         &self,
         started: Instant,
-    ) -> Option<impl Future<Output = Option<(String, MultiplexedConnection)>> + use<>> {
+    ) -> Option<impl Future<Output = Option<(String, Kept)>> + use<>> {
         let (Topology::Sentinel(sentinels), Some(_), true) =
             (&self.target.topology, self.conn.as_ref(), self.answered)
         else {
@@ -466,7 +466,7 @@ impl Session {
     /// Keeps the connection to the sentinel that answered, `named`'s; with
     /// no answer, none, so that the next question goes to every sentinel
     /// afresh.
-    fn keep_sentinel(&mut self, named: Option<&(String, MultiplexedConnection)>) {
+    fn keep_sentinel(&mut self, named: Option<&(String, Kept)>) {
         if let Some(primary) = self.primary.as_mut() {
             primary.sentinel = named.map(|(_, sentinel)| sentinel.clone());
         }
@@ -674,9 +674,9 @@ impl Session {
 /// (`None`): a stalled old primary costs no more than the question.
 async fn beside<R>(
     sent: impl Future<Output = R>,
-    asking: impl Future<Output = Option<(String, MultiplexedConnection)>>,
+    asking: impl Future<Output = Option<(String, Kept)>>,
     current: &str,
-) -> (Option<R>, Option<(String, MultiplexedConnection)>) {
+) -> (Option<R>, Option<(String, Kept)>) {
     let (mut sent, mut asking) = (std::pin::pin!(sent), std::pin::pin!(asking));
     tokio::select! {
         result = &mut sent => (Some(result), asking.await),
