@@ -258,8 +258,8 @@ class Servers:
     def __init__(self, workdir, redis_server):
         self.workdir = workdir
         self.redis_server = redis_server
-        self.sentinel_port = None
-        self.cluster_url = None
+        self.sentinel_ports = {}
+        self.cluster_urls = {}
         self.procs = []
         certificates(workdir)
         self.ca = os.path.join(workdir, "ca.pem")
@@ -307,23 +307,29 @@ class Servers:
             time.sleep(0.05)
         raise RuntimeError(f"redis-server on port {port} did not start (see {self.workdir})")
 
-    def sentinel(self, primary_port):
+    def sentinel(self, primary_port, password=None):
         """A sentinel watching the primary at `primary_port` (the proxy's
-        port for the plain server, so that the sentinel names that port),
-        quorum 1, started at the first ask; its port."""
-        if self.sentinel_port:
-            return self.sentinel_port
-        port = self.sentinel_port = free_port()
-        monitor = f"sentinel monitor bench 127.0.0.1 {primary_port} 1\n"
-        self._spawn("sentinel", port, monitor, "--sentinel")
+        port for the server, so that the sentinel names that port), quorum
+        1, started at the first ask: its port. With `password`, the
+        primary's and the sentinel's own."""
+        if primary_port in self.sentinel_ports:
+            return self.sentinel_ports[primary_port]
+        port = self.sentinel_ports[primary_port] = free_port()
+        config = f"sentinel monitor bench 127.0.0.1 {primary_port} 1\n"
+        if password:
+            config += f"sentinel auth-pass bench {password}\nrequirepass {password}\n"
+        self._spawn(f"sentinel-{port}", port, config, "--sentinel")
         return port
 
-    def cluster(self, proxy):
+    def cluster(self, proxy, password=None):
         """A cluster of three primaries, started at the first ask, each
         announcing its proxy's port to clients (its bus stays direct): the
-        URL of its first node, the seed, through the proxy."""
-        if self.cluster_url:
-            return self.cluster_url
+        URL of its first node, the seed, through the proxy. With
+        `password`, another cluster, whose nodes ask for it."""
+        if password in self.cluster_urls:
+            return self.cluster_urls[password]
+        auth = ["-a", password, "--no-auth-warning"] if password else []
+        secured = f"requirepass {password}\nmasterauth {password}\n" if password else ""
         # The bus is on port + 10000 (cluster-port, to choose it, is new
         # in Redis 7).
         ports = []
@@ -336,25 +342,27 @@ class Servers:
                 f"node-{node}", node,
                 f"cluster-enabled yes\ncluster-config-file nodes-{node}.conf\n"
                 f"cluster-announce-ip 127.0.0.1\ncluster-announce-port {proxy.port_for(node)}\n"
-                f"cluster-announce-bus-port {node + 10000}\n",
+                f"cluster-announce-bus-port {node + 10000}\n" + secured,
             )
         for node in ports:
-            self._await_ping(node, [])
+            self._await_ping(node, auth[:2])
         # Slots in thirds, in this order: the seed's are 0-5460.
         subprocess.run(
-            [REDIS_CLI, "--cluster", "create", *(f"127.0.0.1:{node}" for node in ports),
-             "--cluster-yes"],
+            [REDIS_CLI, *auth, "--cluster", "create",
+             *(f"127.0.0.1:{node}" for node in ports), "--cluster-yes"],
             check=True, capture_output=True,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            info = subprocess.run([REDIS_CLI, "-p", str(ports[0]), "cluster", "info"],
+            info = subprocess.run([REDIS_CLI, "-p", str(ports[0]), *auth, "cluster", "info"],
                                   capture_output=True, text=True).stdout
             if "cluster_state:ok" in info:
                 break
             time.sleep(0.1)
-        self.cluster_url = f"redis+cluster://127.0.0.1:{proxy.port_for(ports[0])}"
-        return self.cluster_url
+        login = f":{password}@" if password else ""
+        url = f"redis+cluster://{login}127.0.0.1:{proxy.port_for(ports[0])}"
+        self.cluster_urls[password] = url
+        return url
 
     def cli(self, server, *args):
         subprocess.run(
@@ -383,7 +391,7 @@ def paths(servers, proxy):
     run = ["--key", "bench-rt", "--", "true"]
     held = "bench-rt-held"
     return [
-        # (name, flights floor, connects floor, lockrun args, before)
+        # (name, flights floor, connects floor, lockrun args, before[, env])
         ("TCP", 2, 1, ["--redis", f"redis://127.0.0.1:{port(s)}", *run], None),
         ("TCP, password", 2, 1,
          ["--redis", f"redis://:{PASSWORD}@127.0.0.1:{port(p)}", *run], None),
@@ -413,16 +421,32 @@ def paths(servers, proxy):
         ("--wait, handed the lock", 2, 1,
          ["--redis", f"redis://127.0.0.1:{port(s)}", "--key", held, "--wait", "30s", "--",
           "true"], "handed"),
-        # Asking a sentinel which server is the primary, then that server.
+        # Asking a sentinel which server is the primary, then that server:
+        # its ROLE travels with the acquire, and the sentinel is asked again
+        # beside the release.
         ("Sentinel", 3, 2,
          lambda: ["--redis", f"redis+sentinel://127.0.0.1:"
                   f"{proxy.port_for(servers.sentinel(port(s)))}/bench", *run], None),
+        # The sentinel's password and the primary's, each AUTH travelling
+        # with its connection's first call.
+        ("Sentinel, passwords", 3, 2,
+         lambda: ["--redis", f"redis+sentinel://:{PASSWORD}@127.0.0.1:"
+                  f"{proxy.port_for(servers.sentinel(port(p), PASSWORD))}/bench", *run], None,
+         {"LOCKRUN_SENTINEL_PASSWORD": PASSWORD}),
         # The call goes to the seed, which serves it when the lock's slot
         # is its own, or answers MOVED with the node that does.
         ("Cluster, lock on the seed", 2, 1,
          lambda: ["--redis", servers.cluster(proxy), "--key", SEED_KEY, "--", "true"], None),
         ("Cluster, lock on another node", 3, 2,
          lambda: ["--redis", servers.cluster(proxy), "--key", OTHER_KEY, "--", "true"], None),
+        # The AUTH travels with each node's first call: CLUSTER SLOTS on the
+        # seed, the acquire on the other node.
+        ("Cluster, password, lock on the seed", 2, 1,
+         lambda: ["--redis", servers.cluster(proxy, PASSWORD), "--key", SEED_KEY, "--", "true"],
+         None),
+        ("Cluster, password, lock on another node", 3, 2,
+         lambda: ["--redis", servers.cluster(proxy, PASSWORD), "--key", OTHER_KEY, "--",
+                  "true"], None),
         ("quorum of 3", 2, 3,
          [arg for srv in [s, *servers.others]
           for arg in ("--redis", f"redis://127.0.0.1:{port(srv)}")] + run, None),
@@ -439,7 +463,8 @@ def paths(servers, proxy):
 
 
 def measure(lockrun, servers, proxy, path, runs):
-    name, floor, connects_floor, args, before = path
+    name, floor, connects_floor, args, before = path[:5]
+    env = {**os.environ, **path[5]} if len(path) > 5 else None
     # Sentinel and Cluster start their servers only when measured.
     args = args() if callable(args) else args
     plain_url = f"redis://127.0.0.1:{servers.plain['port']}"
@@ -471,7 +496,8 @@ def measure(lockrun, servers, proxy, path, runs):
             # A quorum's servers vote only once they have been up for one
             # ttl: wait for the first run that takes the lock.
             deadline = time.monotonic() + 60
-            while subprocess.run([lockrun, *args], capture_output=True).returncode != 0:
+            while subprocess.run([lockrun, *args], capture_output=True,
+                                 env=env).returncode != 0:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{name}: no run took the lock within 60 s")
                 time.sleep(0.5)
@@ -488,7 +514,7 @@ def measure(lockrun, servers, proxy, path, runs):
             out, err = waiter.communicate()
             done = subprocess.CompletedProcess(waiter.args, waiter.returncode, out, err)
         else:
-            done = subprocess.run([lockrun, *args], capture_output=True, text=True)
+            done = subprocess.run([lockrun, *args], capture_output=True, text=True, env=env)
         wall = time.monotonic() - began
         # The proxy may still be delivering the last answer's accounting.
         time.sleep(proxy.half + 0.01)

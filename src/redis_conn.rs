@@ -10,12 +10,15 @@
 //! - `hosts`: the host lists of the Sentinel and Cluster URLs;
 //! - `error`: what a failed call means for lockrun, and its message;
 //! - `session`: the connection, its time limits, `WAIT` and subscriptions;
+//! - `first_call`: what travels with a connection's first call: the
+//!   AUTH, and behind Sentinel the primary's `ROLE`;
 //! - `sentinel`, `cluster`: finding the server that holds the lock there;
 //! - `password`: the password file, read again at each connection;
 //! - `tls`: whom lockrun trusts over TLS, and its client certificate.
 
 mod cluster;
 mod error;
+mod first_call;
 mod hosts;
 mod password;
 mod pushes;

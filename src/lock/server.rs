@@ -103,7 +103,7 @@ impl Server {
         listens: bool,
     ) -> Self {
         // A run gives back what a call made as another user may have taken
-        // (`login.rs`); the operator, whose token is empty, has nothing to
+        // (`first_call.rs`); the operator, whose token is empty, has nothing to
         // give back with.
         let run = !role.token.as_str().is_empty();
         Server {

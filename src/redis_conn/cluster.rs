@@ -20,6 +20,7 @@ use redis::{
     RedisFuture, RedisResult, Value,
 };
 
+use super::first_call::{self, FirstCall};
 use super::hosts::MultiHost;
 use super::session::connect;
 use super::tls::Tls;
@@ -87,12 +88,15 @@ impl Seeds {
     /// asking them all at once, each connection within `within`; every
     /// call on the nodes is then limited to `calls`. When none answers,
     /// the failure that says most: a node's own refusal (a wrong password,
-    /// a missing ACL rule) rather than another's closed port.
+    /// a missing ACL rule) rather than another's closed port. With
+    /// `logs_in_with_call`, a connection opened later to another node logs
+    /// in with its first call (`first_call.rs`).
     pub(super) async fn connect(
         &self,
         settings: &RedisConnectionInfo,
         within: Duration,
         calls: Duration,
+        logs_in_with_call: bool,
     ) -> RedisResult<Nodes> {
         let (slots, addr, conn) = self.slot_map(settings, within).await?;
         Ok(Nodes {
@@ -102,6 +106,8 @@ impl Seeds {
             slots,
             moved: HashMap::new(),
             conns: HashMap::from([(addr, conn)]),
+            logs_in_with_call,
+            logins: HashMap::new(),
         })
     }
 
@@ -121,10 +127,18 @@ impl Seeds {
                     .clone()
                     .into_connection_info()?
                     .set_redis_settings(settings.clone());
+                // CLUSTER SLOTS changes nothing: the AUTH travels with it.
+                let (info, auth) = match first_call::deferred(&info) {
+                    Some((bare, auth)) => (bare, Some(auth)),
+                    None => (info, None),
+                };
                 let mut conn = connect(&info, self.tls.as_ref(), within).await?;
                 let mut ask = redis::cmd("CLUSTER");
                 ask.arg("SLOTS");
-                let reply = reply_of(conn.req_packed_command(&ask).await?)?;
+                let reply = FirstCall::new(&mut conn, auth, false)
+                    .req_packed_command(&ask)
+                    .await?;
+                let reply = reply_of(reply)?;
                 Ok((parse_slots(reply, &host)?, (host, port), conn))
             })
             .collect();
@@ -326,6 +340,10 @@ pub(super) struct Nodes {
     /// Where a MOVED sent a slot since the map was learnt.
     moved: HashMap<u16, Addr>,
     conns: HashMap<Addr, MultiplexedConnection>,
+    /// Whether a connection opened to a node logs in with its first call.
+    logs_in_with_call: bool,
+    /// The AUTH that the first call on a node's new connection carries.
+    logins: HashMap<Addr, Cmd>,
 }
 
 impl Nodes {
@@ -352,15 +370,34 @@ impl Nodes {
             .ok_or_else(|| {
                 redis::RedisError::from((redis::ErrorKind::Client, "no way to reach a node"))
             })?;
+        let deferred = first_call::deferred(&info).filter(|_| self.logs_in_with_call);
+        let (info, auth) = match deferred {
+            Some((bare, auth)) => (bare, Some(auth)),
+            None => (info, None),
+        };
         let conn = connect(&info, self.seeds.tls.as_ref(), self.calls).await?;
         self.conns.insert(addr.clone(), conn.clone());
+        if let Some(auth) = auth {
+            self.logins.insert(addr.clone(), auth);
+        }
         Ok(conn)
+    }
+
+    /// The connection to `addr` (`conn_to`), and the AUTH its next call
+    /// carries, taken.
+    async fn conn_and_login(
+        &mut self,
+        addr: &Addr,
+    ) -> RedisResult<(MultiplexedConnection, Option<Cmd>)> {
+        let conn = self.conn_to(addr).await?;
+        Ok((conn, self.logins.remove(addr)))
     }
 
     /// Sends `cmd` to the node at `addr`, after ASKING when `asking`. A
     /// connection that failed is forgotten.
     async fn send_to(&mut self, addr: &Addr, cmd: &Cmd, asking: bool) -> RedisResult<Value> {
-        let mut conn = self.conn_to(addr).await?;
+        let (mut conn, auth) = self.conn_and_login(addr).await?;
+        let mut conn = FirstCall::new(&mut conn, auth, false);
         let sent = if asking {
             let mut both = redis::pipe();
             both.cmd("ASKING").add_command(cmd.clone());
@@ -519,8 +556,10 @@ impl ConnectionLike for Nodes {
                 .map(slot_for)
                 .ok_or_else(unserved)?;
             let addr = self.owner(slot)?;
-            let mut conn = self.conn_to(&addr).await?;
-            conn.req_packed_commands(pipeline, offset, count).await
+            let (mut conn, auth) = self.conn_and_login(&addr).await?;
+            FirstCall::new(&mut conn, auth, false)
+                .req_packed_commands(pipeline, offset, count)
+                .await
         })
     }
 

@@ -1,6 +1,10 @@
 //! The primary behind Redis Sentinel: every listed sentinel is asked at once
 //! which server is the primary of the service, and the first named server
-//! that confirms with `ROLE` that it is a primary wins.
+//! that confirms with `ROLE` that it is a primary wins. The `ROLE` travels
+//! with the first call (`first_call.rs`) unless the session asks for it
+//! first, after a server named so said it was not a primary; and the
+//! connection to the sentinel that named the server is kept, to ask again
+//! in the same flight as a later call (`Session::invoke`).
 //!
 //! The redis crate has a Sentinel client, but it takes the sentinels'
 //! answers in list order, with its own fixed connect and response limits,
@@ -12,11 +16,14 @@
 use std::fmt;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisConnectionInfo, Role};
 
 use super::error::{is_auth_error, one_line, tls_refusal};
+use super::first_call::{self, FirstCall};
 use super::hosts::{self, MultiHost};
 use super::pushes::Pushes;
 use super::session::{connect, connect_carrying};
@@ -44,13 +51,32 @@ impl fmt::Display for Sentinels {
     }
 }
 
-/// A primary that confirmed its role, and the connection that asked.
+/// The primary the sentinels named, and the connection to it.
 pub(super) struct Found {
     pub(super) conn: MultiplexedConnection,
     pub(super) info: ConnectionInfo,
     /// The connection's push messages, when asked to carry them.
     pub(super) pushes: Option<Pushes>,
+    /// The connection to the sentinel that named it.
+    pub(super) sentinel: Kept,
 }
+
+/// A connection to a sentinel, kept to ask it again.
+#[derive(Clone)]
+pub(super) struct Kept {
+    conn: MultiplexedConnection,
+    /// How long an answer on it may take before every sentinel is asked
+    /// too: twice what its first question took with the connect, about
+    /// four round trips, so that a sentinel that hangs since costs little.
+    patience: Duration,
+}
+
+/// The least patience with a kept sentinel, for loopback's jitter.
+const LEAST_PATIENCE: Duration = Duration::from_millis(10);
+
+/// What the sentinels say of a server they named that is not a primary.
+pub(super) const NOT_PRIMARY: &str =
+    "the sentinels name it, but it is not a primary (a failover is under way)";
 
 /// Why no primary was found, and how much that says about the cause: the
 /// most telling failure among all the sentinels' is the one reported.
@@ -130,12 +156,17 @@ impl Sentinels {
     }
 
     /// Finds the primary and connects to it, with `settings` for the primary
-    /// and `timeout` on every connect and call. The caller bounds the whole.
+    /// and `timeout` on every connect and call. With `confirms_role`, a
+    /// named server's `ROLE` is asked before it wins, and another sentinel's
+    /// choice is tried when it is not a primary; without, the first named
+    /// server that takes the connection wins, and the caller asks its
+    /// `ROLE` with the first call. The caller bounds the whole.
     pub(super) async fn primary(
         &self,
         settings: &RedisConnectionInfo,
         timeout: Duration,
         pushes: bool,
+        confirms_role: bool,
     ) -> Result<Found, Failure> {
         let mut answers: FuturesUnordered<_> = self
             .addrs
@@ -146,10 +177,17 @@ impl Sentinels {
         let mut worst: Option<Failure> = None;
         while let Some(answer) = answers.next().await {
             let outcome = match answer {
-                Ok(named) if tried.contains(&named) => continue,
-                Ok(named) => {
+                Ok((named, _)) if tried.contains(&named) => continue,
+                Ok((named, sentinel)) => {
                     tried.push(named.clone());
-                    self.confirm(named, settings, timeout, pushes).await
+                    self.confirm(named, settings, timeout, pushes, confirms_role)
+                        .await
+                        .map(|(conn, info, pushes)| Found {
+                            conn,
+                            info,
+                            pushes,
+                            sentinel,
+                        })
                 }
                 Err(failure) => Err(failure),
             };
@@ -169,28 +207,72 @@ impl Sentinels {
         }))
     }
 
-    /// The primary the first answering sentinel names, `host:port`, without
-    /// connecting to it; `None` when no sentinel answers.
-    pub(super) async fn named(&self, timeout: Duration) -> Option<String> {
-        let mut answers: FuturesUnordered<_> = self
-            .addrs
-            .iter()
-            .map(|addr| self.ask(addr, timeout))
-            .collect();
-        while let Some(answer) = answers.next().await {
-            if let Ok((host, port)) = answer {
-                return Some(hosts::authority(&host, port));
+    /// The primary the sentinels name now, `host:port`, without connecting
+    /// to it, and the connection to the sentinel that said so: asked on
+    /// `kept`, a sentinel's connection kept from an earlier question, and
+    /// when that fails or is slower than it was (`Kept::patience`), of
+    /// every sentinel at once on new connections too, the first answer
+    /// winning. `None` when no sentinel answers.
+    pub(super) async fn named_again(
+        &self,
+        kept: Option<Kept>,
+        timeout: Duration,
+    ) -> Option<(String, Kept)> {
+        let anew = async {
+            let mut answers: FuturesUnordered<_> = self
+                .addrs
+                .iter()
+                .map(|addr| self.ask(addr, timeout))
+                .collect();
+            while let Some(answer) = answers.next().await {
+                if let Ok(((host, port), kept)) = answer {
+                    return Some((hosts::authority(&host, port), kept));
+                }
             }
+            None
+        };
+        let Some(mut kept) = kept else {
+            return anew.await;
+        };
+        let patience = kept.patience;
+        let on_kept = async move {
+            match self.primary_addr(&mut kept.conn).await {
+                Ok(Some((host, port))) => Some((hosts::authority(&host, port), kept)),
+                _ => None,
+            }
+        };
+        let (mut on_kept, mut anew) = (std::pin::pin!(on_kept), std::pin::pin!(anew));
+        tokio::select! {
+            named = &mut on_kept => match named {
+                Some(named) => Some(named),
+                None => anew.await,
+            },
+            () = tokio::time::sleep(patience) => tokio::select! {
+                Some(named) = &mut on_kept => Some(named),
+                named = &mut anew => named,
+            },
         }
-        None
     }
 
-    /// Asks the sentinel at `addr` for the service's primary.
+    /// The service's primary, as the sentinel on `conn` names it.
+    async fn primary_addr(
+        &self,
+        conn: &mut (impl ConnectionLike + Send),
+    ) -> redis::RedisResult<Option<(String, u16)>> {
+        redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(&self.service)
+            .query_async(conn)
+            .await
+    }
+
+    /// Asks the sentinel at `addr` for the service's primary: its
+    /// `(host, port)`, and the connection that asked, to keep.
     async fn ask(
         &self,
         addr: &ConnectionAddr,
         timeout: Duration,
-    ) -> Result<(String, u16), Failure> {
+    ) -> Result<((String, u16), Kept), Failure> {
         let at = show_addr(addr, false);
         let failed = |err: &redis::RedisError| sentinel_failure(&at, err);
         let mut settings = RedisConnectionInfo::default().set_skip_set_lib_name();
@@ -202,16 +284,20 @@ impl Sentinels {
             .into_connection_info()
             .map_err(|err| failed(&err))?
             .set_redis_settings(settings);
+        // The question changes nothing: the AUTH travels with it.
+        let (info, auth) = match first_call::deferred(&info) {
+            Some((bare, auth)) => (bare, Some(auth)),
+            None => (info, None),
+        };
+        let began = Instant::now();
         let mut conn = connect(&info, self.tls_config.as_ref(), timeout)
             .await
             .map_err(|err| failed(&err))?;
-        let named: Option<(String, u16)> = redis::cmd("SENTINEL")
-            .arg("GET-MASTER-ADDR-BY-NAME")
-            .arg(&self.service)
-            .query_async(&mut conn)
+        let named = self
+            .primary_addr(&mut FirstCall::new(&mut conn, auth, false))
             .await
             .map_err(|err| failed(&err))?;
-        named.ok_or_else(|| Failure {
+        let named = named.ok_or_else(|| Failure {
             kind: ErrorKind::Server,
             detail: format!(
                 "the sentinel at {at} does not know the service {:?}; check the name after \
@@ -220,18 +306,22 @@ impl Sentinels {
             ),
             node: None,
             rank: Rank::UnknownService,
-        })
+        })?;
+        let patience = (began.elapsed() * 2).max(LEAST_PATIENCE);
+        Ok((named, Kept { conn, patience }))
     }
 
-    /// Connects to the server a sentinel named and checks that it is the
-    /// primary: during a failover a sentinel may still name the old one.
+    /// Connects to the server a sentinel named and, with `confirms_role`,
+    /// checks that it is the primary: during a failover a sentinel may
+    /// still name the old one.
     async fn confirm(
         &self,
         (host, port): (String, u16),
         settings: &RedisConnectionInfo,
         timeout: Duration,
         pushes: bool,
-    ) -> Result<Found, Failure> {
+        confirms_role: bool,
+    ) -> Result<(MultiplexedConnection, ConnectionInfo, Option<Pushes>), Failure> {
         let node = hosts::authority(&host, port);
         let failed = |err: &redis::RedisError| {
             let kind = if let Some(why) = tls_refusal(err) {
@@ -265,6 +355,9 @@ impl Sentinels {
         let (mut conn, pushes) = connect_carrying(&info, self.tls_config.as_ref(), timeout, pushes)
             .await
             .map_err(|err| failed(&err))?;
+        if !confirms_role {
+            return Ok((conn, info, pushes));
+        }
         let role: Role = redis::cmd("ROLE")
             .query_async(&mut conn)
             .await
@@ -272,14 +365,12 @@ impl Sentinels {
         if !matches!(role, Role::Primary { .. }) {
             return Err(Failure {
                 kind: ErrorKind::Transient(Unready::Failover),
-                detail: "the sentinels name it, but it is not a primary (a failover is under \
-                         way)"
-                    .into(),
+                detail: NOT_PRIMARY.into(),
                 node: Some(node),
                 rank: Rank::PrimaryDown,
             });
         }
-        Ok(Found { conn, info, pushes })
+        Ok((conn, info, pushes))
     }
 }
 

@@ -5,11 +5,11 @@
 //! the same server: `WAIT` for replicas, and the waiter's subscription; and
 //! `SCAN`, which finds the locks that `lockrun list` shows.
 
-mod login;
 mod refused;
 mod scheme;
 mod subscribe;
 
+use std::future::Future;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -18,12 +18,13 @@ use tokio::time::Instant;
 
 use super::cluster;
 use super::error::{is_read_only, is_unknown_command};
+use super::first_call::{self, FirstCall, Login};
 use super::pushes::{self, Pushes};
+use super::sentinel::{Kept, NOT_PRIMARY};
 use super::target::{show_addr, Topology};
 use super::tls::Tls;
 use super::{ErrorKind, RedisError, Target, Unready};
 use crate::clock::{show_exact, whole, MS};
-use login::{Login, LoginFirst};
 
 /// How many keys one `SCAN` call looks at: a thousand keys take one round
 /// trip, and no call holds up the server for long (`KEYS` would, for as
@@ -112,6 +113,35 @@ impl ConnectionLike for Conn {
     }
 }
 
+/// The primary the sentinels named, while connected to it.
+struct Primary {
+    info: ConnectionInfo,
+    /// The connection to the sentinel that named it, kept to ask again.
+    sentinel: Option<Kept>,
+    /// Whether the next call carries its `ROLE` (`first_call.rs`): until
+    /// then, the sentinels' word is all there is.
+    role_unconfirmed: bool,
+}
+
+impl Primary {
+    /// Whether the next call asks the `ROLE`; not the calls after it.
+    fn role_asked(&mut self) -> bool {
+        std::mem::take(&mut self.role_unconfirmed)
+    }
+}
+
+/// When the `ROLE` of a server the sentinels named is asked.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RoleCheck {
+    /// With the first call on its connection.
+    WithFirstCall,
+    /// Before it wins, in a flight of its own, from the first time a
+    /// server named so said it was not a primary: then another sentinel's
+    /// choice can be tried (`Sentinels::primary`), as a failover that
+    /// lasts needs.
+    First,
+}
+
 /// One lazily (re)opened connection. After any failure the connection is
 /// dropped, so the next call starts afresh: after a Redis restart the old
 /// socket is dead, a timed-out call may have left it in an unknown state, and
@@ -122,7 +152,9 @@ pub(crate) struct Session {
     timeout: Duration,
     conn: Option<Conn>,
     /// The primary that the sentinels named, while connected to it.
-    primary: Option<ConnectionInfo>,
+    primary: Option<Primary>,
+    /// When a named server's `ROLE` is asked.
+    role_check: RoleCheck,
     /// Whether connections to one server or a primary carry pushes
     /// (`Session::new`).
     carries_pushes: bool,
@@ -137,8 +169,8 @@ pub(crate) struct Session {
     answered: bool,
     /// The open connection's scripts.
     scripts: Scripts,
-    /// When it logs in (`login.rs`), and the AUTH that the next call on
-    /// the open connection carries.
+    /// When it logs in (`first_call.rs`), and the AUTH that the next call
+    /// on the open connection carries.
     login: Login,
 }
 
@@ -151,7 +183,7 @@ impl Session {
     /// Not in a cluster, where the subscription keeps a connection of its
     /// own.
     /// With `logs_in_with_call`, its first call on each connection to one
-    /// server carries the AUTH (`login.rs` says when).
+    /// server or a primary carries the AUTH (`first_call.rs` says when).
     pub(crate) fn new(
         target: Target,
         timeout: Duration,
@@ -165,6 +197,7 @@ impl Session {
             timeout,
             conn: None,
             primary: None,
+            role_check: RoleCheck::WithFirstCall,
             pushes: None,
             at_limit: false,
             answered: false,
@@ -187,7 +220,7 @@ impl Session {
     fn primary_node(&self) -> Option<String> {
         self.primary
             .as_ref()
-            .map(|info| show_addr(info.addr(), false))
+            .map(|primary| show_addr(primary.info.addr(), false))
     }
 
     fn error(&self, err: &redis::RedisError) -> RedisError {
@@ -216,7 +249,7 @@ impl Session {
         let target = &self.target;
         match &target.topology {
             Topology::Single => {
-                let deferred = login::deferred(&target.info)
+                let deferred = first_call::deferred(&target.info)
                     .filter(|_| matches!(self.login, Login::WithFirstCall(_)));
                 let (info, login) = match deferred {
                     Some((bare, auth)) => (bare, Some(auth)),
@@ -237,17 +270,38 @@ impl Session {
                 }
             }
             Topology::Sentinel(sentinels) => {
+                let with_role = self.role_check == RoleCheck::WithFirstCall;
+                // A ROLE asked alone is asked as the primary's user.
+                let deferred = first_call::deferred(&target.info)
+                    .filter(|_| with_role && matches!(self.login, Login::WithFirstCall(_)));
+                let (settings, login) = match deferred {
+                    Some((bare, auth)) => (bare.redis_settings().clone(), Some(auth)),
+                    None => (target.info.redis_settings().clone(), None),
+                };
                 let found = sentinels
-                    .primary(target.info.redis_settings(), timeout, self.carries_pushes)
+                    .primary(&settings, timeout, self.carries_pushes, !with_role)
                     .await
                     .map_err(|failure| failure.into_error(target))?;
                 self.conn = Some(Conn::Single(found.conn));
-                self.primary = Some(found.info);
+                self.primary = Some(Primary {
+                    info: found.info,
+                    sentinel: Some(found.sentinel),
+                    role_unconfirmed: with_role,
+                });
                 self.pushes = found.pushes;
+                if let Some(auth) = login {
+                    self.login = Login::WithFirstCall(Some(auth));
+                }
             }
             Topology::Cluster(seeds) => {
+                let logs_in_with_call = matches!(self.login, Login::WithFirstCall(_));
                 let opened = seeds
-                    .connect(target.info.redis_settings(), timeout, self.timeout)
+                    .connect(
+                        target.info.redis_settings(),
+                        timeout,
+                        self.timeout,
+                        logs_in_with_call,
+                    )
                     .await;
                 let conn = match opened {
                     Ok(conn) => conn,
@@ -275,22 +329,60 @@ impl Session {
     ) -> Result<T, RedisError> {
         let started = Instant::now();
         let mut asked_again = false;
-        self.follow_sentinels(started).await;
+        let mut asking = self.asking_sentinels_again(started);
         loop {
             let left = self.timeout.saturating_sub(started.elapsed());
             self.open_within(left).await?;
+            let current = self.primary_node();
             let Some(conn) = self.conn.as_mut() else {
                 return Err(self.target.timed_out(self.timeout));
             };
             let left = self.timeout.saturating_sub(started.elapsed());
             // Decoded here rather than by the crate, so that a reply of the
             // wrong shape is told apart from a server that is not Redis.
-            let mut conn = LoginFirst {
+            let mut conn = FirstCall::new(
                 conn,
-                auth: self.login.take(),
+                self.login.take(),
+                self.primary.as_mut().is_some_and(Primary::role_asked),
+            );
+            let sent = tokio::time::timeout(left, call.send(&mut conn, &mut self.scripts));
+            let (result, named) = match (asking.take(), &current) {
+                (Some(asking), Some(current)) => {
+                    let (result, named) = beside(sent, asking, current).await;
+                    (result, Some(named))
+                }
+                _ => (Some(sent.await), None),
             };
-            let sent = call.send(&mut conn, &mut self.scripts);
-            let result = tokio::time::timeout(left, sent).await;
+            let not_primary = conn.not_primary;
+            let moved = match named {
+                Some(named) => {
+                    self.keep_sentinel(named.as_ref());
+                    named.is_some_and(|(named, _)| Some(named) != current)
+                }
+                None => false,
+            };
+            // A server the sentinels no longer name, or that said it is not
+            // a primary: its reply, whatever it was, is not trusted. Once,
+            // the call goes where the sentinels point now.
+            if moved || not_primary {
+                let node = self.primary_node();
+                if not_primary {
+                    self.role_check = RoleCheck::First;
+                }
+                self.drop_connection();
+                if !asked_again {
+                    asked_again = true;
+                    continue;
+                }
+                return Err(self.target.failure(
+                    ErrorKind::Transient(Unready::Failover),
+                    NOT_PRIMARY,
+                    node.as_deref(),
+                ));
+            }
+            let Some(result) = result else {
+                return Err(self.target.timed_out(self.timeout));
+            };
             match result {
                 Ok(Ok(value)) => {
                     self.answered = true;
@@ -336,27 +428,60 @@ impl Session {
         }
     }
 
-    /// Behind Sentinel, drops a connection to a server that the sentinels no
-    /// longer name as the primary. A demoted primary may go on accepting
+    /// Behind Sentinel, whether the sentinels still name the open
+    /// connection's server as the primary: asked on the kept connection to
+    /// a sentinel, beside a call (`beside`), which a server they no longer
+    /// name does not answer for. A demoted primary may go on accepting
     /// writes for a while (after a manual failover, Redis 7 kept the old one
     /// a primary for 10 s; across a network partition, for as long as it
     /// lasts): renewing there would keep a lease that the new primary lets
     /// lapse. At most a third of the call's time goes to asking; when no
-    /// sentinel answers, the current primary is kept. A connection that has
-    /// answered no call yet was opened moments ago on the sentinels' word,
-    /// for this call or the connect just before it: asking again would cost
-    /// a round trip and tell nothing new.
-    async fn follow_sentinels(&mut self, started: Instant) {
-        let (Topology::Sentinel(sentinels), Some(current), true) =
-            (&self.target.topology, self.primary_node(), self.answered)
+    /// sentinel answers, the current primary is kept. `None` when there is
+    /// nothing to ask: a connection that has answered no call yet was
+    /// opened moments ago on the sentinels' word, for this call or the
+    /// connect just before it, and asking again would tell nothing new.
+    fn asking_sentinels_again(
+        &self,
+        started: Instant,
+    ) -> Option<impl Future<Output = Option<(String, Kept)>> + use<>> {
+        let (Topology::Sentinel(sentinels), Some(_), true) =
+            (&self.target.topology, self.conn.as_ref(), self.answered)
         else {
+            return None;
+        };
+        let kept = self
+            .primary
+            .as_ref()
+            .and_then(|primary| primary.sentinel.clone());
+        let sentinels = sentinels.clone();
+        let within = self.timeout.saturating_sub(started.elapsed()) / 3;
+        Some(async move {
+            tokio::time::timeout(within, sentinels.named_again(kept, within))
+                .await
+                .ok()
+                .flatten()
+        })
+    }
+
+    /// Keeps the connection to the sentinel that answered, `named`'s; with
+    /// no answer, none, so that the next question goes to every sentinel
+    /// afresh.
+    fn keep_sentinel(&mut self, named: Option<&(String, Kept)>) {
+        if let Some(primary) = self.primary.as_mut() {
+            primary.sentinel = named.map(|(_, sentinel)| sentinel.clone());
+        }
+    }
+
+    /// Drops a connection to a server that the sentinels no longer name,
+    /// asking them before a call that cannot go beside the question.
+    async fn follow_sentinels(&mut self, started: Instant) {
+        let Some(asking) = self.asking_sentinels_again(started) else {
             return;
         };
-        let within = self.timeout.saturating_sub(started.elapsed()) / 3;
-        if let Ok(Some(named)) = tokio::time::timeout(within, sentinels.named(within)).await {
-            if named != current {
-                self.drop_connection();
-            }
+        let named = asking.await;
+        self.keep_sentinel(named.as_ref());
+        if named.is_some_and(|(named, _)| Some(named) != self.primary_node()) {
+            self.drop_connection();
         }
     }
 
@@ -474,17 +599,35 @@ impl Session {
         let Some(conn) = self.conn.as_mut() else {
             return Err(self.target.timed_out(self.timeout));
         };
-        let auth = self.login.take();
+        let (auth, role) = (
+            self.login.take(),
+            self.primary.as_mut().is_some_and(Primary::role_asked),
+        );
+        let mut not_primary = false;
         let sent = async {
             match (conn, node) {
                 (Conn::Cluster(nodes), Some(node)) => nodes.on_node(&scan, node).await,
                 (conn, _) => {
-                    scan.query_async::<Value>(&mut LoginFirst { conn, auth })
-                        .await
+                    let mut conn = FirstCall::new(conn, auth, role);
+                    let reply = scan.query_async::<Value>(&mut conn).await;
+                    not_primary = conn.not_primary;
+                    reply
                 }
             }
         };
-        match tokio::time::timeout(self.timeout, sent).await {
+        let result = tokio::time::timeout(self.timeout, sent).await;
+        match result {
+            // A replica's keys may be stale: ask the sentinels again first.
+            Ok(Err(_)) if not_primary => {
+                let node = self.primary_node();
+                self.role_check = RoleCheck::First;
+                self.drop_connection();
+                Err(self.target.failure(
+                    ErrorKind::Transient(Unready::Failover),
+                    NOT_PRIMARY,
+                    node.as_deref(),
+                ))
+            }
             Ok(Ok(value)) => redis::from_redis_value(value)
                 .map_err(|err| self.target.unexpected_reply(&err.to_string())),
             Ok(Err(err)) => Err(self.failed(&err)),
@@ -521,6 +664,28 @@ impl Session {
                     .map(|node| node.addr)
             }
             (Topology::Cluster(_), _) => None,
+        }
+    }
+}
+
+/// The outcome of `sent`, a call, and what the sentinels say of the primary,
+/// asked at the same time (`asking`). When they name a server other than
+/// `current` before the call is answered, the call is left unanswered
+/// (`None`): a stalled old primary costs no more than the question.
+async fn beside<R>(
+    sent: impl Future<Output = R>,
+    asking: impl Future<Output = Option<(String, Kept)>>,
+    current: &str,
+) -> (Option<R>, Option<(String, Kept)>) {
+    let (mut sent, mut asking) = (std::pin::pin!(sent), std::pin::pin!(asking));
+    tokio::select! {
+        result = &mut sent => (Some(result), asking.await),
+        named = &mut asking => {
+            if named.as_ref().is_some_and(|(named, _)| named != current) {
+                (None, named)
+            } else {
+                (Some(sent.await), named)
+            }
         }
     }
 }

@@ -176,6 +176,40 @@ fn sentinel_run_moves_to_the_new_primary_while_the_old_one_still_takes_writes() 
 }
 
 #[test]
+fn a_replica_that_a_sentinel_names_answers_for_nothing() {
+    let set = SentinelSet::start();
+    let mut holder = hold_via(&set.url(), &[]);
+    // A sentinel of its own, watching a replica as the primary, names it
+    // for a minute before it counts it down; the primary's ROLE travels
+    // with the first call, whose reply must then count for nothing: the
+    // replica's copy of the lock may be stale, and it takes no write.
+    let replica = &set.servers[1];
+    let port = free_ports(1)[0];
+    let config = format!(
+        "sentinel monitor lost 127.0.0.1 {} 1\nsentinel down-after-milliseconds lost 60000\n",
+        replica.port()
+    );
+    let sentinel = Server::sentinels_together(&[(port, config)], None);
+    let url = format!("redis+sentinel://{}/lost", sentinel[0].addr());
+    let not_primary = || {
+        Expect::code(69)
+            .stderr_has(format!(
+                "(primary {}) is unavailable: the sentinels name it, but it is not a primary",
+                replica.addr()
+            ))
+            .stderr_one_line()
+    };
+    Lockrun::via(&url)
+        .key("job")
+        .subcommand("status")
+        .run()
+        .assert(not_primary());
+    run_true(&url).assert(not_primary());
+    holder.go();
+    holder.end().assert(Expect::success());
+}
+
+#[test]
 fn sentinel_acknowledgement_refuses_to_start_without_replicas_and_leaves_no_lock() {
     let set = SentinelSet::start();
     let url = set.url();
