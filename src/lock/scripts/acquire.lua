@@ -27,11 +27,13 @@
 -- ttl plus the drift allowance, rounded up) may have lost, with its keys, a
 -- lease it granted to another run, which still counts it in its majority:
 -- such a member does not vote until that lease must have run out
--- (Redlock's delayed restart).
+-- (Redlock's delayed restart). Redis 6.2 counts its uptime on the wall
+-- clock: a clock set back since the start makes it negative, which counts
+-- as a start just now, not as no uptime at all.
 if MIN_UPTIME_S ~= '0' then
-  local uptime = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%d+)'))
+  local uptime = tonumber(string.match(redis.call('INFO', 'server'), 'uptime_in_seconds:(%-?%d+)'))
   if uptime and uptime < tonumber(MIN_UPTIME_S) then
-    return {'kind', 'restarted', 'uptime', uptime}
+    return {'kind', 'restarted', 'uptime', math.max(uptime, 0)}
   end
 end
 
