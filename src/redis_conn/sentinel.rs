@@ -4,7 +4,9 @@
 //! with the first call (`first_call.rs`) unless the session asks for it
 //! first, after a server named so said it was not a primary; and the
 //! connection to the sentinel that named the server is kept, to ask again
-//! in the same flight as a later call (`Session::invoke`).
+//! in the same flight as a later call (`Session::invoke`), and again and
+//! again while that server keeps a connect or a call waiting
+//! (`Sentinels::named_other_than`).
 //!
 //! The redis crate has a Sentinel client, but it takes the sentinels'
 //! answers in list order, with its own fixed connect and response limits,
@@ -53,6 +55,8 @@ impl fmt::Display for Sentinels {
 
 /// The primary the sentinels named, and the connection to it.
 pub(super) struct Found {
+    /// Its `(host, port)`, as the sentinels name it.
+    pub(super) named: (String, u16),
     pub(super) conn: MultiplexedConnection,
     pub(super) info: ConnectionInfo,
     /// The connection's push messages, when asked to carry them.
@@ -60,6 +64,10 @@ pub(super) struct Found {
     /// The connection to the sentinel that named it.
     pub(super) sentinel: Kept,
 }
+
+/// The `(host, port)` the sentinels name as the primary, and the
+/// connection to the sentinel that said so.
+pub(super) type Named = ((String, u16), Kept);
 
 /// A connection to a sentinel, kept to ask it again.
 #[derive(Clone)]
@@ -73,6 +81,12 @@ pub(super) struct Kept {
 
 /// The least patience with a kept sentinel, for loopback's jitter.
 const LEAST_PATIENCE: Duration = Duration::from_millis(10);
+
+/// How often the sentinels are asked again while the server they named
+/// keeps a connect or a call waiting: a stalled primary is left as soon as
+/// they name another, for one question a period while it stalls, and none
+/// while it answers.
+const STALL_RECHECK: Duration = Duration::from_millis(250);
 
 /// What the sentinels say of a server they named that is not a primary.
 pub(super) const NOT_PRIMARY: &str =
@@ -175,19 +189,37 @@ impl Sentinels {
             .collect();
         let mut tried: Vec<(String, u16)> = Vec::new();
         let mut worst: Option<Failure> = None;
-        while let Some(answer) = answers.next().await {
+        // A server named while the last one stalled, asked before the rest.
+        let mut named_since = None;
+        loop {
+            let answer = match named_since.take() {
+                Some(named) => Ok(named),
+                None => match answers.next().await {
+                    Some(answer) => answer,
+                    None => break,
+                },
+            };
             let outcome = match answer {
                 Ok((named, _)) if tried.contains(&named) => continue,
                 Ok((named, sentinel)) => {
                     tried.push(named.clone());
-                    self.confirm(named, settings, timeout, pushes, confirms_role)
-                        .await
-                        .map(|(conn, info, pushes)| Found {
+                    let confirming =
+                        self.confirm(named.clone(), settings, timeout, pushes, confirms_role);
+                    let other = self.named_other_than(&named, Some(sentinel.clone()), timeout);
+                    tokio::select! {
+                        biased;
+                        confirmed = confirming => confirmed.map(|(conn, info, pushes)| Found {
+                            named,
                             conn,
                             info,
                             pushes,
                             sentinel,
-                        })
+                        }),
+                        other = other => {
+                            named_since = Some(other);
+                            continue;
+                        }
+                    }
                 }
                 Err(failure) => Err(failure),
             };
@@ -213,11 +245,7 @@ impl Sentinels {
     /// when that fails or is slower than it was (`Kept::patience`), of
     /// every sentinel at once on new connections too, the first answer
     /// winning. `None` when no sentinel answers.
-    pub(super) async fn named_again(
-        &self,
-        kept: Option<Kept>,
-        timeout: Duration,
-    ) -> Option<(String, Kept)> {
+    pub(super) async fn named_again(&self, kept: Option<Kept>, timeout: Duration) -> Option<Named> {
         let anew = async {
             let mut answers: FuturesUnordered<_> = self
                 .addrs
@@ -225,8 +253,8 @@ impl Sentinels {
                 .map(|addr| self.ask(addr, timeout))
                 .collect();
             while let Some(answer) = answers.next().await {
-                if let Ok(((host, port), kept)) = answer {
-                    return Some((hosts::authority(&host, port), kept));
+                if let Ok(named) = answer {
+                    return Some(named);
                 }
             }
             None
@@ -237,7 +265,7 @@ impl Sentinels {
         let patience = kept.patience;
         let on_kept = async move {
             match self.primary_addr(&mut kept.conn).await {
-                Ok(Some((host, port))) => Some((hosts::authority(&host, port), kept)),
+                Ok(Some(named)) => Some((named, kept)),
                 _ => None,
             }
         };
@@ -251,6 +279,28 @@ impl Sentinels {
                 Some(named) = &mut on_kept => Some(named),
                 named = &mut anew => named,
             },
+        }
+    }
+
+    /// The server the sentinels name once they name one other than
+    /// `current`, asked every `STALL_RECHECK` (each question within
+    /// `timeout`), first on `kept`: raced against a connect or a call to
+    /// `current`, so that one it stalls ends once the failover is made.
+    /// Never comes while they name `current`, or none answers.
+    pub(super) async fn named_other_than(
+        &self,
+        current: &(String, u16),
+        mut kept: Option<Kept>,
+        timeout: Duration,
+    ) -> Named {
+        loop {
+            tokio::time::sleep(STALL_RECHECK).await;
+            let asked = tokio::time::timeout(timeout, self.named_again(kept.take(), timeout));
+            match asked.await.ok().flatten() {
+                Some((named, sentinel)) if named != *current => return (named, sentinel),
+                Some((_, sentinel)) => kept = Some(sentinel),
+                None => {}
+            }
         }
     }
 

@@ -20,7 +20,7 @@ use super::cluster;
 use super::error::{is_read_only, is_unknown_command};
 use super::first_call::{self, FirstCall, Login};
 use super::pushes::{self, Pushes};
-use super::sentinel::{Kept, NOT_PRIMARY};
+use super::sentinel::{Kept, Named, NOT_PRIMARY};
 use super::target::{show_addr, Topology};
 use super::tls::Tls;
 use super::{ErrorKind, RedisError, Target, Unready};
@@ -115,6 +115,8 @@ impl ConnectionLike for Conn {
 
 /// The primary the sentinels named, while connected to it.
 struct Primary {
+    /// Its `(host, port)`, as the sentinels named it.
+    named: (String, u16),
     info: ConnectionInfo,
     /// The connection to the sentinel that named it, kept to ask again.
     sentinel: Option<Kept>,
@@ -284,6 +286,7 @@ impl Session {
                     .map_err(|failure| failure.into_error(target))?;
                 self.conn = Some(Conn::Single(found.conn));
                 self.primary = Some(Primary {
+                    named: found.named,
                     info: found.info,
                     sentinel: Some(found.sentinel),
                     role_unconfirmed: with_role,
@@ -333,7 +336,8 @@ impl Session {
         loop {
             let left = self.timeout.saturating_sub(started.elapsed());
             self.open_within(left).await?;
-            let current = self.primary_node();
+            let current = self.primary.as_ref().map(|primary| primary.named.clone());
+            let watching = self.watching_sentinels();
             let Some(conn) = self.conn.as_mut() else {
                 return Err(self.target.timed_out(self.timeout));
             };
@@ -346,12 +350,19 @@ impl Session {
                 self.primary.as_mut().is_some_and(Primary::role_asked),
             );
             let sent = tokio::time::timeout(left, call.send(&mut conn, &mut self.scripts));
+            let sent = unless_named_other(sent, watching);
             let (result, named) = match (asking.take(), &current) {
                 (Some(asking), Some(current)) => {
                     let (result, named) = beside(sent, asking, current).await;
                     (result, Some(named))
                 }
                 _ => (Some(sent.await), None),
+            };
+            // Named while the call waited: the call is left unanswered.
+            let (result, named) = match result {
+                Some(Err(other)) => (None, Some(Some(other))),
+                Some(Ok(result)) => (Some(result), named),
+                None => (None, named),
             };
             let not_primary = conn.not_primary;
             let moved = match named {
@@ -443,7 +454,7 @@ impl Session {
     fn asking_sentinels_again(
         &self,
         started: Instant,
-    ) -> Option<impl Future<Output = Option<(String, Kept)>> + use<>> {
+    ) -> Option<impl Future<Output = Option<Named>> + use<>> {
         let (Topology::Sentinel(sentinels), Some(_), true) =
             (&self.target.topology, self.conn.as_ref(), self.answered)
         else {
@@ -463,10 +474,31 @@ impl Session {
         })
     }
 
+    /// Behind Sentinel, the server the sentinels name once they name one
+    /// other than the open connection's, asked again and again while a call
+    /// on it waits (`Sentinels::named_other_than`).
+    fn watching_sentinels(&self) -> Option<impl Future<Output = Named> + use<>> {
+        let (Topology::Sentinel(sentinels), Some(primary)) =
+            (&self.target.topology, self.primary.as_ref())
+        else {
+            return None;
+        };
+        let (sentinels, current, kept) = (
+            sentinels.clone(),
+            primary.named.clone(),
+            primary.sentinel.clone(),
+        );
+        let timeout = self.timeout;
+        // Boxed: inline, it took every call's future past 16 KiB.
+        Some(Box::pin(async move {
+            sentinels.named_other_than(&current, kept, timeout).await
+        }))
+    }
+
     /// Keeps the connection to the sentinel that answered, `named`'s; with
     /// no answer, none, so that the next question goes to every sentinel
     /// afresh.
-    fn keep_sentinel(&mut self, named: Option<&(String, Kept)>) {
+    fn keep_sentinel(&mut self, named: Option<&Named>) {
         if let Some(primary) = self.primary.as_mut() {
             primary.sentinel = named.map(|(_, sentinel)| sentinel.clone());
         }
@@ -480,7 +512,8 @@ impl Session {
         };
         let named = asking.await;
         self.keep_sentinel(named.as_ref());
-        if named.is_some_and(|(named, _)| Some(named) != self.primary_node()) {
+        let current = self.primary.as_ref().map(|primary| &primary.named);
+        if named.is_some_and(|(named, _)| Some(&named) != current) {
             self.drop_connection();
         }
     }
@@ -674,9 +707,9 @@ impl Session {
 /// (`None`): a stalled old primary costs no more than the question.
 async fn beside<R>(
     sent: impl Future<Output = R>,
-    asking: impl Future<Output = Option<(String, Kept)>>,
-    current: &str,
-) -> (Option<R>, Option<(String, Kept)>) {
+    asking: impl Future<Output = Option<Named>>,
+    current: &(String, u16),
+) -> (Option<R>, Option<Named>) {
     let (mut sent, mut asking) = (std::pin::pin!(sent), std::pin::pin!(asking));
     tokio::select! {
         result = &mut sent => (Some(result), asking.await),
@@ -687,6 +720,22 @@ async fn beside<R>(
                 (Some(sent.await), named)
             }
         }
+    }
+}
+
+/// The outcome of `sent`, a call, unless `watching` yields first: the
+/// server the sentinels name instead of the one the call waits on.
+async fn unless_named_other<R>(
+    sent: impl Future<Output = R>,
+    watching: Option<impl Future<Output = Named>>,
+) -> Result<R, Named> {
+    let Some(watching) = watching else {
+        return Ok(sent.await);
+    };
+    tokio::select! {
+        biased;
+        result = sent => Ok(result),
+        other = watching => Err(other),
     }
 }
 

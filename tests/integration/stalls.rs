@@ -4,10 +4,12 @@
 //! first listed node that answers and talks only to the lock's slot owner.
 //! The runs name every node, as users write the URL, and allow 10 s for
 //! each call, so that a run that waited on the stalled node would take
-//! that long at least, far beyond the bounds asserted here. (The Sentinel
-//! and quorum stalls are acks.rs's and quorum.rs's.)
+//! that long at least, far beyond the bounds asserted here. A stalled
+//! Sentinel primary costs a run until the sentinels name another, however
+//! long its calls may take. (The Sentinel replica and quorum stalls are
+//! acks.rs's and quorum.rs's.)
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
@@ -115,4 +117,66 @@ fn a_stalled_owner_is_left_for_its_replica_once_promoted() {
     // failover.
     runs_within(&url, &[], AT_ONCE);
     cluster.node(owner).resume();
+}
+
+/// Calls allowed 20 s (in a 60 s lease): a run that waited on a stalled
+/// Sentinel primary for an answer would miss the bounds asserted here by
+/// far.
+const SLOW_CALLS: [&str; 4] = ["--ttl", "60s", "--redis-timeout", "20s"];
+
+#[test]
+fn a_run_started_on_a_stalled_sentinel_primary_takes_the_lock_once_another_is_named() {
+    let mut set = SentinelSet::start();
+    let dir = scratch();
+    let ran = dir.path().join("ran");
+    let old = set.pause_primary();
+    let paused = Instant::now();
+    let mut run = Lockrun::via(&set.url())
+        .key("job")
+        .args(SLOW_CALLS)
+        .args(["--wait", "60s"])
+        .touch(&ran)
+        .stderr(log_file(&dir.path().join("stderr")))
+        .spawn();
+    set.until_failed_over(old);
+    let failed_over = paused.elapsed();
+    // Before: the run's first connection waited on the stalled primary for
+    // its 20 s, long after the failover.
+    assert!(
+        eventually(AT_ONCE, || ran.exists()),
+        "the command did not run within {AT_ONCE:?} of the failover"
+    );
+    eprintln!(
+        "sentinel primary stalled: failover seen after {failed_over:?}, the command ran after {:?}",
+        paused.elapsed()
+    );
+    run.exits_saying(Expect::success(), || read_log(&dir.path().join("stderr")));
+    assert!(set.primary().fence("job").is_some());
+    set.server(old).resume();
+}
+
+#[test]
+fn a_holder_whose_sentinel_primary_stalls_renews_on_the_new_one() {
+    let mut set = SentinelSet::start();
+    let mut holder = Lockrun::via(&set.url())
+        .key("job")
+        .args(SLOW_CALLS)
+        .args(["--renew-every", "500ms", "--kill-grace", "1s"])
+        .hold();
+    let old = set.pause_primary();
+    set.until_failed_over(old);
+    let failed_over = Instant::now();
+    // Before: the renewal waited on the stalled primary for its 20 s.
+    assert!(
+        set.primary().renewed("job", AT_ONCE),
+        "no renewal on the new primary within {AT_ONCE:?} of the failover; lockrun said: {}",
+        holder.stderr()
+    );
+    eprintln!(
+        "sentinel primary stalled: a renewal on the new primary seen {:?} after the failover",
+        failed_over.elapsed()
+    );
+    holder.finish();
+    assert!(!set.primary().is_locked("job"));
+    set.server(old).resume();
 }

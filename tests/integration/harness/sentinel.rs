@@ -197,6 +197,15 @@ impl SentinelSet {
         old
     }
 
+    /// Pauses the current primary (SIGSTOP: its sockets open, nothing
+    /// answering) and returns its port at once, before the sentinels notice.
+    pub fn pause_primary(&mut self) -> u16 {
+        self.until_linked();
+        let old = self.primary().port();
+        self.server(old).pause();
+        old
+    }
+
     /// Waits until the sentinels named a primary other than `old` that
     /// knows it is the primary, and every sentinel agrees.
     pub fn until_failed_over(&self, old: u16) {
